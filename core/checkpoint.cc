@@ -1,0 +1,308 @@
+#include "core/checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace ckpt {
+namespace {
+
+using nlohmann::json;
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+// A weight_map value must name a file directly inside the root.
+bool IsPlainFileName(std::string_view name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find('/') == std::string_view::npos && name.find('\0') == std::string_view::npos;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ReadWeightMap(const json& j,
+                                                                 const std::string& file,
+                                                                 const std::string& field) {
+  if (!j.is_object() || !j.contains(field) || !j.at(field).is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ": missing or non-object \"", field, "\""));
+  }
+  std::map<std::string, std::string> out;
+  for (const auto& [tensor, shard] : j.at(field).items()) {
+    if (!shard.is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": ", field, " value for tensor '", tensor, "' is not a string"));
+    }
+    out.emplace(tensor, shard.get<std::string>());
+  }
+  return out;
+}
+
+absl::StatusOr<json> ReadConfig(const std::string& root, const std::string& relative) {
+  absl::StatusOr<std::string> path = ResolveInsideRoot(root, relative);
+  if (!path.ok()) return path.status();
+  absl::StatusOr<json> config = ReadJsonFile(*path);
+  if (!config.ok()) return config.status();
+  if (!config->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(*path, ": config is not a JSON object"));
+  }
+  if (config->contains("text_config") && config->contains("quantization_config")) {
+    const json& text = config->at("text_config");
+    if (text.is_object() && text.contains("quantization_config") &&
+        text.at("quantization_config") != config->at("quantization_config")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          *path, ": text_config.quantization_config disagrees with quantization_config"));
+    }
+  }
+  return config;
+}
+
+}  // namespace
+
+std::string_view LayoutName(CheckpointLayout layout) {
+  switch (layout) {
+    case CheckpointLayout::kSingleFile: return "single-file";
+    case CheckpointLayout::kSharded: return "sharded";
+    case CheckpointLayout::kX4TContainer: return "x4t-container";
+  }
+  return "?";
+}
+
+absl::StatusOr<std::string> ResolveInsideRoot(const std::string& root,
+                                              const std::string& relative) {
+  std::string joined = absl::StrCat(root, "/", relative);
+  char buf[PATH_MAX];
+  if (::realpath(joined.c_str(), buf) == nullptr) {
+    return absl::NotFoundError(absl::StrCat(joined, ": cannot resolve: ", std::strerror(errno)));
+  }
+  std::string resolved(buf);
+  if (!absl::StartsWith(resolved, root + "/")) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        joined, ": resolves to ", resolved, ", outside the checkpoint root ", root));
+  }
+  return resolved;
+}
+
+absl::StatusOr<json> ReadJsonFile(const std::string& path, uint64_t max_bytes) {
+  absl::StatusOr<std::unique_ptr<MappedFile>> file = MappedFile::Open(path);
+  if (!file.ok()) return file.status();
+  if ((*file)->size() > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", (*file)->size(), " bytes is over the ", max_bytes,
+                     "-byte limit for JSON files"));
+  }
+  auto bytes = (*file)->bytes();
+  json j = json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
+  }
+  return j;
+}
+
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& root,
+                                                             const SafetensorsLimits& limits) {
+  char buf[PATH_MAX];
+  if (::realpath(root.c_str(), buf) == nullptr || !IsDirectory(buf)) {
+    return absl::NotFoundError(absl::StrCat(root, ": not a directory"));
+  }
+  std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
+  ckpt->root_ = buf;
+  const std::string& r = ckpt->root_;
+
+  std::vector<std::string> shard_paths;
+  std::map<std::string, std::string> weight_map;
+  std::string map_file;
+  if (Exists(r + "/manifest.json") && IsDirectory(r + "/tensors")) {
+    ckpt->layout_ = CheckpointLayout::kX4TContainer;
+    absl::StatusOr<std::string> mpath = ResolveInsideRoot(r, "manifest.json");
+    if (!mpath.ok()) return mpath.status();
+    absl::StatusOr<json> manifest = ReadJsonFile(*mpath);
+    if (!manifest.ok()) return manifest.status();
+    if (!manifest->is_object() || !manifest->contains("shards") ||
+        !manifest->at("shards").is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat(*mpath, ": missing \"shards\" array"));
+    }
+    ckpt->manifest_ = *manifest;
+    for (const json& s : manifest->at("shards")) {
+      if (!s.is_object() || !s.contains("file") || !s.at("file").is_string() ||
+          !IsPlainFileName(s.at("file").get_ref<const std::string&>())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(*mpath, ": shard entry is not {\"file\": <plain file name>}"));
+      }
+      shard_paths.push_back("tensors/" + s.at("file").get<std::string>());
+    }
+    map_file = r + "/build-contract.json";
+    absl::StatusOr<std::string> cpath = ResolveInsideRoot(r, "build-contract.json");
+    if (!cpath.ok()) return cpath.status();
+    absl::StatusOr<json> contract = ReadJsonFile(*cpath);
+    if (!contract.ok()) return contract.status();
+    auto wm = ReadWeightMap(*contract, map_file, "source_names");
+    if (!wm.ok()) return wm.status();
+    for (auto& [tensor, file] : *wm) weight_map.emplace(tensor, "tensors/" + file);
+    std::error_code ec;
+    std::vector<std::string> meta;
+    for (const auto& e : std::filesystem::directory_iterator(r + "/metadata", ec)) {
+      if (e.path().extension() == ".safetensors") {
+        meta.push_back("metadata/" + e.path().filename().string());
+      }
+    }
+    std::sort(meta.begin(), meta.end());
+    shard_paths.insert(shard_paths.end(), meta.begin(), meta.end());
+    absl::StatusOr<json> config = ReadConfig(r, "metadata/config.json");
+    if (!config.ok()) return config.status();
+    ckpt->config_ = *std::move(config);
+  } else {
+    absl::StatusOr<json> config = ReadConfig(r, "config.json");
+    if (!config.ok()) return config.status();
+    ckpt->config_ = *std::move(config);
+    if (Exists(r + "/model.safetensors.index.json")) {
+      ckpt->layout_ = CheckpointLayout::kSharded;
+      map_file = r + "/model.safetensors.index.json";
+      absl::StatusOr<std::string> ipath = ResolveInsideRoot(r, "model.safetensors.index.json");
+      if (!ipath.ok()) return ipath.status();
+      absl::StatusOr<json> index = ReadJsonFile(*ipath);
+      if (!index.ok()) return index.status();
+      auto wm = ReadWeightMap(*index, map_file, "weight_map");
+      if (!wm.ok()) return wm.status();
+      weight_map = *std::move(wm);
+      std::set<std::string> files;
+      for (const auto& [tensor, file] : weight_map) {
+        if (!IsPlainFileName(file)) {
+          return absl::PermissionDeniedError(absl::StrCat(
+              map_file, ": tensor '", tensor, "' maps to '", file,
+              "', which is not a plain file name inside the root"));
+        }
+        files.insert(file);
+      }
+      shard_paths.assign(files.begin(), files.end());
+      if (index->contains("metadata") && index->at("metadata").contains("total_size")) {
+        const json& ts = index->at("metadata").at("total_size");
+        if (!ts.is_number_unsigned()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(map_file, ": metadata.total_size is not a non-negative integer"));
+        }
+        ckpt->declared_total_size_ = ts.get<uint64_t>();
+      }
+    } else if (Exists(r + "/model.safetensors")) {
+      ckpt->layout_ = CheckpointLayout::kSingleFile;
+      shard_paths.push_back("model.safetensors");
+    } else {
+      return absl::NotFoundError(absl::StrCat(
+          r, ": no model.safetensors, model.safetensors.index.json or X4T manifest.json"));
+    }
+  }
+  if (absl::Status s = ckpt->LoadShards(shard_paths, limits); !s.ok()) return s;
+  if (!map_file.empty()) {
+    if (absl::Status s = ckpt->CrossCheckMap(weight_map, map_file); !s.ok()) return s;
+  }
+  if (ckpt->declared_total_size_ &&
+      *ckpt->declared_total_size_ != ckpt->total_tensor_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        map_file, ": metadata.total_size is ", *ckpt->declared_total_size_,
+        " but the shards' tensors hold ", ckpt->total_tensor_bytes(), " bytes"));
+  }
+  return ckpt;
+}
+
+absl::Status Checkpoint::LoadShards(const std::vector<std::string>& relative_paths,
+                                    const SafetensorsLimits& limits) {
+  for (const std::string& rel : relative_paths) {
+    absl::StatusOr<std::string> path = ResolveInsideRoot(root_, rel);
+    if (!path.ok()) return path.status();
+    absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(*path, limits);
+    if (!file.ok()) return file.status();
+    for (const TensorInfo& t : (*file)->tensors()) {
+      auto [it, inserted] = tensors_.emplace(t.name, TensorRef{file->get(), &t});
+      if (!inserted) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(root_, ": tensor '", t.name, "' is in two shards: ",
+                         it->second.file->path(), " and ", *path));
+      }
+    }
+    relative_paths_.push_back(rel);
+    shards_.push_back(*std::move(file));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checkpoint::CrossCheckMap(const std::map<std::string, std::string>& weight_map,
+                                       const std::string& map_file) const {
+  for (const auto& [tensor, rel] : weight_map) {
+    auto it = tensors_.find(tensor);
+    if (it == tensors_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          map_file, ": tensor '", tensor, "' is listed in ", rel, " but no shard holds it"));
+    }
+    std::string actual = RelativePath(*it->second.file);
+    if (actual != rel) {
+      return absl::InvalidArgumentError(absl::StrCat(map_file, ": tensor '", tensor,
+                                                     "' is listed in ", rel,
+                                                     " but stored in ", actual));
+    }
+  }
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    bool mapped_shard = std::any_of(weight_map.begin(), weight_map.end(),
+                                    [&](const auto& kv) { return kv.second == relative_paths_[i]; });
+    if (!mapped_shard) continue;  // X4T metadata/ shards are not in the contract
+    for (const TensorInfo& t : shards_[i]->tensors()) {
+      if (!weight_map.contains(t.name)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            shards_[i]->path(), ": tensor '", t.name, "' is missing from ", map_file));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+const json& Checkpoint::text_config() const {
+  auto it = config_.find("text_config");
+  return it != config_.end() && it->is_object() ? *it : config_;
+}
+
+std::string Checkpoint::RelativePath(const SafetensorsFile& f) const {
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    if (shards_[i].get() == &f) return relative_paths_[i];
+  }
+  return f.path();
+}
+
+std::optional<TensorRef> Checkpoint::Find(std::string_view tensor) const {
+  auto it = tensors_.find(tensor);
+  if (it == tensors_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::string> Checkpoint::TensorNames() const {
+  std::vector<std::string> names;
+  names.reserve(tensors_.size());
+  for (const auto& [name, ref] : tensors_) names.push_back(name);
+  return names;
+}
+
+uint64_t Checkpoint::total_tensor_bytes() const {
+  uint64_t total = 0;
+  for (const auto& [name, ref] : tensors_) total += ref.info->num_bytes();
+  return total;
+}
+
+absl::Status Checkpoint::CheckUnchanged() const {
+  for (const auto& s : shards_) {
+    if (absl::Status st = s->file().CheckUnchanged(); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ckpt

@@ -1,0 +1,46 @@
+#include "core/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace ckpt {
+
+unsigned DefaultThreads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+absl::Status ParallelFor(size_t n, unsigned threads,
+                         const std::function<absl::Status(size_t)>& fn) {
+  if (n == 0) return absl::OkStatus();
+  if (threads == 0) threads = DefaultThreads();
+  threads = static_cast<unsigned>(std::min<size_t>(threads, n));
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  size_t first_bad = n;
+  absl::Status first_status;
+  auto worker = [&] {
+    for (;;) {
+      if (failed.load(std::memory_order_relaxed)) return;
+      size_t i = next.fetch_add(1);
+      if (i >= n) return;
+      absl::Status s = fn(i);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (i < first_bad) {
+          first_bad = i;
+          first_status = std::move(s);
+        }
+        failed.store(true);
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  return first_status;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,25 @@
+// Progress reporting for long work. Core code reports units of work (bytes, tensors); the CLI
+// draws a bar on a terminal or prints plain lines; the daemon streams events.
+#ifndef CKPT_CORE_PROGRESS_H_
+#define CKPT_CORE_PROGRESS_H_
+
+#include <cstdint>
+#include <string_view>
+
+namespace ckpt {
+
+// Implementations must make Advance thread-safe: workers call it concurrently.
+class Progress {
+ public:
+  virtual ~Progress() = default;
+  virtual void Begin(std::string_view phase, uint64_t total_units) = 0;
+  virtual void Advance(uint64_t units) = 0;
+  virtual void End() = 0;
+};
+
+// A Progress that discards everything.
+Progress& NoProgress();
+
+}  // namespace ckpt
+
+#endif  // CKPT_CORE_PROGRESS_H_

@@ -1,0 +1,273 @@
+#include "core/safetensors.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace ckpt {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::array<std::pair<std::string_view, DType>, 22> kDTypes = {{
+    {"BOOL", DType::kBool}, {"U8", DType::kU8}, {"I8", DType::kI8},
+    {"F8_E5M2", DType::kF8_E5M2}, {"F8_E4M3", DType::kF8_E4M3}, {"F8_E8M0", DType::kF8_E8M0},
+    {"F8_E4M3FNUZ", DType::kF8_E4M3FNUZ}, {"F8_E5M2FNUZ", DType::kF8_E5M2FNUZ},
+    {"I16", DType::kI16}, {"U16", DType::kU16}, {"F16", DType::kF16}, {"BF16", DType::kBF16},
+    {"I32", DType::kI32}, {"U32", DType::kU32}, {"F32", DType::kF32}, {"I64", DType::kI64},
+    {"U64", DType::kU64}, {"F64", DType::kF64}, {"C64", DType::kC64}, {"F4", DType::kF4},
+    {"F6_E2M3", DType::kF6_E2M3}, {"F6_E3M2", DType::kF6_E3M2},
+}};
+
+// Raised from inside the JSON parser callback to stop parsing at the first structural problem.
+struct HeaderRejected {
+  std::string why;
+};
+
+absl::Status Invalid(const std::string& label, const std::string& msg) {
+  return absl::InvalidArgumentError(absl::StrCat(label, ": ", msg));
+}
+
+// Reads a JSON array of non-negative integers that fit in u64 (serde's usize on 64-bit).
+bool ReadU64Array(const json& j, std::vector<uint64_t>* out) {
+  if (!j.is_array()) return false;
+  out->clear();
+  for (const json& v : j) {
+    if (!v.is_number_unsigned()) return false;
+    out->push_back(v.get<uint64_t>());
+  }
+  return true;
+}
+
+bool CheckedMul(uint64_t a, uint64_t b, uint64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+
+absl::StatusOr<json> ParseStrictJson(std::string_view text, const std::string& label,
+                                     const SafetensorsLimits& limits) {
+  // nlohmann skips a UTF-8 byte-order mark; the reference reader does not.
+  if (text.size() >= 3 && std::memcmp(text.data(), "\xEF\xBB\xBF", 3) == 0) {
+    return Invalid(label, "header JSON starts with a byte-order mark (offset 8)");
+  }
+  std::vector<std::set<std::string>> keys_per_object;
+  size_t top_level_keys = 0;
+  auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        if (depth >= limits.max_json_depth) {
+          throw HeaderRejected{absl::StrCat("header JSON nested deeper than ",
+                                            limits.max_json_depth, " levels")};
+        }
+        if (event == json::parse_event_t::object_start) keys_per_object.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        keys_per_object.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        const std::string& key = parsed.get_ref<const std::string&>();
+        if (!keys_per_object.back().insert(key).second) {
+          throw HeaderRejected{absl::StrCat("duplicate JSON key '", key, "' in header")};
+        }
+        if (depth == 1 && ++top_level_keys > limits.max_entries + 1) {
+          throw HeaderRejected{absl::StrCat("more than ", limits.max_entries, " entries")};
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    return true;
+  };
+  try {
+    return json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true,
+                       /*ignore_comments=*/false);
+  } catch (const HeaderRejected& e) {
+    return Invalid(label, e.why);
+  } catch (const json::exception& e) {
+    return Invalid(label, absl::StrCat("invalid JSON in header: ", e.what()));
+  }
+}
+
+absl::StatusOr<TensorInfo> ParseEntry(const std::string& name, const json& j,
+                                      const std::string& label) {
+  auto bad = [&](const std::string& what) {
+    return Invalid(label, absl::StrCat("tensor '", name, "': ", what));
+  };
+  if (!j.is_object()) return bad("entry is not a JSON object");
+  TensorInfo t;
+  t.name = name;
+  auto dt = j.find("dtype");
+  if (dt == j.end() || !dt->is_string()) return bad("missing or non-string dtype");
+  std::optional<DType> dtype = ParseDType(dt->get_ref<const std::string&>());
+  if (!dtype) return bad(absl::StrCat("unknown dtype '", dt->get<std::string>(), "'"));
+  t.dtype = *dtype;
+  auto sh = j.find("shape");
+  if (sh == j.end() || !ReadU64Array(*sh, &t.shape)) {
+    return bad("shape must be an array of non-negative integers");
+  }
+  std::vector<uint64_t> offs;
+  auto of = j.find("data_offsets");
+  if (of == j.end() || !ReadU64Array(*of, &offs) || offs.size() != 2) {
+    return bad("data_offsets must be two non-negative integers");
+  }
+  t.begin = offs[0];
+  t.end = offs[1];
+  return t;
+}
+
+// Element count times dtype bits must be a whole number of bytes equal to end - begin.
+absl::Status CheckSize(const TensorInfo& t, const std::string& label) {
+  uint64_t n = 1;
+  for (uint64_t d : t.shape) {
+    if (!CheckedMul(n, d, &n)) {
+      return Invalid(label, absl::StrCat("tensor '", t.name, "': element count overflows u64"));
+    }
+  }
+  uint64_t bits;
+  if (!CheckedMul(n, static_cast<uint64_t>(DTypeBits(t.dtype)), &bits)) {
+    return Invalid(label, absl::StrCat("tensor '", t.name, "': bit size overflows u64"));
+  }
+  if (bits % 8 != 0) {
+    return Invalid(label, absl::StrCat("tensor '", t.name, "': ", n, " elements of ",
+                                       DTypeName(t.dtype), " are not a whole number of bytes"));
+  }
+  if (t.end < t.begin || t.end - t.begin != bits / 8) {
+    return Invalid(label, absl::StrCat("tensor '", t.name, "': data_offsets [", t.begin, ", ",
+                                       t.end, ") hold ", t.end - t.begin, " bytes but ",
+                                       DTypeName(t.dtype), " shape implies ", bits / 8));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::optional<DType> ParseDType(std::string_view s) {
+  for (const auto& [name, d] : kDTypes) {
+    if (name == s) return d;
+  }
+  return std::nullopt;
+}
+
+std::string DTypeName(DType d) {
+  for (const auto& [name, v] : kDTypes) {
+    if (v == d) return std::string(name);
+  }
+  return "?";
+}
+
+int DTypeBits(DType d) {
+  switch (d) {
+    case DType::kF4: return 4;
+    case DType::kF6_E2M3: case DType::kF6_E3M2: return 6;
+    case DType::kI16: case DType::kU16: case DType::kF16: case DType::kBF16: return 16;
+    case DType::kI32: case DType::kU32: case DType::kF32: return 32;
+    case DType::kI64: case DType::kU64: case DType::kF64: case DType::kC64: return 64;
+    default: return 8;
+  }
+}
+
+uint64_t TensorInfo::num_elements() const {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;  // validated against overflow when parsed
+  return n;
+}
+
+absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> bytes,
+                                                         uint64_t file_size,
+                                                         const std::string& label,
+                                                         const SafetensorsLimits& limits) {
+  if (file_size < 8 || bytes.size() < 8) {
+    return Invalid(label, absl::StrCat("header too small: file has ", file_size,
+                                       " bytes, the 8-byte length prefix does not fit"));
+  }
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
+  if (n > limits.max_header_bytes) {
+    return Invalid(label, absl::StrCat("header too large: length prefix at offset 0 says ", n,
+                                       " bytes, the limit is ", limits.max_header_bytes));
+  }
+  if (n > file_size - 8) {
+    return Invalid(label, absl::StrCat("header too large: length prefix says ", n,
+                                       " bytes but only ", file_size - 8, " follow it"));
+  }
+  if (bytes.size() < 8 + n) {
+    return absl::InternalError(absl::StrCat(label, ": caller passed a truncated header"));
+  }
+  std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, n);
+  absl::StatusOr<json> doc = ParseStrictJson(text, label, limits);
+  if (!doc.ok()) return doc.status();
+  if (!doc->is_object()) return Invalid(label, "header JSON is not an object");
+
+  SafetensorsHeader header;
+  header.header_len = n;
+  for (const auto& [key, value] : doc->items()) {
+    if (key == "__metadata__") {
+      if (!value.is_object()) return Invalid(label, "__metadata__ is not a JSON object");
+      for (const auto& [mk, mv] : value.items()) {
+        if (!mv.is_string()) {
+          return Invalid(label, absl::StrCat("__metadata__ value for '", mk,
+                                             "' is not a string"));
+        }
+        header.metadata.emplace(mk, mv.get<std::string>());
+      }
+      continue;
+    }
+    absl::StatusOr<TensorInfo> t = ParseEntry(key, value, label);
+    if (!t.ok()) return t.status();
+    header.tensors.push_back(*std::move(t));
+  }
+  std::sort(header.tensors.begin(), header.tensors.end(),
+            [](const TensorInfo& a, const TensorInfo& b) {
+              return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+            });
+  uint64_t expected_start = 0;
+  for (const TensorInfo& t : header.tensors) {
+    if (t.begin != expected_start) {
+      return Invalid(label, absl::StrCat("tensor '", t.name, "': invalid offset: data_offsets [",
+                                         t.begin, ", ", t.end, ") should start at ",
+                                         expected_start, " (entries must tile the buffer)"));
+    }
+    if (absl::Status s = CheckSize(t, label); !s.ok()) return s;
+    expected_start = t.end;
+  }
+  const uint64_t buffer_len = file_size - 8 - n;
+  if (expected_start != buffer_len) {
+    return absl::DataLossError(absl::StrCat(
+        label, ": incomplete metadata, file not fully covered: tensors cover ", expected_start,
+        " bytes of data but the file holds ", buffer_len, " after the header (offset ", 8 + n,
+        ")"));
+  }
+  return header;
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
+    const std::string& path, const SafetensorsLimits& limits) {
+  absl::StatusOr<std::unique_ptr<MappedFile>> file = MappedFile::Open(path);
+  if (!file.ok()) return file.status();
+  absl::StatusOr<SafetensorsHeader> header =
+      ParseSafetensorsHeader((*file)->bytes(), (*file)->size(), path, limits);
+  if (!header.ok()) return header.status();
+  return std::unique_ptr<SafetensorsFile>(
+      new SafetensorsFile(*std::move(file), *std::move(header)));
+}
+
+SafetensorsFile::SafetensorsFile(std::unique_ptr<MappedFile> file, SafetensorsHeader header)
+    : file_(std::move(file)), header_(std::move(header)) {
+  for (const TensorInfo& t : header_.tensors) by_name_.emplace(t.name, &t);
+}
+
+const TensorInfo* SafetensorsFile::Find(std::string_view name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+std::span<const uint8_t> SafetensorsFile::Bytes(const TensorInfo& t) const {
+  return file_->bytes().subspan(data_start() + t.begin, t.num_bytes());
+}
+
+}  // namespace ckpt

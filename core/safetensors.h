@@ -1,0 +1,93 @@
+// A strict reader of one safetensors file (format rules: docs/formats.md §1).
+//
+// It accepts exactly what the reference Rust reader (safetensors 0.8) accepts, except that
+// duplicate JSON keys are always rejected. Header numbers are validated against the file size
+// before anything is sized by them; entry count and JSON depth are capped. Every error is
+// INVALID_ARGUMENT (malformed header) or DATA_LOSS (data region inconsistent with the header)
+// and its message starts with the file path and names the tensor and the rule broken.
+#ifndef CKPT_CORE_SAFETENSORS_H_
+#define CKPT_CORE_SAFETENSORS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/mapped_file.h"
+
+namespace ckpt {
+
+enum class DType {
+  kBool, kU8, kI8, kF8_E5M2, kF8_E4M3, kF8_E8M0, kF8_E4M3FNUZ, kF8_E5M2FNUZ,
+  kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kI64, kU64, kF64, kC64,
+  kF4, kF6_E2M3, kF6_E3M2,
+};
+
+// Exact spelling as in safetensors headers ("F8_E4M3"); nullopt for anything else.
+std::optional<DType> ParseDType(std::string_view s);
+std::string DTypeName(DType d);
+int DTypeBits(DType d);
+
+struct TensorInfo {
+  std::string name;
+  DType dtype;
+  std::vector<uint64_t> shape;
+  uint64_t begin = 0;  // [begin, end) relative to the data buffer
+  uint64_t end = 0;
+
+  uint64_t num_elements() const;
+  uint64_t num_bytes() const { return end - begin; }
+};
+
+struct SafetensorsLimits {
+  uint64_t max_header_bytes = 100'000'000;  // the reference reader's limit
+  size_t max_entries = 1'000'000;
+  int max_json_depth = 8;
+};
+
+// The parsed header of a safetensors file; tensors are sorted by offset.
+struct SafetensorsHeader {
+  uint64_t header_len = 0;  // N: the data buffer starts at 8 + N
+  std::vector<TensorInfo> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+// Parses and validates the first bytes of a file of `file_size` bytes. `bytes` may be the
+// whole file or just its prefix (at least 8 + N bytes). `label` prefixes error messages.
+absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> bytes,
+                                                         uint64_t file_size,
+                                                         const std::string& label,
+                                                         const SafetensorsLimits& limits = {});
+
+class SafetensorsFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(
+      const std::string& path, const SafetensorsLimits& limits = {});
+
+  const std::string& path() const { return file_->path(); }
+  const MappedFile& file() const { return *file_; }
+  const SafetensorsHeader& header() const { return header_; }
+  const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
+  const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
+  uint64_t data_start() const { return 8 + header_.header_len; }
+
+  // nullptr when absent.
+  const TensorInfo* Find(std::string_view name) const;
+  // The tensor's bytes inside the mapping (no copy).
+  std::span<const uint8_t> Bytes(const TensorInfo& t) const;
+
+ private:
+  SafetensorsFile(std::unique_ptr<MappedFile> file, SafetensorsHeader header);
+  std::unique_ptr<MappedFile> file_;
+  SafetensorsHeader header_;
+  std::map<std::string_view, const TensorInfo*> by_name_;
+};
+
+}  // namespace ckpt
+
+#endif  // CKPT_CORE_SAFETENSORS_H_

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package ckpt-audit needs to build, test and benchmark.
+# Idempotent: apt-get skips what is already installed.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+  build-essential cmake ninja-build pkg-config git ca-certificates \
+  libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
+  libabsl-dev libcli11-dev nlohmann-json3-dev libssl-dev openssl libsqlite3-dev sqlite3 \
+  libgtest-dev libgmock-dev libbenchmark-dev \
+  clang libclang-rt-14-dev \
+  chromium fonts-dejavu-core

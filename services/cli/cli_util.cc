@@ -1,0 +1,74 @@
+#include "services/cli/cli_util.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace ckpt::cli {
+
+int ReportError(const absl::Status& status) {
+  std::fprintf(stderr, "ckpt-audit: %s: %s\n",
+               absl::StatusCodeToString(status.code()).c_str(),
+               std::string(status.message()).c_str());
+  return kExitError;
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrFormat("%d B", bytes) : absl::StrFormat("%.2f %s", v, kUnits[u]);
+}
+
+TerminalProgress::TerminalProgress() : tty_(::isatty(STDERR_FILENO) == 1) {}
+
+void TerminalProgress::Begin(std::string_view phase, uint64_t total_units) {
+  std::lock_guard<std::mutex> lock(mu_);
+  phase_ = std::string(phase);
+  total_ = total_units;
+  done_ = 0;
+  last_decile_ = -1;
+  start_ = last_draw_ = std::chrono::steady_clock::now();
+}
+
+void TerminalProgress::Advance(uint64_t units) {
+  uint64_t done = done_.fetch_add(units) + units;
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (lock.owns_lock()) Draw(done, false);
+}
+
+void TerminalProgress::End() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Draw(done_.load(), true);
+}
+
+void TerminalProgress::Draw(uint64_t done, bool final_line) {
+  auto now = std::chrono::steady_clock::now();
+  double frac = total_ == 0 ? 1.0 : std::min(1.0, static_cast<double>(done) / total_);
+  double secs = std::chrono::duration<double>(now - start_).count();
+  if (tty_) {
+    if (!final_line && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+    constexpr int kWidth = 30;
+    int filled = static_cast<int>(frac * kWidth);
+    std::fprintf(stderr, "\r%-12s [%s%s] %5.1f%% %6.1fs", phase_.c_str(),
+                 std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
+                 frac * 100, secs);
+    if (final_line) std::fputc('\n', stderr);
+    return;
+  }
+  int decile = static_cast<int>(frac * 10);
+  if (decile == last_decile_ && !final_line) return;
+  if (final_line && decile == last_decile_ && decile == 10) return;
+  last_decile_ = decile;
+  std::fprintf(stderr, "%s: %d%% (%.1fs)\n", phase_.c_str(), decile * 10, secs);
+}
+
+}  // namespace ckpt::cli

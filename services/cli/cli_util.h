@@ -1,0 +1,47 @@
+// Shared pieces of the CLI: exit codes, error printing and terminal progress.
+#ifndef CKPT_SERVICES_CLI_CLI_UTIL_H_
+#define CKPT_SERVICES_CLI_CLI_UTIL_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "core/progress.h"
+
+namespace ckpt::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitCheckFailed = 1;
+inline constexpr int kExitError = 2;
+
+// Prints "ckpt-audit: <code>: <message>" on stderr and returns kExitError.
+int ReportError(const absl::Status& status);
+
+// A bar redrawn in place on a terminal (stderr is a TTY), else one plain line per 10%.
+class TerminalProgress final : public Progress {
+ public:
+  TerminalProgress();
+  void Begin(std::string_view phase, uint64_t total_units) override;
+  void Advance(uint64_t units) override;
+  void End() override;
+
+ private:
+  void Draw(uint64_t done, bool final_line);
+  const bool tty_;
+  std::mutex mu_;
+  std::string phase_;
+  uint64_t total_ = 0;
+  std::atomic<uint64_t> done_{0};
+  int last_decile_ = -1;
+  std::chrono::steady_clock::time_point start_, last_draw_;
+};
+
+std::string HumanBytes(uint64_t bytes);
+
+}  // namespace ckpt::cli
+
+#endif  // CKPT_SERVICES_CLI_CLI_UTIL_H_

@@ -1,0 +1,111 @@
+// `ckpt-audit inspect PATH`: what a checkpoint root or a single .safetensors file holds.
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <map>
+
+#include "absl/strings/str_format.h"
+#include "core/checkpoint.h"
+#include "services/cli/cli_util.h"
+#include "services/cli/commands.h"
+
+namespace ckpt::cli {
+namespace {
+
+struct FileSummary {
+  std::string path;
+  uint64_t bytes = 0;
+  size_t tensors = 0;
+};
+
+struct Summary {
+  std::string kind;
+  std::string quantization = "none declared";
+  std::vector<FileSummary> files;
+  std::map<std::string, size_t> by_dtype;
+  uint64_t tensor_bytes = 0;
+};
+
+void AddFile(const SafetensorsFile& f, const std::string& name, Summary* s) {
+  s->files.push_back({name, f.file().size(), f.tensors().size()});
+  for (const TensorInfo& t : f.tensors()) {
+    s->by_dtype[std::string(DTypeName(t.dtype))]++;
+    s->tensor_bytes += t.num_bytes();
+  }
+}
+
+std::string DeclaredQuantization(const nlohmann::json& config) {
+  auto q = config.find("quantization_config");
+  if (q == config.end() || !q->is_object()) return "none declared";
+  std::string method = q->value("quant_method", "?");
+  std::string format = q->value("format", "");
+  return format.empty() ? method : method + " / " + format;
+}
+
+absl::StatusOr<Summary> Summarize(const std::string& path) {
+  Summary s;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    auto f = SafetensorsFile::Open(path);
+    if (!f.ok()) return f.status();
+    s.kind = "safetensors file";
+    AddFile(**f, path, &s);
+    return s;
+  }
+  auto ckpt = Checkpoint::Open(path);
+  if (!ckpt.ok()) return ckpt.status();
+  s.kind = absl::StrFormat("checkpoint root (%s) %s", LayoutName((*ckpt)->layout()),
+                           (*ckpt)->root());
+  s.quantization = DeclaredQuantization((*ckpt)->text_config());
+  for (const auto& shard : (*ckpt)->shards()) AddFile(*shard, (*ckpt)->RelativePath(*shard), &s);
+  return s;
+}
+
+void PrintText(const Summary& s) {
+  std::printf("%s\n", s.kind.c_str());
+  std::printf("quantization: %s\n", s.quantization.c_str());
+  size_t total_tensors = 0;
+  for (const FileSummary& f : s.files) {
+    std::printf("  %-48s %12s  %6zu tensors\n", f.path.c_str(), HumanBytes(f.bytes).c_str(),
+                f.tensors);
+    total_tensors += f.tensors;
+  }
+  std::printf("tensors by dtype:");
+  for (const auto& [dtype, n] : s.by_dtype) std::printf(" %s=%zu", dtype.c_str(), n);
+  std::printf("\ntotal: %zu files, %zu tensors, %s of tensor data (%llu bytes)\n",
+              s.files.size(), total_tensors, HumanBytes(s.tensor_bytes).c_str(),
+              static_cast<unsigned long long>(s.tensor_bytes));
+}
+
+void PrintJson(const Summary& s) {
+  nlohmann::json j;
+  j["kind"] = s.kind;
+  j["quantization"] = s.quantization;
+  j["tensor_bytes"] = s.tensor_bytes;
+  j["tensors_by_dtype"] = s.by_dtype;
+  for (const FileSummary& f : s.files) {
+    j["files"].push_back({{"path", f.path}, {"bytes", f.bytes}, {"tensors", f.tensors}});
+  }
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+}  // namespace
+
+void AddInspectCommand(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("inspect", "Summarize a checkpoint root or .safetensors file");
+  auto path = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  cmd->add_option("PATH", *path, "checkpoint root or .safetensors file")->required();
+  cmd->add_flag("--json", *json, "machine-readable output");
+  cmd->callback([=] {
+    absl::StatusOr<Summary> s = Summarize(*path);
+    if (!s.ok()) {
+      *exit_code = ReportError(s.status());
+      return;
+    }
+    *json ? PrintJson(*s) : PrintText(*s);
+    *exit_code = kExitOk;
+  });
+}
+
+}  // namespace ckpt::cli

@@ -1,0 +1,14 @@
+// The `ckpt-audit` subcommands. Each Add*Command registers one CLI11 subcommand whose callback
+// stores the process exit code in `*exit_code`: 0 ok, 1 a check failed, 2 invalid input or error.
+#ifndef CKPT_SERVICES_CLI_COMMANDS_H_
+#define CKPT_SERVICES_CLI_COMMANDS_H_
+
+#include "CLI/CLI.hpp"
+
+namespace ckpt::cli {
+
+void AddInspectCommand(CLI::App& app, int* exit_code);
+
+}  // namespace ckpt::cli
+
+#endif  // CKPT_SERVICES_CLI_COMMANDS_H_

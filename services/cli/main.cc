@@ -1,0 +1,19 @@
+// ckpt-audit: the command-line interface for people and CI. See README.md for the commands.
+#include "CLI/CLI.hpp"
+#include "services/cli/cli_util.h"
+#include "services/cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ckpt-audit: prove things about quantized LLM checkpoints"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "ckpt-audit 0.1.0");
+  int exit_code = ckpt::cli::kExitOk;
+  ckpt::cli::AddInspectCommand(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : ckpt::cli::kExitError;
+  }
+  return exit_code;
+}

@@ -1,0 +1,68 @@
+// Helpers shared by tests: fixture paths and temporary copies that tests may mutate.
+#ifndef CKPT_TESTS_TEST_UTIL_H_
+#define CKPT_TESTS_TEST_UTIL_H_
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace ckpt::testing {
+
+inline std::filesystem::path Fixture(const std::string& relative) {
+  return std::filesystem::path(CKPT_TEST_DATA) / relative;
+}
+
+// A fresh directory under $TMPDIR, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "ckpt-test-XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& p) const { return path_ / p; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Copies a fixture directory into `dst` with write permission, so the copy can be mutated.
+inline std::filesystem::path CopyFixture(const std::string& name, const TempDir& dir) {
+  namespace fs = std::filesystem;
+  fs::path dst = dir / name;
+  fs::copy(Fixture(name), dst, fs::copy_options::recursive);
+  for (auto& e : fs::recursive_directory_iterator(dst)) {
+    fs::permissions(e.path(), fs::perms::owner_write, fs::perm_options::add);
+  }
+  fs::permissions(dst, fs::perms::owner_write, fs::perm_options::add);
+  return dst;
+}
+
+inline std::vector<uint8_t> ReadAll(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+inline void WriteAll(const std::filesystem::path& p, const std::string& s) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << s;
+}
+
+inline void WriteAll(const std::filesystem::path& p, const std::vector<uint8_t>& b) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+}  // namespace ckpt::testing
+
+#endif  // CKPT_TESTS_TEST_UTIL_H_
