@@ -1,0 +1,351 @@
+#include "core/forward/block_weights.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/quant/codecs.h"
+
+namespace ckpt::forward {
+namespace {
+
+// Tensor names per family, relative to the block prefix (docs/forward.md mirrors this table).
+struct TensorNames {
+  const char* block;  // after "model.layers.{L}."
+  const char* router;
+  const char* router_bias;      // "" when the family has none
+  const char* correction_bias;  // ""
+  const char* latent_down;      // ""
+  const char* latent_up;
+  const char* latent_norm;
+  const char* shared_gate;      // ""
+  const char* shared_up;
+  const char* shared_down;
+  const char* expert_gate;      // under "experts.{E}."
+  const char* expert_up;
+  const char* expert_down;
+};
+
+constexpr TensorNames kKimiNames = {
+    "block_sparse_moe.", "gate.weight", "", "gate.e_score_correction_bias",
+    "routed_expert_down_proj.weight", "routed_expert_up_proj.weight",
+    "routed_expert_norm.weight", "shared_experts.gate_proj.weight",
+    "shared_experts.up_proj.weight", "shared_experts.down_proj.weight", "w1", "w3", "w2"};
+constexpr TensorNames kDeepSeekNames = {
+    "mlp.", "gate.weight", "", "gate.e_score_correction_bias", "", "", "",
+    "shared_experts.gate_proj.weight", "shared_experts.up_proj.weight",
+    "shared_experts.down_proj.weight", "gate_proj", "up_proj", "down_proj"};
+// gpt-oss experts are stacked tensors (experts.gate_up_proj_blocks ...), handled separately.
+constexpr TensorNames kGptOssNames = {"mlp.", "router.weight", "router.bias", "", "", "", "",
+                                      "", "", "", "", "", ""};
+
+const TensorNames& NamesFor(BlockFamily f) {
+  switch (f) {
+    case BlockFamily::kKimiLatent: return kKimiNames;
+    case BlockFamily::kDeepSeekV3: return kDeepSeekNames;
+    case BlockFamily::kGptOss: return kGptOssNames;
+  }
+  return kKimiNames;
+}
+
+class Loader {
+ public:
+  Loader(const Checkpoint& ckpt, std::string prefix) : ckpt_(ckpt), prefix_(std::move(prefix)) {}
+
+  absl::StatusOr<TensorRef> Get(const std::string& rel, std::vector<uint64_t> shape) const {
+    const std::string name = prefix_ + rel;
+    auto t = ckpt_.Find(name);
+    if (!t) return absl::NotFoundError(absl::StrCat(ckpt_.root(), ": tensor ", name, " missing"));
+    if (t->info->shape != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          t->file->path(), ": tensor ", name, " has shape ", ShapeString(t->info->shape),
+          ", expected ", ShapeString(shape)));
+    }
+    return *t;
+  }
+  bool Has(const std::string& rel) const { return ckpt_.Find(prefix_ + rel).has_value(); }
+
+  absl::StatusOr<std::vector<float>> Floats(const std::string& rel,
+                                            std::vector<uint64_t> shape) const {
+    auto t = Get(rel, shape);
+    if (!t.ok()) return t.status();
+    std::span<const uint8_t> b = t->bytes();
+    std::vector<float> out(t->info->num_elements());
+    if (t->info->dtype == DType::kBF16) {
+      for (size_t i = 0; i < out.size(); ++i) {
+        uint16_t v;
+        std::memcpy(&v, b.data() + 2 * i, 2);
+        out[i] = quant::DecodeBF16(v);
+      }
+    } else if (t->info->dtype == DType::kF32) {
+      std::memcpy(out.data(), b.data(), out.size() * 4);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(t->file->path(), ": tensor ", prefix_, rel,
+                                                     " has dtype ", DTypeName(t->info->dtype),
+                                                     ", expected BF16 or F32"));
+    }
+    return out;
+  }
+
+  absl::StatusOr<DenseMatrix> Dense(const std::string& rel, int64_t rows, int64_t cols) const {
+    auto v = Floats(rel, {static_cast<uint64_t>(rows), static_cast<uint64_t>(cols)});
+    if (!v.ok()) return v.status();
+    return DenseMatrix{prefix_ + rel, rows, cols, std::move(*v)};
+  }
+
+  // A compressed-tensors FP4 matrix `{base}.weight_packed` / `.weight_scale` (MXFP4 or NVFP4).
+  absl::StatusOr<Fp4Matrix> Fp4(const std::string& base, int64_t rows, int64_t cols) const {
+    Fp4Matrix m;
+    m.name = prefix_ + base;
+    m.rows = rows;
+    m.cols = cols;
+    const uint64_t r = rows, c = cols;
+    auto packed = Get(base + ".weight_packed", {r, c / 2});
+    if (!packed.ok()) return packed.status();
+    m.packed = packed->bytes();
+    if (!Has(base + ".weight_scale")) {
+      return absl::UnimplementedError(absl::StrCat(
+          ckpt_.root(), ": tensor ", m.name,
+          " has no .weight_scale (X4T-encoded scales are not decoded by the forward yet)"));
+    }
+    const TensorRef s = *ckpt_.Find(prefix_ + base + ".weight_scale");
+    if (s.info->dtype == DType::kF8_E4M3) {
+      m.scale_kind = Fp4Scale::kE4M3Group16;
+      auto sc = Get(base + ".weight_scale", {r, c / 16});
+      if (!sc.ok()) return sc.status();
+      auto g = Floats(base + ".weight_global_scale", {1});
+      if (!g.ok()) return g.status();
+      m.global_scale = (*g)[0];
+    } else if (s.info->dtype == DType::kU8 || s.info->dtype == DType::kF8_E8M0) {
+      auto sc = Get(base + ".weight_scale", {r, c / 32});
+      if (!sc.ok()) return sc.status();
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(s.file->path(), ": tensor ", m.name,
+                                                     ".weight_scale has dtype ",
+                                                     DTypeName(s.info->dtype)));
+    }
+    m.scales = s.bytes();
+    if (absl::Status st = m.Validate(); !st.ok()) return st;
+    return m;
+  }
+
+  static std::string ShapeString(const std::vector<uint64_t>& s) {
+    std::string out = "[";
+    for (size_t i = 0; i < s.size(); ++i) absl::StrAppend(&out, i ? ", " : "", s[i]);
+    return out + "]";
+  }
+
+ private:
+  const Checkpoint& ckpt_;
+  const std::string prefix_;
+};
+
+// gpt-oss stores experts stacked, gate/up interleaved on rows (even gate, odd up), as
+// `*_blocks` [E, rows, cols/32, 16] and `*_scales` [E, rows, cols/32] (formats.md §4). The
+// rows of one expert are contiguous, so the down matrix is a view; gate and up are copied.
+absl::Status LoadGptOssExperts(const Checkpoint& ckpt, const Loader& l, const BlockConfig& c,
+                               BlockWeights* w) {
+  const uint64_t E = c.experts, H = c.hidden, I = c.expert_intermediate;
+  auto gu_blocks = l.Get("experts.gate_up_proj_blocks", {E, 2 * I, H / 32, 16});
+  auto gu_scales = l.Get("experts.gate_up_proj_scales", {E, 2 * I, H / 32});
+  auto gu_bias = l.Floats("experts.gate_up_proj_bias", {E, 2 * I});
+  auto d_blocks = l.Get("experts.down_proj_blocks", {E, H, I / 32, 16});
+  auto d_scales = l.Get("experts.down_proj_scales", {E, H, I / 32});
+  auto d_bias = l.Floats("experts.down_proj_bias", {E, H});
+  for (const absl::Status& s : {gu_blocks.status(), gu_scales.status(), gu_bias.status(),
+                                d_blocks.status(), d_scales.status(), d_bias.status()}) {
+    if (!s.ok()) return s;
+  }
+  w->experts.resize(E);
+  for (uint64_t e = 0; e < E; ++e) {
+    ExpertWeights& x = w->experts[e];
+    auto split = std::make_shared<std::vector<uint8_t>>();
+    const uint64_t pb = H / 2, sb = H / 32;
+    split->resize(2 * I * (pb + sb));
+    uint8_t* gp = split->data();
+    uint8_t* up = gp + I * pb;
+    uint8_t* gs = up + I * pb;
+    uint8_t* us = gs + I * sb;
+    const uint8_t* srcp = gu_blocks->bytes().data() + e * 2 * I * pb;
+    const uint8_t* srcs = gu_scales->bytes().data() + e * 2 * I * sb;
+    for (uint64_t r = 0; r < I; ++r) {
+      std::memcpy(gp + r * pb, srcp + (2 * r) * pb, pb);
+      std::memcpy(up + r * pb, srcp + (2 * r + 1) * pb, pb);
+      std::memcpy(gs + r * sb, srcs + (2 * r) * sb, sb);
+      std::memcpy(us + r * sb, srcs + (2 * r + 1) * sb, sb);
+      x.gate_bias.push_back((*gu_bias)[e * 2 * I + 2 * r]);
+      x.up_bias.push_back((*gu_bias)[e * 2 * I + 2 * r + 1]);
+    }
+    const std::string base = absl::StrCat("experts.", e);
+    x.gate = {base + ".gate", Fp4Scale::kE8M0Group32, static_cast<int64_t>(I),
+              static_cast<int64_t>(H), {gp, I * pb}, {gs, I * sb}, 1.0f, split};
+    x.up = {base + ".up", Fp4Scale::kE8M0Group32, static_cast<int64_t>(I),
+            static_cast<int64_t>(H), {up, I * pb}, {us, I * sb}, 1.0f, split};
+    x.down = {base + ".down", Fp4Scale::kE8M0Group32, static_cast<int64_t>(H),
+              static_cast<int64_t>(I), d_blocks->bytes().subspan(e * H * I / 2, H * I / 2),
+              d_scales->bytes().subspan(e * H * (I / 32), H * (I / 32)), 1.0f, nullptr};
+    x.down_bias.assign(d_bias->begin() + e * H, d_bias->begin() + (e + 1) * H);
+    for (const Fp4Matrix* m : {&x.gate, &x.up, &x.down}) {
+      if (absl::Status s = m->Validate(); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Fp4Matrix::Validate() const {
+  const int g = group();
+  if (cols % g != 0 || packed.size() != static_cast<size_t>(rows * cols / 2) ||
+      scales.size() != static_cast<size_t>(rows * cols / g)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": FP4 sizes inconsistent with [", rows,
+                                                   ", ", cols, "]"));
+  }
+  const int64_t groups = cols / g;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < groups; ++j) {
+      const uint8_t s = scales[r * groups + j];
+      const bool nan = scale_kind == Fp4Scale::kE8M0Group32 ? s == quant::kE8M0NaN
+                                                            : (s & 0x7F) == 0x7F;
+      if (!nan) continue;
+      for (int k = 0; k < g / 2; ++k) {
+        const uint8_t b = packed[r * cols / 2 + j * g / 2 + k];
+        if (quant::NibbleIsNonzero(quant::LowNibble(b)) ||
+            quant::NibbleIsNonzero(quant::HighNibble(b))) {
+          return absl::DataLossError(absl::StrCat(name, ": NaN scale at row ", r, " group ", j));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Fp4Matrix::DequantizeRow(int64_t r, double* out) const {
+  const int g = group();
+  const int64_t groups = cols / g;
+  const uint8_t* p = packed.data() + r * cols / 2;
+  for (int64_t j = 0; j < groups; ++j) {
+    const uint8_t s = scales[r * groups + j];
+    // A NaN scale only survives Validate on an all-zero group: its values are zero.
+    double scale = scale_kind == Fp4Scale::kE8M0Group32
+                       ? (s == quant::kE8M0NaN ? 0.0 : quant::DecodeE8M0(s))
+                       : ((s & 0x7F) == 0x7F ? 0.0 : quant::DecodeE4M3(s) / global_scale);
+    for (int k = 0; k < g; k += 2) {
+      const uint8_t b = p[(j * g + k) / 2];
+      out[j * g + k] = quant::DecodeE2M1(quant::LowNibble(b)) * scale;
+      out[j * g + k + 1] = quant::DecodeE2M1(quant::HighNibble(b)) * scale;
+    }
+  }
+}
+
+absl::Status CheckBlockWeights(const BlockConfig& c, const BlockWeights& w) {
+  auto bad = [](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("block weights: ", what, " has the wrong shape"));
+  };
+  const int64_t in = c.latent > 0 ? c.latent : c.hidden;
+  if (w.router.rows != c.experts || w.router.cols != c.hidden ||
+      w.router.values.size() != static_cast<size_t>(c.experts) * c.hidden) {
+    return bad("router " + w.router.name);
+  }
+  if (c.family == BlockFamily::kGptOss && w.router_bias.size() != static_cast<size_t>(c.experts))
+    return bad("router bias");
+  if (c.family != BlockFamily::kGptOss && w.correction_bias.size() != static_cast<size_t>(c.experts))
+    return bad("e_score_correction_bias");
+  if (c.latent > 0) {
+    if (w.latent_down.rows != c.latent || w.latent_down.cols != c.hidden) return bad("latent down");
+    if (w.latent_up.rows != c.hidden || w.latent_up.cols != c.latent) return bad("latent up");
+    if (c.latent_norm && w.latent_norm.size() != static_cast<size_t>(c.latent))
+      return bad("latent norm");
+  }
+  if (w.experts.size() != static_cast<size_t>(c.experts)) return bad("expert list");
+  for (const ExpertWeights& e : w.experts) {
+    if (e.gate.rows != c.expert_intermediate || e.gate.cols != in) return bad(e.gate.name);
+    if (e.up.rows != c.expert_intermediate || e.up.cols != in) return bad(e.up.name);
+    if (e.down.rows != in || e.down.cols != c.expert_intermediate) return bad(e.down.name);
+    if (c.family == BlockFamily::kGptOss &&
+        (e.gate_bias.size() != static_cast<size_t>(c.expert_intermediate) ||
+         e.up_bias.size() != e.gate_bias.size() || e.down_bias.size() != static_cast<size_t>(in)))
+      return bad(e.gate.name + " biases");
+  }
+  if (c.shared_intermediate > 0) {
+    if (w.shared_gate.rows != c.shared_intermediate || w.shared_gate.cols != c.hidden)
+      return bad("shared gate");
+    if (w.shared_up.rows != c.shared_intermediate || w.shared_up.cols != c.hidden)
+      return bad("shared up");
+    if (w.shared_down.rows != c.hidden || w.shared_down.cols != c.shared_intermediate)
+      return bad("shared down");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BlockWeights> LoadBlockWeights(const Checkpoint& ckpt, const BlockConfig& c,
+                                              int layer) {
+  const TensorNames& n = NamesFor(c.family);
+  // Multimodal checkpoints (Kimi-K3) nest the text model under "language_model.".
+  std::string prefix;
+  for (const char* root : {"language_model.model.layers.", "model.layers."}) {
+    prefix = absl::StrCat(root, layer, ".", n.block);
+    if (ckpt.Find(prefix + n.router)) break;
+  }
+  Loader l(ckpt, prefix);
+  BlockWeights w;
+  const int64_t H = c.hidden, E = c.experts, I = c.expert_intermediate;
+  const int64_t in = c.latent > 0 ? c.latent : H;
+  auto router = l.Dense(n.router, E, H);
+  if (!router.ok()) return router.status();
+  w.router = std::move(*router);
+  if (*n.router_bias) {
+    auto b = l.Floats(n.router_bias, {static_cast<uint64_t>(E)});
+    if (!b.ok()) return b.status();
+    w.router_bias = std::move(*b);
+  }
+  if (*n.correction_bias) {
+    auto b = l.Floats(n.correction_bias, {static_cast<uint64_t>(E)});
+    if (!b.ok()) return b.status();
+    w.correction_bias = std::move(*b);
+  }
+  if (c.latent > 0) {
+    auto down = l.Dense(n.latent_down, c.latent, H);
+    if (!down.ok()) return down.status();
+    auto up = l.Dense(n.latent_up, H, c.latent);
+    if (!up.ok()) return up.status();
+    w.latent_down = std::move(*down);
+    w.latent_up = std::move(*up);
+    if (c.latent_norm) {
+      auto norm = l.Floats(n.latent_norm, {static_cast<uint64_t>(c.latent)});
+      if (!norm.ok()) return norm.status();
+      w.latent_norm = std::move(*norm);
+    }
+  }
+  if (c.shared_intermediate > 0) {
+    auto g = l.Dense(n.shared_gate, c.shared_intermediate, H);
+    if (!g.ok()) return g.status();
+    auto u = l.Dense(n.shared_up, c.shared_intermediate, H);
+    if (!u.ok()) return u.status();
+    auto d = l.Dense(n.shared_down, H, c.shared_intermediate);
+    if (!d.ok()) return d.status();
+    w.shared_gate = std::move(*g);
+    w.shared_up = std::move(*u);
+    w.shared_down = std::move(*d);
+  }
+  if (c.family == BlockFamily::kGptOss) {
+    if (absl::Status s = LoadGptOssExperts(ckpt, l, c, &w); !s.ok()) return s;
+  } else {
+    w.experts.resize(E);
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string base = absl::StrCat("experts.", e, ".");
+      auto g = l.Fp4(base + n.expert_gate, I, in);
+      if (!g.ok()) return g.status();
+      auto u = l.Fp4(base + n.expert_up, I, in);
+      if (!u.ok()) return u.status();
+      auto d = l.Fp4(base + n.expert_down, in, I);
+      if (!d.ok()) return d.status();
+      w.experts[e].gate = std::move(*g);
+      w.experts[e].up = std::move(*u);
+      w.experts[e].down = std::move(*d);
+    }
+  }
+  if (absl::Status s = CheckBlockWeights(c, w); !s.ok()) return s;
+  return w;
+}
+
+}  // namespace ckpt::forward

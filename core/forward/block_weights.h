@@ -1,0 +1,86 @@
+// The weights of one MoE block, as the CPU reference and the CUDA kernels both take them.
+//
+// Routed-expert matrices stay FP4-packed (`Fp4Matrix`: the checkpoint's bytes, not decoded) so
+// that the GPU path can copy only the selected experts' packed bytes and scales; dense tensors
+// (router, latent projections, norm, shared expert, biases) are held as float, which represents
+// BF16 and F32 exactly. `LoadBlockWeights` maps tensor names to roles per family (the table is
+// in docs/forward.md and in kTensorNames in block_weights.cc).
+#ifndef CKPT_CORE_FORWARD_BLOCK_WEIGHTS_H_
+#define CKPT_CORE_FORWARD_BLOCK_WEIGHTS_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/checkpoint.h"
+#include "core/forward/block_config.h"
+
+namespace ckpt::forward {
+
+// A row-major float matrix [rows, cols].
+struct DenseMatrix {
+  std::string name;  // tensor name, for messages
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<float> values;
+};
+
+// How an FP4 matrix's group scales are encoded (docs/formats.md §3, §4).
+enum class Fp4Scale {
+  kE8M0Group32,  // MXFP4: value = e2m1 * 2^(scale - 127)
+  kE4M3Group16,  // NVFP4: value = e2m1 * e4m3(scale) / global_scale
+};
+
+// An FP4 matrix [rows, cols] as stored: packed [rows, cols/2] (low nibble = even column) and
+// scales [rows, cols/group]. The spans point into a checkpoint mapping or into `keepalive`.
+struct Fp4Matrix {
+  std::string name;
+  Fp4Scale scale_kind = Fp4Scale::kE8M0Group32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::span<const uint8_t> packed;
+  std::span<const uint8_t> scales;
+  float global_scale = 1.0f;  // NVFP4 only: the divisor
+  std::shared_ptr<const void> keepalive;
+
+  int group() const { return scale_kind == Fp4Scale::kE8M0Group32 ? 32 : 16; }
+  // Sizes consistent, and no NaN scale (E8M0 0xFF, E4M3 0x7F/0xFF) on a group holding a
+  // nonzero nibble. DATA_LOSS naming the tensor, row and group.
+  absl::Status Validate() const;
+  // Exact decoded values of row r (double holds every product exactly for both formats).
+  void DequantizeRow(int64_t r, double* out) const;
+};
+
+struct ExpertWeights {
+  Fp4Matrix gate;  // [intermediate, in]  (w1)
+  Fp4Matrix up;    // [intermediate, in]  (w3)
+  Fp4Matrix down;  // [in, intermediate]  (w2)
+  std::vector<float> gate_bias, up_bias, down_bias;  // gpt-oss only
+};
+
+struct BlockWeights {
+  DenseMatrix router;                   // [experts, hidden]
+  std::vector<float> router_bias;       // gpt-oss
+  std::vector<float> correction_bias;   // noaux_tc e_score_correction_bias
+  DenseMatrix latent_down;              // [latent, hidden]
+  DenseMatrix latent_up;                // [hidden, latent]
+  std::vector<float> latent_norm;       // [latent]
+  std::vector<ExpertWeights> experts;   // indexed by expert id
+  DenseMatrix shared_gate, shared_up;   // [shared, hidden]
+  DenseMatrix shared_down;              // [hidden, shared]
+};
+
+// Checks every shape against `config`. INVALID_ARGUMENT naming the tensor.
+absl::Status CheckBlockWeights(const BlockConfig& config, const BlockWeights& w);
+
+// Loads layer `layer`'s block. Expert spans point into `ckpt`, which must outlive the result.
+// Errors name the tensor: NOT_FOUND (missing), INVALID_ARGUMENT (dtype/shape), DATA_LOSS.
+absl::StatusOr<BlockWeights> LoadBlockWeights(const Checkpoint& ckpt, const BlockConfig& config,
+                                              int layer);
+
+}  // namespace ckpt::forward
+
+#endif  // CKPT_CORE_FORWARD_BLOCK_WEIGHTS_H_
