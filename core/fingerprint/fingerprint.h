@@ -1,0 +1,74 @@
+// Fingerprints of a directory tree: SHA-256 of every file and of every safetensors tensor, and
+// the OpenSSF model-signing manifest ROOT over them (docs/oms-manifest.md).
+//
+// Usage:
+//   absl::StatusOr<Fingerprint> fp = FingerprintTree(root, {}, NoProgress());
+//   fp->files[i].sha256      // == `sha256sum` of the file == its Hugging Face LFS oid
+//   fp->manifest.RootHex()   // the model_signing subject digest
+//
+// Files are mapped read-only (no copies) and hashed on a bounded pool. The whole-file digest is
+// one sequential SHA-256 per file, so it runs on one thread per file while the other threads
+// hash tensors and shard ranges of the same mapped bytes, paced to stay within a readahead
+// window of it so those pages are read from disk once. Every file is re-stat'ed after hashing:
+// a file changed during the run is DATA_LOSS, not a digest of bytes no longer on disk.
+#ifndef CKPT_CORE_FINGERPRINT_FINGERPRINT_H_
+#define CKPT_CORE_FINGERPRINT_FINGERPRINT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/fingerprint/oms_manifest.h"
+#include "core/fingerprint/tree_walk.h"
+#include "core/progress.h"
+#include "core/sha256.h"
+
+namespace ckpt {
+
+struct FingerprintOptions {
+  unsigned threads = 0;  // 0: DefaultThreads()
+  OmsMode manifest_mode = OmsMode::kFiles;
+  uint64_t shard_size = kDefaultOmsShardSize;  // shards mode
+  // Whole-file SHA-256 (the LFS oid). Required in files mode; in shards mode turning it off
+  // leaves only parallel range digests, the fastest variant for one very large file.
+  bool file_digests = true;
+  // SHA-256 of each tensor's bytes in every `*.safetensors` file (which must then parse).
+  bool tensor_digests = true;
+  // How far (bytes) range hashing may run ahead of a file's whole-file digest.
+  uint64_t readahead_window = 256ull << 20;
+  TreeWalkOptions walk;
+};
+
+struct FileFingerprint {
+  std::string path;  // POSIX, relative to the root
+  uint64_t size = 0;
+  std::optional<Digest> sha256;  // absent only when file_digests is off
+  size_t tensor_count = 0;       // safetensors files with tensor digests
+};
+
+struct TensorFingerprint {
+  std::string file;  // FileFingerprint::path
+  std::string tensor;
+  uint64_t bytes = 0;
+  Digest sha256{};
+};
+
+struct Fingerprint {
+  std::string root;                       // realpath
+  std::vector<FileFingerprint> files;     // PosixPathLess order
+  std::vector<TensorFingerprint> tensors; // by file, then by offset in the file
+  OmsManifest manifest;
+  uint64_t hashed_bytes = 0;  // every byte SHA-256 consumed (files + tensors + shards)
+};
+
+// Errors: NOT_FOUND (root), INVALID_ARGUMENT (symlink or special file in the tree, a
+// malformed safetensors header, bad options), DATA_LOSS (a file changed while hashed).
+absl::StatusOr<Fingerprint> FingerprintTree(const std::string& root,
+                                            const FingerprintOptions& options,
+                                            Progress& progress);
+
+}  // namespace ckpt
+
+#endif  // CKPT_CORE_FINGERPRINT_FINGERPRINT_H_
