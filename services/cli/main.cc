@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "ckpt-audit 0.1.0");
   int exit_code = ckpt::cli::kExitOk;
   ckpt::cli::AddInspectCommand(app, &exit_code);
+  ckpt::cli::AddFingerprintCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
