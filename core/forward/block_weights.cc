@@ -4,6 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/quant/codecs.h"
+#include "core/quant/fp4_tensor.h"
+#include "core/quant/quant_weight.h"
+#include "core/quant/x4t_container.h"
 
 namespace ckpt::forward {
 namespace {
@@ -62,7 +65,6 @@ class Loader {
     }
     return *t;
   }
-  bool Has(const std::string& rel) const { return ckpt_.Find(prefix_ + rel).has_value(); }
 
   absl::StatusOr<std::vector<float>> Floats(const std::string& rel,
                                             std::vector<uint64_t> shape) const {
@@ -92,38 +94,50 @@ class Loader {
     return DenseMatrix{prefix_ + rel, rows, cols, std::move(*v)};
   }
 
-  // A compressed-tensors FP4 matrix `{base}.weight_packed` / `.weight_scale` (MXFP4 or NVFP4).
+  // An expert matrix `{base}` stored as MXFP4, NVFP4 or X4T (resolved by core/quant).
   absl::StatusOr<Fp4Matrix> Fp4(const std::string& base, int64_t rows, int64_t cols) const {
     Fp4Matrix m;
     m.name = prefix_ + base;
     m.rows = rows;
     m.cols = cols;
-    const uint64_t r = rows, c = cols;
-    auto packed = Get(base + ".weight_packed", {r, c / 2});
-    if (!packed.ok()) return packed.status();
-    m.packed = packed->bytes();
-    if (!Has(base + ".weight_scale")) {
-      return absl::UnimplementedError(absl::StrCat(
-          ckpt_.root(), ": tensor ", m.name,
-          " has no .weight_scale (X4T-encoded scales are not decoded by the forward yet)"));
+    auto q = quant::ResolveWeight(ckpt_, m.name);
+    if (!q.ok()) return q.status();
+    if (q->rows != static_cast<uint64_t>(rows) || q->cols != static_cast<uint64_t>(cols)) {
+      return absl::InvalidArgumentError(absl::StrCat(ckpt_.root(), ": ", m.name, " is [", q->rows,
+                                                     ", ", q->cols, "], expected [", rows, ", ",
+                                                     cols, "]"));
     }
-    const TensorRef s = *ckpt_.Find(prefix_ + base + ".weight_scale");
-    if (s.info->dtype == DType::kF8_E4M3) {
-      m.scale_kind = Fp4Scale::kE4M3Group16;
-      auto sc = Get(base + ".weight_scale", {r, c / 16});
-      if (!sc.ok()) return sc.status();
-      auto g = Floats(base + ".weight_global_scale", {1});
-      if (!g.ok()) return g.status();
-      m.global_scale = (*g)[0];
-    } else if (s.info->dtype == DType::kU8 || s.info->dtype == DType::kF8_E8M0) {
-      auto sc = Get(base + ".weight_scale", {r, c / 32});
-      if (!sc.ok()) return sc.status();
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(s.file->path(), ": tensor ", m.name,
-                                                     ".weight_scale has dtype ",
-                                                     DTypeName(s.info->dtype)));
+    switch (q->kind) {
+      case quant::WeightKind::kMxfp4:
+        m.packed = q->packed.bytes();
+        m.scales = q->scale.bytes();
+        break;
+      case quant::WeightKind::kNvfp4: {
+        m.scale_kind = Fp4Scale::kE4M3Group16;
+        m.packed = q->packed.bytes();
+        m.scales = q->scale.bytes();
+        if (!q->global_scale) {
+          return absl::InvalidArgumentError(absl::StrCat(m.name, ": NVFP4 without global scale"));
+        }
+        auto g = quant::ReadScalarF32(*q->global_scale);
+        if (!g.ok()) return g.status();
+        m.global_scale = *g;
+        break;
+      }
+      case quant::WeightKind::kX4T: {
+        // X4T decodes to the MXFP4 tensors it encodes; the decoded planes are owned here.
+        auto x = quant::ReadX4TExpertMatrix(*q);
+        if (!x.ok()) return x.status();
+        auto owned = std::make_shared<quant::X4TExpertMatrix>(std::move(*x));
+        m.packed = owned->weight_packed;
+        m.scales = owned->weight_scale;
+        m.keepalive = owned;
+        break;
+      }
+      case quant::WeightKind::kPlain:
+        return absl::UnimplementedError(
+            absl::StrCat(m.name, ": unquantized routed experts are not supported by the forward"));
     }
-    m.scales = s.bytes();
     if (absl::Status st = m.Validate(); !st.ok()) return st;
     return m;
   }
@@ -220,19 +234,19 @@ absl::Status Fp4Matrix::Validate() const {
 }
 
 void Fp4Matrix::DequantizeRow(int64_t r, double* out) const {
-  const int g = group();
-  const int64_t groups = cols / g;
-  const uint8_t* p = packed.data() + r * cols / 2;
-  for (int64_t j = 0; j < groups; ++j) {
-    const uint8_t s = scales[r * groups + j];
-    // A NaN scale only survives Validate on an all-zero group: its values are zero.
-    double scale = scale_kind == Fp4Scale::kE8M0Group32
-                       ? (s == quant::kE8M0NaN ? 0.0 : quant::DecodeE8M0(s))
-                       : ((s & 0x7F) == 0x7F ? 0.0 : quant::DecodeE4M3(s) / global_scale);
-    for (int k = 0; k < g; k += 2) {
-      const uint8_t b = p[(j * g + k) / 2];
-      out[j * g + k] = quant::DecodeE2M1(quant::LowNibble(b)) * scale;
-      out[j * g + k + 1] = quant::DecodeE2M1(quant::HighNibble(b)) * scale;
+  // The values come from core/quant's views (the project's one dequantizer). A NaN scale only
+  // survives Validate on an all-zero group, whose values are the signed zeros of its codes.
+  if (scale_kind == Fp4Scale::kE8M0Group32) {
+    auto v = quant::Mxfp4View::Make(name, packed, scales, rows, cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t code = v->codes().Code(r, c);
+      out[c] = quant::NibbleIsNonzero(code) ? v->Value(r, c) : quant::DecodeE2M1(code);
+    }
+  } else {
+    auto v = quant::Nvfp4View::Make(name, packed, scales, global_scale, rows, cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t code = v->codes().Code(r, c);
+      out[c] = quant::NibbleIsNonzero(code) ? v->Value(r, c) : quant::DecodeE2M1(code);
     }
   }
 }

@@ -51,6 +51,7 @@ struct Fp4Matrix {
   // nonzero nibble. DATA_LOSS naming the tensor, row and group.
   absl::Status Validate() const;
   // Exact decoded values of row r (double holds every product exactly for both formats).
+  // Requires Validate() to have passed.
   void DequantizeRow(int64_t r, double* out) const;
 };
 
