@@ -9,6 +9,7 @@ namespace ckpt::cli {
 
 void AddInspectCommand(CLI::App& app, int* exit_code);
 void AddFingerprintCommand(CLI::App& app, int* exit_code);
+void AddForwardCommand(CLI::App& app, int* exit_code);
 
 }  // namespace ckpt::cli
 

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   int exit_code = ckpt::cli::kExitOk;
   ckpt::cli::AddInspectCommand(app, &exit_code);
   ckpt::cli::AddFingerprintCommand(app, &exit_code);
+  ckpt::cli::AddForwardCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
