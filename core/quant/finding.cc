@@ -1,0 +1,51 @@
+#include "core/quant/finding.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace ckpt::quant {
+
+nlohmann::json Finding::ToJson() const {
+  nlohmann::json j = {{"code", code}, {"message", message}};
+  if (!tensor.empty()) j["tensor"] = tensor;
+  if (row >= 0) j["row"] = row;
+  if (group >= 0) j["group"] = group;
+  for (const auto& [k, v] : numbers) j[k] = v;
+  return j;
+}
+
+std::string Finding::ToText() const {
+  std::string s = code + ":";
+  if (!tensor.empty()) absl::StrAppend(&s, " ", tensor);
+  if (row >= 0) absl::StrAppend(&s, " row ", row);
+  if (group >= 0) absl::StrAppend(&s, " group ", group);
+  for (const auto& [k, v] : numbers) absl::StrAppend(&s, " ", k, "=", v);
+  if (!message.empty()) absl::StrAppend(&s, ": ", message);
+  return s;
+}
+
+void FindingList::Add(Finding f) {
+  ++total_;
+  ++by_code_[f.code];
+  if (kept_.size() < cap_) kept_.push_back(std::move(f));
+}
+
+void FindingList::Merge(const FindingList& other) {
+  total_ += other.total_;
+  for (const auto& [code, n] : other.by_code_) by_code_[code] += n;
+  for (const Finding& f : other.kept_) {
+    if (kept_.size() < cap_) kept_.push_back(f);
+  }
+}
+
+uint64_t FindingList::count(const std::string& code) const {
+  auto it = by_code_.find(code);
+  return it == by_code_.end() ? 0 : it->second;
+}
+
+nlohmann::json FindingList::ToJson() const {
+  nlohmann::json listed = nlohmann::json::array();
+  for (const Finding& f : kept_) listed.push_back(f.ToJson());
+  return {{"total", total_}, {"by_code", by_code_}, {"cap", cap_}, {"listed", listed}};
+}
+
+}  // namespace ckpt::quant

@@ -1,0 +1,292 @@
+#include "core/quant/pair_verify.h"
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/parallel.h"
+#include "core/quant/codecs.h"
+#include "core/quant/quant_weight.h"
+#include "core/quant/scale_window.h"
+#include "core/quant/x4t_container.h"
+#include "core/sha256.h"
+
+namespace ckpt::quant {
+namespace {
+
+// One unit of parallel work and what it found.
+struct Outcome {
+  FindingList found{0};
+  uint64_t packed_bytes = 0, value_blocks = 0, zero_canonicalized = 0, ignored_bytes = 0;
+  std::optional<uint32_t> global_bits;
+};
+
+Finding At(std::string code, const std::string& tensor, uint64_t row, uint64_t group,
+           std::string message) {
+  return {std::move(code), tensor, static_cast<int64_t>(row), static_cast<int64_t>(group),
+          std::move(message), {}};
+}
+
+bool BlockActive(const uint8_t* p) {  // 8 packed bytes = one 16-element block
+  uint64_t w;
+  std::memcpy(&w, p, 8);
+  return (w & 0x7777777777777777ull) != 0;
+}
+
+// Source MXFP4 against derived NVFP4, block by block.
+void CompareNvfp4(const Mxfp4View& s, const Nvfp4View& d, const std::string& m, Outcome* o) {
+  std::array<double, 256> src_scale, dst_scale;
+  for (int b = 0; b < 256; ++b) {
+    src_scale[b] = DecodeE8M0(static_cast<uint8_t>(b));
+    dst_scale[b] = DecodeE4M3(static_cast<uint8_t>(b)) / static_cast<double>(d.global_scale());
+  }
+  const uint64_t groups = s.groups_per_row(), row_bytes = s.cols() / 2;
+  const uint8_t* sp = s.codes().bytes().data();
+  const uint8_t* dp = d.codes().bytes().data();
+  for (uint64_t r = 0; r < s.rows(); ++r) {
+    for (uint64_t g = 0; g < groups; ++g) {
+      const uint8_t* a = sp + r * row_bytes + g * 16;
+      const uint8_t* b = dp + r * row_bytes + g * 16;
+      const bool same_bytes = std::memcmp(a, b, 16) == 0;
+      if (!same_bytes) o->found.Add(At("packed-bytes-differ", m, r, g, "FP4 codes differ"));
+      const double want = src_scale[s.ScaleByte(r, g)];
+      bool zero_fixed = false, differs = false;
+      for (int h = 0; h < 2; ++h) {
+        const uint64_t block = 2 * g + h;
+        const double got = dst_scale[d.ScaleByte(r, block)];
+        if (same_bytes) {
+          if (want == got) continue;
+          if (BlockActive(a + 8 * h)) {
+            differs = true;
+          } else {
+            zero_fixed = true;
+          }
+          continue;
+        }
+        for (uint64_t c = block * 16; c < block * 16 + 16; ++c) {
+          if (s.Value(r, c) != d.Value(r, c)) differs = true;
+        }
+      }
+      if (differs) {
+        Finding f = At("value-differs", m, r, g, "reconstructed values differ");
+        f.numbers = {{"source_scale_byte", s.ScaleByte(r, g)},
+                     {"derived_scale_byte_0", d.ScaleByte(r, 2 * g)},
+                     {"derived_scale_byte_1", d.ScaleByte(r, 2 * g + 1)}};
+        o->found.Add(std::move(f));
+      } else if (zero_fixed) {
+        ++o->zero_canonicalized;
+      }
+    }
+  }
+  o->packed_bytes = s.codes().bytes().size();
+  o->value_blocks = s.rows() * groups * 2;
+}
+
+void CompareX4T(const Mxfp4View& s, const X4TExpertMatrix& x, const std::string& m, Outcome* o) {
+  const uint64_t groups = s.groups_per_row(), row_bytes = s.cols() / 2;
+  const uint8_t* sp = s.codes().bytes().data();
+  for (uint64_t r = 0; r < s.rows(); ++r) {
+    for (uint64_t g = 0; g < groups; ++g) {
+      if (std::memcmp(sp + r * row_bytes + g * 16, &x.weight_packed[r * row_bytes + g * 16], 16)) {
+        o->found.Add(At("packed-bytes-differ", m, r, g, "FP4 codes differ"));
+      }
+      if (s.ScaleByte(r, g) != x.weight_scale[r * groups + g]) {
+        Finding f = At("scale-differs", m, r, g, "decoded X4T scale differs from the source");
+        f.numbers = {{"source_scale_byte", s.ScaleByte(r, g)},
+                     {"derived_scale_byte", x.weight_scale[r * groups + g]}};
+        o->found.Add(std::move(f));
+      }
+    }
+  }
+  o->packed_bytes = s.codes().bytes().size();
+  o->value_blocks = s.rows() * groups;
+}
+
+absl::Status CompareModule(const Checkpoint& src, const Checkpoint& dst, const std::string& m,
+                           Outcome* o) {
+  absl::StatusOr<QuantWeight> sw = ResolveWeight(src, m);
+  if (!sw.ok()) return sw.status();
+  absl::StatusOr<Mxfp4View> sv = Mxfp4ViewOf(*sw);
+  if (!sv.ok()) return sv.status();
+  absl::StatusOr<QuantWeight> dw = ResolveWeight(dst, m);
+  if (!dw.ok()) {
+    o->found.Add({"derived-tensor-invalid", m, -1, -1, std::string(dw.status().message()), {}});
+    return absl::OkStatus();
+  }
+  if (dw->rows != sw->rows || dw->cols != sw->cols) {
+    o->found.Add({"shape-differs", m, -1, -1,
+                  absl::StrCat("source [", sw->rows, ", ", sw->cols, "], derived [", dw->rows,
+                               ", ", dw->cols, "]"), {}});
+    return absl::OkStatus();
+  }
+  if (dw->kind == WeightKind::kNvfp4) {
+    absl::StatusOr<Nvfp4View> dv = Nvfp4ViewOf(*dw);
+    if (!dv.ok()) {
+      o->found.Add({"derived-tensor-invalid", m, -1, -1, std::string(dv.status().message()), {}});
+      return absl::OkStatus();
+    }
+    float g = dv->global_scale();
+    uint32_t bits;
+    std::memcpy(&bits, &g, 4);
+    o->global_bits = bits;
+    CompareNvfp4(*sv, *dv, m, o);
+  } else if (dw->kind == WeightKind::kX4T) {
+    absl::StatusOr<X4TExpertMatrix> x = ReadX4TExpertMatrix(*dw);
+    if (!x.ok()) {
+      o->found.Add({"x4t-stream-invalid", m, -1, -1, std::string(x.status().message()), {}});
+      return absl::OkStatus();
+    }
+    CompareX4T(*sv, *x, m, o);
+  } else {
+    o->found.Add({"derived-kind", m, -1, -1,
+                  "derived weight is " + WeightKindName(dw->kind) + ", not NVFP4 or X4T", {}});
+  }
+  return absl::OkStatus();
+}
+
+void CompareIgnored(const TensorRef& a, const TensorRef& b, const std::string& name, Outcome* o) {
+  if (a.info->dtype != b.info->dtype || a.info->shape != b.info->shape) {
+    o->found.Add({"ignored-tensor-differs", name, -1, -1, "dtype or shape differs", {}});
+    return;
+  }
+  const Digest da = Sha256Of(a.bytes()), db = Sha256Of(b.bytes());
+  if (da != db) {
+    o->found.Add({"ignored-tensor-differs", name, -1, -1,
+                  "sha256 " + ToHex(da) + " (source) != " + ToHex(db) + " (derived)", {}});
+  }
+  o->ignored_bytes = a.bytes().size();
+}
+
+// The tensor names that belong to a quantized module (`.weight_packed` and its companions).
+std::set<std::string> ModuleTensorNames(const Checkpoint& c, const std::vector<std::string>& mods) {
+  std::set<std::string> out;
+  for (const std::string& m : mods) {
+    for (const char* suffix : {kPackedSuffix, kScaleSuffix, kGlobalScaleSuffix,
+                               kInputGlobalScaleSuffix, kX4TFixedSuffix, kX4TExceptionsSuffix}) {
+      if (c.Find(m + suffix)) out.insert(m + suffix);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json PairVerifyResult::ToJson() const {
+  return {{"verdict", verdict()},
+          {"derived_kind", derived_kind},
+          {"quantized_tensors", quantized_tensors},
+          {"packed_bytes_compared", packed_bytes_compared},
+          {"value_blocks_compared", value_blocks_compared},
+          {"ignored_tensors_compared", ignored_tensors_compared},
+          {"ignored_bytes_compared", ignored_bytes_compared},
+          {"fused_groups_checked", fused_groups_checked},
+          {"zero_groups_canonicalized", zero_groups_canonicalized},
+          {"mismatches", mismatches.ToJson()}};
+}
+
+absl::StatusOr<PairVerifyResult> VerifyPair(const Checkpoint& source, const Checkpoint& derived,
+                                            const PairVerifyOptions& options, Progress& progress) {
+  PairVerifyResult result;
+  result.mismatches = FindingList(options.max_findings);
+  const std::vector<std::string> src_mods = PackedModules(source);
+  const std::vector<std::string> dst_mods = PackedModules(derived);
+  const std::set<std::string> dst_mod_set(dst_mods.begin(), dst_mods.end());
+  const std::set<std::string> src_mod_set(src_mods.begin(), src_mods.end());
+  const std::set<std::string> src_q = ModuleTensorNames(source, src_mods);
+  const std::set<std::string> dst_q = ModuleTensorNames(derived, dst_mods);
+
+  // Work items: modules present on both sides, then non-quantized tensors present on both.
+  std::vector<std::string> modules, ignored;
+  for (const std::string& m : src_mods) {
+    if (dst_mod_set.count(m)) {
+      modules.push_back(m);
+    } else {
+      result.mismatches.Add({"missing-tensor", m + kPackedSuffix, -1, -1,
+                             "quantized in the source, absent from the derived checkpoint", {}});
+    }
+  }
+  for (const std::string& m : dst_mods) {
+    if (!src_mod_set.count(m)) {
+      result.mismatches.Add({"extra-tensor", m + kPackedSuffix, -1, -1,
+                             "in the derived checkpoint only", {}});
+    }
+  }
+  const std::vector<std::string> src_names = source.TensorNames();
+  const std::vector<std::string> dst_names = derived.TensorNames();
+  const std::set<std::string> dst_name_set(dst_names.begin(), dst_names.end());
+  const std::set<std::string> src_name_set(src_names.begin(), src_names.end());
+  for (const std::string& n : src_names) {
+    if (src_q.count(n)) continue;
+    if (dst_name_set.count(n) && !dst_q.count(n)) {
+      ignored.push_back(n);
+    } else {
+      result.mismatches.Add({"missing-tensor", n, -1, -1, "absent from the derived checkpoint", {}});
+    }
+  }
+  for (const std::string& n : dst_names) {
+    if (!dst_q.count(n) && !src_name_set.count(n)) {
+      result.mismatches.Add({"extra-tensor", n, -1, -1, "in the derived checkpoint only", {}});
+    }
+  }
+
+  uint64_t total = 0;
+  for (const std::string& m : modules) total += source.Find(m + kPackedSuffix)->info->num_bytes();
+  for (const std::string& n : ignored) total += source.Find(n)->info->num_bytes();
+  progress.Begin("verify-pair", total);
+  std::vector<Outcome> outcomes(modules.size() + ignored.size());
+  for (Outcome& o : outcomes) o.found = FindingList(options.max_findings);
+  absl::Status st = ParallelFor(outcomes.size(), options.threads, [&](size_t i) {
+    if (i < modules.size()) {
+      absl::Status s = CompareModule(source, derived, modules[i], &outcomes[i]);
+      progress.Advance(source.Find(modules[i] + kPackedSuffix)->info->num_bytes());
+      return s;
+    }
+    const std::string& n = ignored[i - modules.size()];
+    CompareIgnored(*source.Find(n), *derived.Find(n), n, &outcomes[i]);
+    progress.Advance(source.Find(n)->info->num_bytes());
+    return absl::OkStatus();
+  });
+  progress.End();
+  if (!st.ok()) return st;
+
+  std::set<std::string> kinds;
+  std::map<std::string, std::vector<std::pair<std::string, uint32_t>>> fused;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    const Outcome& o = outcomes[i];
+    result.mismatches.Merge(o.found);
+    result.packed_bytes_compared += o.packed_bytes;
+    result.value_blocks_compared += o.value_blocks;
+    result.zero_groups_canonicalized += o.zero_canonicalized;
+    result.ignored_bytes_compared += o.ignored_bytes;
+    if (i < modules.size()) {
+      ++result.quantized_tensors;
+      kinds.insert(o.global_bits ? "nvfp4" : "x4t");
+      if (o.global_bits) fused[FusedGroupOf(modules[i])].push_back({modules[i], *o.global_bits});
+    } else {
+      ++result.ignored_tensors_compared;
+    }
+  }
+  for (const auto& [group, members] : fused) {
+    if (members.size() < 2) continue;
+    ++result.fused_groups_checked;
+    for (const auto& [m, bits] : members) {
+      if (bits != members[0].second) {
+        result.mismatches.Add({"fused-global-scale-differs", group, -1, -1,
+                               m + " and " + members[0].first + " have different global scales "
+                               "(vLLM would load both with one of them)", {}});
+        break;
+      }
+    }
+  }
+  result.derived_kind = kinds.size() == 1 ? *kinds.begin() : kinds.empty() ? "none" : "mixed";
+  if (absl::Status s = source.CheckUnchanged(); !s.ok()) return s;
+  if (absl::Status s = derived.CheckUnchanged(); !s.ok()) return s;
+  result.lossless = result.mismatches.total() == 0;
+  return result;
+}
+
+}  // namespace ckpt::quant

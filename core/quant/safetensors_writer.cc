@@ -1,0 +1,101 @@
+#include "core/quant/safetensors_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace ckpt::quant {
+namespace {
+
+// Position in the reference implementation's Dtype enum, whose derived order the writer sorts
+// by (descending): BOOL F4 F6_E2M3 F6_E3M2 U8 I8 F8_E5M2 F8_E4M3 F8_E8M0 F8_E4M3FNUZ
+// F8_E5M2FNUZ I16 U16 F16 BF16 I32 U32 F32 C64 F64 I64 U64.
+int DTypeRank(DType d) {
+  static constexpr DType kOrder[] = {
+      DType::kBool, DType::kF4, DType::kF6_E2M3, DType::kF6_E3M2, DType::kU8, DType::kI8,
+      DType::kF8_E5M2, DType::kF8_E4M3, DType::kF8_E8M0, DType::kF8_E4M3FNUZ,
+      DType::kF8_E5M2FNUZ, DType::kI16, DType::kU16, DType::kF16, DType::kBF16, DType::kI32,
+      DType::kU32, DType::kF32, DType::kC64, DType::kF64, DType::kI64, DType::kU64};
+  for (int i = 0; i < static_cast<int>(std::size(kOrder)); ++i) {
+    if (kOrder[i] == d) return i;
+  }
+  return -1;
+}
+
+absl::Status WriteFully(int fd, const uint8_t* p, uint64_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, std::min<uint64_t>(n, 1u << 30));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return absl::DataLossError(absl::StrCat(path, ": write: ", std::strerror(errno)));
+    p += w;
+    n -= static_cast<uint64_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+TensorToWrite TensorToWrite::Borrowed(const TensorInfo& info, std::span<const uint8_t> bytes) {
+  return {info.name, info.dtype, info.shape, bytes, {}};
+}
+
+TensorToWrite TensorToWrite::Owned(std::string name, DType dtype, std::vector<uint64_t> shape,
+                                   std::vector<uint8_t> bytes) {
+  return {std::move(name), dtype, std::move(shape), {}, std::move(bytes)};
+}
+
+absl::Status WriteSafetensors(const std::string& path, std::vector<TensorToWrite> tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  std::sort(tensors.begin(), tensors.end(), [](const TensorToWrite& a, const TensorToWrite& b) {
+    const int ra = DTypeRank(a.dtype), rb = DTypeRank(b.dtype);
+    return ra != rb ? ra > rb : a.name < b.name;
+  });
+  // Built by hand: the reference header keeps "dtype, shape, data_offsets" in that order, and
+  // nlohmann would sort the keys.
+  std::string header = "{";
+  if (!metadata.empty()) header += "\"__metadata__\":" + nlohmann::json(metadata).dump() + ",";
+  uint64_t offset = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorToWrite& t = tensors[i];
+    if (i > 0 && t.name == tensors[i - 1].name) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": duplicate tensor ", t.name));
+    }
+    uint64_t elements = 1;
+    for (uint64_t d : t.shape) elements *= d;
+    if (elements * DTypeBits(t.dtype) != t.data().size() * 8) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", t.name, " has ",
+                                                     t.data().size(), " bytes for its shape"));
+    }
+    absl::StrAppend(&header, i ? "," : "", nlohmann::json(t.name).dump(), ":{\"dtype\":\"",
+                    DTypeName(t.dtype), "\",\"shape\":", nlohmann::json(t.shape).dump(),
+                    ",\"data_offsets\":[", offset, ",", offset + t.data().size(), "]}");
+    offset += t.data().size();
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::DataLossError(absl::StrCat(path, ": open: ", std::strerror(errno)));
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(header.size() >> (8 * i));
+  absl::Status s = WriteFully(fd, len, 8, path);
+  if (s.ok()) {
+    s = WriteFully(fd, reinterpret_cast<const uint8_t*>(header.data()), header.size(), path);
+  }
+  for (const TensorToWrite& t : tensors) {
+    if (s.ok()) s = WriteFully(fd, t.data().data(), t.data().size(), path);
+  }
+  if (s.ok() && ::fsync(fd) != 0) {
+    s = absl::DataLossError(absl::StrCat(path, ": fsync: ", std::strerror(errno)));
+  }
+  ::close(fd);
+  return s;
+}
+
+}  // namespace ckpt::quant

@@ -1,0 +1,39 @@
+// Writes one safetensors file (docs/formats.md §1) the way the reference writer lays it out:
+// tensors sorted by dtype (descending, in the reference's dtype order) then name, offsets
+// tiling the buffer from 0, the compact JSON header padded with spaces to a multiple of 8.
+// Output written this way is byte-identical to `safetensors.torch.save_file` for our dtypes.
+#ifndef CKPT_CORE_QUANT_SAFETENSORS_WRITER_H_
+#define CKPT_CORE_QUANT_SAFETENSORS_WRITER_H_
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/safetensors.h"
+
+namespace ckpt::quant {
+
+struct TensorToWrite {
+  std::string name;
+  DType dtype;
+  std::vector<uint64_t> shape;
+  std::span<const uint8_t> bytes;  // borrowed (e.g. from a mapped source), or into `owned`
+  std::vector<uint8_t> owned;
+
+  static TensorToWrite Borrowed(const TensorInfo& info, std::span<const uint8_t> bytes);
+  static TensorToWrite Owned(std::string name, DType dtype, std::vector<uint64_t> shape,
+                             std::vector<uint8_t> bytes);
+  std::span<const uint8_t> data() const { return owned.empty() ? bytes : std::span(owned); }
+};
+
+// INVALID_ARGUMENT for duplicate names or a byte count that disagrees with dtype and shape;
+// DATA_LOSS for I/O errors. The file is fsync'ed before returning.
+absl::Status WriteSafetensors(const std::string& path, std::vector<TensorToWrite> tensors,
+                              const std::map<std::string, std::string>& metadata);
+
+}  // namespace ckpt::quant
+
+#endif  // CKPT_CORE_QUANT_SAFETENSORS_WRITER_H_

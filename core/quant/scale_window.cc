@@ -1,0 +1,325 @@
+#include "core/quant/scale_window.h"
+
+#include <array>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/parallel.h"
+#include "core/quant/codecs.h"
+#include "core/quant/quant_weight.h"
+#include "core/quant/x4t_container.h"
+
+namespace ckpt::quant {
+namespace {
+
+// The per-tensor pass: histograms of scale bytes on active and all-zero groups.
+struct Scan {
+  TensorScaleStats stats;
+  std::array<uint64_t, 256> active_hist{};
+  std::array<uint64_t, 256> zero_hist{};
+  FindingList nan{0};
+  // MXFP4 codes and scales (owned for X4T, borrowed otherwise) for the listing pass.
+  std::vector<uint8_t> owned_packed, owned_scale;
+  std::span<const uint8_t> packed, scale;
+};
+
+void ScanMxfp4(const PackedFp4& codes, std::span<const uint8_t> scale, size_t cap, Scan* s) {
+  const uint64_t groups = codes.cols() / 32;
+  s->stats.rows = codes.rows();
+  s->stats.groups = codes.rows() * groups;
+  s->nan = FindingList(cap);
+  for (uint64_t r = 0; r < codes.rows(); ++r) {
+    for (uint64_t g = 0; g < groups; ++g) {
+      const uint8_t b = scale[r * groups + g];
+      if (codes.AnyNonzero(r, g * 32, 32)) {
+        s->active_hist[b]++;
+        if (b == kE8M0NaN) {
+          s->nan.Add({"nan-scale", s->stats.tensor, static_cast<int64_t>(r),
+                      static_cast<int64_t>(g), "E8M0 0xFF (NaN) on a group with nonzero values", {}});
+        }
+      } else {
+        s->zero_hist[b]++;
+        if (b == kE8M0NaN) {
+          s->nan.Add({"nan-scale-zero-group", s->stats.tensor, static_cast<int64_t>(r),
+                      static_cast<int64_t>(g), "E8M0 0xFF on an all-zero group (values are zero)", {}});
+        }
+      }
+    }
+  }
+  for (int b = 0; b < 255; ++b) {
+    s->stats.active_groups += s->active_hist[b];
+    if (s->active_hist[b]) {
+      if (!s->stats.k_min) s->stats.k_min = E8M0Exponent(b);
+      s->stats.k_max = E8M0Exponent(b);
+    }
+  }
+  s->stats.nan_scales_active = s->active_hist[kE8M0NaN];
+  s->stats.active_groups += s->active_hist[kE8M0NaN];
+  s->stats.nan_scales_zero = s->zero_hist[kE8M0NaN];
+  for (uint64_t n : s->zero_hist) s->stats.zero_groups += n;
+}
+
+void ScanNvfp4(const Nvfp4View& v, size_t cap, Scan* s) {
+  const uint64_t blocks = v.blocks_per_row();
+  s->stats.rows = v.rows();
+  s->stats.groups = v.rows() * blocks;
+  s->nan = FindingList(cap);
+  float g = v.global_scale();
+  uint32_t bits;
+  std::memcpy(&bits, &g, 4);
+  s->stats.global_scale_bits = bits;
+  for (uint64_t r = 0; r < v.rows(); ++r) {
+    for (uint64_t b = 0; b < blocks; ++b) {
+      const uint8_t sb = v.ScaleByte(r, b);
+      const bool nan = (sb & 0x7F) == 0x7F;
+      if (v.codes().AnyNonzero(r, b * 16, 16)) {
+        s->active_hist[sb]++;
+        if (nan) {
+          s->nan.Add({"nan-scale", s->stats.tensor, static_cast<int64_t>(r),
+                      static_cast<int64_t>(b), "E4M3 NaN scale on a block with nonzero values", {}});
+        }
+      } else {
+        s->zero_hist[sb]++;
+      }
+    }
+  }
+  for (int b = 0; b < 256; ++b) {
+    if (!s->active_hist[b]) continue;
+    s->stats.active_groups += s->active_hist[b];
+    const double d = std::fabs(DecodeE4M3(static_cast<uint8_t>(b)));
+    if ((b & 0x7F) == 0x7F) {
+      s->stats.nan_scales_active += s->active_hist[b];
+      continue;
+    }
+    if (d == 0) continue;
+    const int k = std::ilogb(d);
+    if (!s->stats.k_min || k < *s->stats.k_min) s->stats.k_min = k;
+    if (!s->stats.k_max || k > *s->stats.k_max) s->stats.k_max = k;
+  }
+  for (uint64_t n : s->zero_hist) s->stats.zero_groups += n;
+}
+
+absl::Status ScanModule(const Checkpoint& ckpt, const std::string& module, size_t cap, Scan* s) {
+  absl::StatusOr<QuantWeight> w = ResolveWeight(ckpt, module);
+  if (!w.ok()) return w.status();
+  s->stats.tensor = module;
+  s->stats.kind = WeightKindName(w->kind);
+  s->stats.fused_group = FusedGroupOf(module);
+  switch (w->kind) {
+    case WeightKind::kMxfp4: {
+      absl::StatusOr<Mxfp4View> v = Mxfp4ViewOf(*w);
+      if (!v.ok()) return v.status();
+      s->packed = v->codes().bytes();
+      s->scale = v->scales();
+      ScanMxfp4(v->codes(), v->scales(), cap, s);
+      return absl::OkStatus();
+    }
+    case WeightKind::kX4T: {
+      absl::StatusOr<X4TExpertMatrix> m = ReadX4TExpertMatrix(*w);
+      if (!m.ok()) return m.status();
+      s->owned_packed = std::move(m->weight_packed);
+      s->owned_scale = std::move(m->weight_scale);
+      s->packed = s->owned_packed;
+      s->scale = s->owned_scale;
+      ScanMxfp4(PackedFp4(s->packed, w->rows, w->cols, NibbleOrder::kLowFirst), s->scale, cap, s);
+      return absl::OkStatus();
+    }
+    case WeightKind::kNvfp4: {
+      absl::StatusOr<Nvfp4View> v = Nvfp4ViewOf(*w);
+      if (!v.ok()) return v.status();
+      ScanNvfp4(*v, cap, s);
+      return absl::OkStatus();
+    }
+    case WeightKind::kPlain: break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(module, ": not a quantized weight"));
+}
+
+// Second pass, only over tensors that have over-span groups: list their coordinates.
+void ListOverSpan(const Scan& s, int limit_k, FindingList* out) {
+  const uint64_t groups = s.stats.groups / s.stats.rows;
+  const uint64_t cols = groups * 32;
+  PackedFp4 codes(s.packed, s.stats.rows, cols, NibbleOrder::kLowFirst);
+  for (uint64_t r = 0; r < s.stats.rows; ++r) {
+    for (uint64_t g = 0; g < groups; ++g) {
+      const uint8_t b = s.scale[r * groups + g];
+      if (b == kE8M0NaN || E8M0Exponent(b) >= limit_k) continue;
+      if (!codes.AnyNonzero(r, g * 32, 32)) continue;
+      out->Add({"over-span", s.stats.tensor, static_cast<int64_t>(r), static_cast<int64_t>(g),
+                "active group below the E4M3 window of its fused k_max",
+                {{"k", E8M0Exponent(b)}, {"k_max", *s.stats.pair_k_max}}});
+    }
+  }
+}
+
+}  // namespace
+
+nlohmann::json ScaleWindowConfig::ToJson() const {
+  return {{"id", id()},
+          {"name", name},
+          {"version", version},
+          {"max_span", max_span},
+          {"marlin_span", marlin_span},
+          {"marlin_min_scale_log2", marlin_min_scale_log2},
+          {"max_listed", max_listed}};
+}
+
+nlohmann::json TensorScaleStats::ToJson() const {
+  nlohmann::json j = {{"tensor", tensor},
+                      {"kind", kind},
+                      {"fused_group", fused_group},
+                      {"rows", rows},
+                      {"groups", groups},
+                      {"active_groups", active_groups},
+                      {"zero_groups", zero_groups},
+                      {"zero_groups_out_of_window", zero_groups_out_of_window},
+                      {"nan_scales_active", nan_scales_active},
+                      {"nan_scales_zero", nan_scales_zero},
+                      {"over_span_groups", over_span_groups},
+                      {"span", span()}};
+  if (k_min) j["k_min"] = *k_min;
+  if (k_max) j["k_max"] = *k_max;
+  if (pair_k_max) j["pair_k_max"] = *pair_k_max;
+  if (global_scale_bits) {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "0x%08x", *global_scale_bits);
+    j["global_scale_f32_bits"] = hex;
+  }
+  return j;
+}
+
+std::string VerdictName(ScaleWindowVerdict v) {
+  switch (v) {
+    case ScaleWindowVerdict::kLosslessTranscodable: return "lossless-transcodable";
+    case ScaleWindowVerdict::kOverSpan: return "over-span";
+    case ScaleWindowVerdict::kNaNScale: return "rejected-nan-scale";
+    case ScaleWindowVerdict::kNotMxfp4: return "not-mxfp4";
+    case ScaleWindowVerdict::kNoQuantizedTensors: return "no-quantized-tensors";
+  }
+  return "?";
+}
+
+const TensorScaleStats* ScaleWindowResult::Find(const std::string& tensor) const {
+  for (const TensorScaleStats& t : tensors) {
+    if (t.tensor == tensor) return &t;
+  }
+  return nullptr;
+}
+
+nlohmann::json ScaleWindowResult::ToJson() const {
+  nlohmann::json ts = nlohmann::json::array();
+  for (const TensorScaleStats& t : tensors) ts.push_back(t.ToJson());
+  return {{"policy", config.ToJson()},
+          {"verdict", VerdictName(verdict)},
+          {"tensors", ts},
+          {"zero_groups_out_of_window", zero_groups_out_of_window},
+          {"over_span", over_span.ToJson()},
+          {"nan_scales", nan_scales.ToJson()},
+          {"hazards", hazards.ToJson()}};
+}
+
+std::string FusedGroupOf(const std::string& module) {
+  const size_t dot = module.rfind('.');
+  const std::string prefix = dot == std::string::npos ? "" : module.substr(0, dot + 1);
+  const std::string last = dot == std::string::npos ? module : module.substr(dot + 1);
+  if (last == "w1" || last == "w3") return prefix + "w13";
+  if (last == "gate_proj" || last == "up_proj") return prefix + "gate_up";
+  if (last == "q_proj" || last == "k_proj" || last == "v_proj") return prefix + "qkv";
+  return module;
+}
+
+absl::StatusOr<ScaleWindowResult> ScaleWindowPolicy::Check(const Checkpoint& ckpt,
+                                                           Progress& progress,
+                                                           unsigned threads) const {
+  const std::vector<std::string> modules = PackedModules(ckpt);
+  uint64_t total = 0;
+  for (const std::string& m : modules) total += ckpt.Find(m + kPackedSuffix)->info->num_bytes();
+  progress.Begin("scale-window", total);
+  std::vector<Scan> scans(modules.size());
+  absl::Status st = ParallelFor(modules.size(), threads, [&](size_t i) {
+    absl::Status s = ScanModule(ckpt, modules[i], config_.max_listed, &scans[i]);
+    progress.Advance(ckpt.Find(modules[i] + kPackedSuffix)->info->num_bytes());
+    return s;
+  });
+  progress.End();
+  if (!st.ok()) return st;
+
+  ScaleWindowResult result;
+  result.config = config_;
+  result.over_span = FindingList(config_.max_listed);
+  result.nan_scales = FindingList(config_.max_listed);
+  result.hazards = FindingList(config_.max_listed);
+  // Fused groups: shared k_max (MXFP4/X4T) and global-scale agreement (NVFP4).
+  std::map<std::string, std::vector<Scan*>> fused;
+  for (Scan& s : scans) fused[s.stats.fused_group].push_back(&s);
+  bool any_mx = false;
+  for (auto& [group, members] : fused) {
+    std::optional<int> kmax;
+    for (Scan* s : members) {
+      if (s->stats.k_max && (!kmax || *s->stats.k_max > *kmax)) kmax = s->stats.k_max;
+    }
+    for (Scan* s : members) s->stats.pair_k_max = kmax;
+    if (members.size() > 1 && members[0]->stats.kind == "nvfp4") {
+      bool differ = false;
+      for (Scan* s : members) differ |= s->stats.global_scale_bits != members[0]->stats.global_scale_bits;
+      if (differ) {
+        const bool w13 = absl::EndsWith(group, ".w13");
+        result.hazards.Add({w13 ? "vllm-w13-global-scale-collapse" : "vllm-fused-global-scale-max",
+                            group, -1, -1,
+                            w13 ? "w1/w3 global scales differ; vLLM loads both with w1's, "
+                                  "changing w3's values"
+                                : "fused tensors' global scales differ; vLLM uses their max", {}});
+      }
+    }
+  }
+  for (Scan& s : scans) {
+    TensorScaleStats& t = s.stats;
+    result.nan_scales.Merge(s.nan);
+    if (t.kind == "nvfp4") {
+      const bool small = t.k_min && *t.k_min < config_.marlin_min_scale_log2;
+      if (small || t.span() >= config_.marlin_span) {
+        result.hazards.Add({"marlin-small-scale-folding", t.tensor, -1, -1,
+                            "Marlin rescales layers whose block scales fall below 2^-6",
+                            {{"span", t.span()}, {"k_min", t.k_min.value_or(0)}}});
+      }
+      result.tensors.push_back(t);
+      continue;
+    }
+    any_mx = true;
+    if (t.pair_k_max) {
+      const int low = *t.pair_k_max - config_.max_span;
+      for (int b = 0; b < 255; ++b) {
+        const int k = E8M0Exponent(b);
+        if (k < low) t.over_span_groups += s.active_hist[b];
+        if (k < low || k > *t.pair_k_max) t.zero_groups_out_of_window += s.zero_hist[b];
+      }
+      if (t.over_span_groups > 0) ListOverSpan(s, low, &result.over_span);
+      // Counted but not listed past the cap: ListOverSpan adds every group it finds.
+      if (t.span() >= config_.marlin_span) {
+        result.hazards.Add({"marlin-small-scale-folding", t.tensor, -1, -1,
+                            "after transcoding, block scales fall below 2^-6 (span >= 15)",
+                            {{"span", t.span()}}});
+      }
+    } else {
+      t.zero_groups_out_of_window = t.zero_groups;
+    }
+    result.zero_groups_out_of_window += t.zero_groups_out_of_window;
+    result.tensors.push_back(t);
+  }
+  if (scans.empty()) {
+    result.verdict = ScaleWindowVerdict::kNoQuantizedTensors;
+  } else if (result.nan_scales.count("nan-scale") > 0) {
+    result.verdict = ScaleWindowVerdict::kNaNScale;
+  } else if (!any_mx) {
+    result.verdict = ScaleWindowVerdict::kNotMxfp4;
+  } else if (result.over_span.total() > 0) {
+    result.verdict = ScaleWindowVerdict::kOverSpan;
+  } else {
+    result.verdict = ScaleWindowVerdict::kLosslessTranscodable;
+  }
+  return result;
+}
+
+}  // namespace ckpt::quant
