@@ -1,0 +1,159 @@
+#include "core/evidence/ed25519.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/sha256.h"
+
+namespace ckpt::evidence {
+namespace {
+
+struct BioDeleter {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+using BioPtr = std::unique_ptr<BIO, BioDeleter>;
+
+std::string BioToString(BIO* bio) {
+  char* data = nullptr;
+  long n = BIO_get_mem_data(bio, &data);
+  return std::string(data, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+struct SigningKey::Pkey {
+  explicit Pkey(EVP_PKEY* p) : pkey(p) {}
+  ~Pkey() { EVP_PKEY_free(pkey); }
+  EVP_PKEY* pkey;
+};
+
+absl::StatusOr<PublicKey> PublicKey::FromRaw(std::span<const uint8_t> raw) {
+  if (raw.size() != 32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Ed25519 public key must be 32 bytes, got ", raw.size()));
+  }
+  RawPublicKey k;
+  std::memcpy(k.data(), raw.data(), 32);
+  return PublicKey(k);
+}
+
+absl::StatusOr<PublicKey> PublicKey::FromPem(const std::string& pem) {
+  BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  EVP_PKEY* pkey = PEM_read_bio_PUBKEY(bio.get(), nullptr, nullptr, nullptr);
+  if (pkey == nullptr) return absl::InvalidArgumentError("not a PEM public key");
+  RawPublicKey raw;
+  size_t len = raw.size();
+  bool ok = EVP_PKEY_get_base_id(pkey) == EVP_PKEY_ED25519 &&
+            EVP_PKEY_get_raw_public_key(pkey, raw.data(), &len) == 1 && len == 32;
+  EVP_PKEY_free(pkey);
+  if (!ok) return absl::InvalidArgumentError("PEM public key is not Ed25519");
+  return PublicKey(raw);
+}
+
+std::string PublicKey::KeyId() const { return ToHex(Sha256Of(raw_)); }
+
+std::string PublicKey::ToPem() const {
+  EVP_PKEY* pkey = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, raw_.data(), 32);
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  PEM_write_bio_PUBKEY(bio.get(), pkey);
+  EVP_PKEY_free(pkey);
+  return BioToString(bio.get());
+}
+
+bool PublicKey::Verify(std::span<const uint8_t> message,
+                       std::span<const uint8_t> signature) const {
+  if (signature.size() != 64) return false;
+  EVP_PKEY* pkey = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, raw_.data(), 32);
+  if (pkey == nullptr) return false;
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  bool ok = EVP_DigestVerifyInit(ctx, nullptr, nullptr, nullptr, pkey) == 1 &&
+            EVP_DigestVerify(ctx, signature.data(), signature.size(), message.data(),
+                             message.size()) == 1;
+  EVP_MD_CTX_free(ctx);
+  EVP_PKEY_free(pkey);
+  return ok;
+}
+
+absl::StatusOr<SigningKey> SigningKey::Generate() {
+  EVP_PKEY* pkey = EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519");
+  if (pkey == nullptr) return absl::InternalError("Ed25519 key generation failed");
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  PEM_write_bio_PrivateKey(bio.get(), pkey, nullptr, nullptr, 0, nullptr, nullptr);
+  EVP_PKEY_free(pkey);
+  return FromPkeyPem(BioToString(bio.get()), "generated key");
+}
+
+absl::StatusOr<SigningKey> SigningKey::FromPkeyPem(const std::string& pem,
+                                                   const std::string& label) {
+  BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  EVP_PKEY* pkey = PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr);
+  if (pkey == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": not a PEM private key"));
+  }
+  auto holder = std::make_shared<Pkey>(pkey);
+  RawPublicKey raw;
+  size_t len = raw.size();
+  if (EVP_PKEY_get_base_id(pkey) != EVP_PKEY_ED25519 ||
+      EVP_PKEY_get_raw_public_key(pkey, raw.data(), &len) != 1 || len != 32) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": not an Ed25519 private key"));
+  }
+  return SigningKey(std::move(holder), PublicKey(raw));
+}
+
+absl::StatusOr<SigningKey> SigningKey::Load(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(errno)));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": private key is accessible by group/other (mode ",
+        absl::StrFormat("%04o", st.st_mode & 0777), "); run chmod 600 and consider it exposed"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string pem{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return FromPkeyPem(pem, path);
+}
+
+absl::Status SigningKey::Save(const std::string& path) const {
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  PEM_write_bio_PrivateKey(bio.get(), pkey_->pkey, nullptr, nullptr, 0, nullptr, nullptr);
+  std::string pem = BioToString(bio.get());
+  // O_EXCL with mode 0600: the key is never visible with wider permissions, not even briefly.
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST) return absl::AlreadyExistsError(absl::StrCat(path, ": already exists"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::strerror(errno)));
+  }
+  ::fchmod(fd, 0600);  // the umask may have narrowed it further, never widened; be exact
+  bool ok = ::write(fd, pem.data(), pem.size()) == static_cast<ssize_t>(pem.size()) &&
+            ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) return absl::DataLossError(absl::StrCat(path, ": write failed"));
+  return absl::OkStatus();
+}
+
+Signature SigningKey::Sign(std::span<const uint8_t> message) const {
+  Signature sig;
+  size_t len = sig.size();
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  if (EVP_DigestSignInit(ctx, nullptr, nullptr, nullptr, pkey_->pkey) != 1 ||
+      EVP_DigestSign(ctx, sig.data(), &len, message.data(), message.size()) != 1) {
+    std::abort();  // cannot fail for a valid Ed25519 key short of memory exhaustion
+  }
+  EVP_MD_CTX_free(ctx);
+  return sig;
+}
+
+}  // namespace ckpt::evidence

@@ -1,0 +1,162 @@
+#include "core/evidence/record.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/evidence/json_guard.h"
+
+namespace ckpt::evidence {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+bool IsHex64(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<ojson> SubjectsJson(const std::vector<Subject>& subjects) {
+  ojson out = ojson::array();
+  for (const Subject& s : subjects) {
+    if (!IsHex64(s.sha256)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("subject ", s.name, ": sha256 is not 64 lowercase hex characters"));
+    }
+    out.push_back({{"name", s.name}, {"digest", {{"sha256", s.sha256}}}});
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> Finish(const ojson& statement) {
+  if (auto s = RejectFloats(statement); !s.ok()) return s;
+  return statement.dump();
+}
+
+}  // namespace
+
+std::string VerdictName(Verdict v) {
+  switch (v) {
+    case Verdict::kPass: return "pass";
+    case Verdict::kFail: return "fail";
+    case Verdict::kSkipped: return "skipped";
+  }
+  return "?";
+}
+
+ojson CheckResult::ToJson() const {
+  ojson j = {{"name", name}, {"verdict", VerdictName(verdict)}};
+  j["counts"] = ojson::object();
+  for (const auto& [k, v] : counts) j["counts"][k] = v;
+  j["findings_total"] = findings.size();
+  j["findings"] = ojson::array();
+  for (size_t i = 0; i < findings.size() && i < kMaxFindings; ++i) j["findings"].push_back(findings[i]);
+  if (!series.empty()) j["series"] = series;
+  if (!details.is_null()) j["details"] = details;
+  return j;
+}
+
+Verdict EvidenceRecord::OverallVerdict() const {
+  for (const CheckResult& c : checks) {
+    if (c.verdict == Verdict::kFail) return Verdict::kFail;
+  }
+  return Verdict::kPass;
+}
+
+absl::StatusOr<std::string> RecordPayload(const EvidenceRecord& r) {
+  auto subjects = SubjectsJson(r.subjects);
+  if (!subjects.ok()) return subjects.status();
+  ojson checks = ojson::array();
+  for (const CheckResult& c : r.checks) checks.push_back(c.ToJson());
+  ojson predicate = {
+      {"schema_version", kEvidenceSchemaVersion},
+      {"root", r.root},
+      {"source_root", r.source_root.empty() ? ojson() : ojson(r.source_root)},
+      {"policy", {{"name", r.policy.name}, {"version", r.policy.version},
+                  {"thresholds", r.policy.thresholds}}},
+      {"verdict", VerdictName(r.OverallVerdict())},
+      {"checks", checks},
+      {"pair_audit", r.pair_audit},
+      {"block_forward", r.block_forward},
+      {"environment", r.environment.ToJson()},
+      {"started_at", r.started_at},
+      {"finished_at", r.finished_at},
+  };
+  ojson statement = {{"_type", "https://in-toto.io/Statement/v1"},
+                     {"subject", *subjects},
+                     {"predicateType", kEvidencePredicateType},
+                     {"predicate", predicate}};
+  return Finish(statement);
+}
+
+absl::StatusOr<std::string> VerificationSummaryPayload(const EvidenceRecord& r,
+                                                       const std::string& verifier_id,
+                                                       const std::string& input_uri,
+                                                       const std::string& input_sha256) {
+  auto subjects = SubjectsJson(r.subjects);
+  if (!subjects.ok()) return subjects.status();
+  bool pass = r.OverallVerdict() == Verdict::kPass;
+  ojson predicate = {
+      {"verifier", {{"id", verifier_id},
+                    {"version", {{r.environment.tool, r.environment.tool_version}}}}},
+      {"timeVerified", r.finished_at},
+      {"resourceUri", absl::StrCat("file://", r.root)},
+      {"policy", {{"uri", absl::StrCat("ckpt-audit:policy/", r.policy.name, "@",
+                                       r.policy.version)}}},
+      {"inputAttestations", ojson::array({{{"uri", input_uri},
+                                           {"digest", {{"sha256", input_sha256}}}}})},
+      {"verificationResult", pass ? "PASSED" : "FAILED"},
+      {"verifiedLevels", ojson::array({absl::StrCat("CKPT_AUDIT_", r.policy.name, "_",
+                                                    pass ? "PASSED" : "FAILED")})},
+  };
+  ojson statement = {{"_type", "https://in-toto.io/Statement/v1"},
+                     {"subject", *subjects},
+                     {"predicateType", kVerificationSummaryType},
+                     {"predicate", predicate}};
+  return Finish(statement);
+}
+
+absl::StatusOr<RecordIndex> IndexPayload(const std::string& payload) {
+  auto j = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  auto bad = [](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("not an evidence statement: ", why));
+  };
+  if (!j.is_object() || j.value("_type", "") != "https://in-toto.io/Statement/v1") {
+    return bad("_type is not https://in-toto.io/Statement/v1");
+  }
+  RecordIndex idx;
+  idx.predicate_type = j.value("predicateType", "");
+  if (!j.contains("subject") || !j["subject"].is_array() || !j.contains("predicate") ||
+      !j["predicate"].is_object()) {
+    return bad("missing subject array or predicate object");
+  }
+  for (const auto& s : j["subject"]) {
+    if (!s.is_object() || !s.contains("digest") || !s["digest"].is_object()) {
+      return bad("subject without digest");
+    }
+    idx.subjects.push_back({s.value("name", ""), s["digest"].value("sha256", "")});
+  }
+  const auto& p = j["predicate"];
+  try {
+    if (idx.predicate_type == kEvidencePredicateType) {
+      idx.root = p.at("root").get<std::string>();
+      idx.policy = p.at("policy").at("name").get<std::string>();
+      idx.verdict = p.at("verdict").get<std::string>();
+      idx.time = p.at("finished_at").get<std::string>();
+    } else if (idx.predicate_type == kVerificationSummaryType) {
+      std::string uri = p.at("resourceUri").get<std::string>();
+      idx.root = uri.rfind("file://", 0) == 0 ? uri.substr(7) : uri;
+      idx.policy = p.at("policy").at("uri").get<std::string>();
+      idx.verdict = p.at("verificationResult").get<std::string>() == "PASSED" ? "pass" : "fail";
+      idx.time = p.at("timeVerified").get<std::string>();
+    } else {
+      return bad(absl::StrCat("unknown predicateType ", idx.predicate_type));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return bad(e.what());
+  }
+  return idx;
+}
+
+}  // namespace ckpt::evidence

@@ -1,0 +1,100 @@
+// The evidence record: what one audit proved about one checkpoint (schema: docs/evidence.md).
+//
+// A record is an in-toto Statement v1 whose subjects are the checkpoint's files and its OMS
+// manifest ROOT, with a predicate (type kEvidencePredicateType) holding the policy, every check
+// with its verdict, counts and first findings, optional pair-audit and block-forward results,
+// the environment and the start/finish times. Each check contributes one CheckResult; the rest
+// of the pipeline does not need to know what a check does. Payloads are float-free (see
+// json_guard.h) and are signed as exact bytes in a DSSE envelope.
+#ifndef CKPT_CORE_EVIDENCE_RECORD_H_
+#define CKPT_CORE_EVIDENCE_RECORD_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/evidence/environment.h"
+#include "nlohmann/json.hpp"
+
+namespace ckpt::evidence {
+
+inline constexpr char kEvidencePredicateType[] = "https://ckpt-audit.dev/evidence/v1";
+inline constexpr int kEvidenceSchemaVersion = 1;
+inline constexpr char kVerificationSummaryType[] = "https://slsa.dev/verification_summary/v1";
+// The subject name that carries the OMS manifest ROOT digest.
+inline constexpr char kManifestRootSubject[] = "oms-manifest-root";
+// Findings kept per check; the total is always reported.
+inline constexpr size_t kMaxFindings = 20;
+
+enum class Verdict { kPass, kFail, kSkipped };
+std::string VerdictName(Verdict v);  // "pass", "fail", "skipped"
+
+// One check's contribution. `series` feeds the report's plots: an array of
+// {"title", "unit", "limit" (optional int), "points": [{"label", "value" (int)}]}.
+struct CheckResult {
+  std::string name;
+  Verdict verdict = Verdict::kPass;
+  std::map<std::string, int64_t> counts;
+  std::vector<nlohmann::ordered_json> findings;  // all of them; ToJson keeps the first few
+  nlohmann::ordered_json series = nlohmann::ordered_json::array();
+  nlohmann::ordered_json details;  // anything else the check wants to keep (float-free)
+
+  nlohmann::ordered_json ToJson() const;
+};
+
+struct Subject {
+  std::string name;    // POSIX path relative to the root, or kManifestRootSubject
+  std::string sha256;  // lowercase hex
+};
+
+struct PolicyRef {
+  std::string name;
+  std::string version;
+  nlohmann::ordered_json thresholds = nlohmann::ordered_json::object();
+};
+
+struct EvidenceRecord {
+  std::string root;         // realpath of the audited checkpoint
+  std::string source_root;  // realpath of the source in a pair audit, else empty
+  std::vector<Subject> subjects;
+  PolicyRef policy;
+  std::vector<CheckResult> checks;
+  nlohmann::ordered_json pair_audit;     // null when no pair audit ran
+  nlohmann::ordered_json block_forward;  // null when no block forward ran
+  Environment environment;
+  std::string started_at;  // RFC 3339 UTC
+  std::string finished_at;
+
+  // fail if any check failed; otherwise pass (skipped checks do not count either way).
+  Verdict OverallVerdict() const;
+};
+
+// The Statement's exact bytes. INVALID_ARGUMENT when a float slipped in or a subject digest is
+// not 64 hex characters.
+absl::StatusOr<std::string> RecordPayload(const EvidenceRecord& record);
+
+// A gate decision as an SLSA verification summary Statement over the same subjects.
+// `input_uri` names the log entry holding the full record; `input_sha256` is the digest of its
+// exact envelope bytes.
+absl::StatusOr<std::string> VerificationSummaryPayload(const EvidenceRecord& record,
+                                                       const std::string& verifier_id,
+                                                       const std::string& input_uri,
+                                                       const std::string& input_sha256);
+
+// The fields a log indexes, read back from a signed payload (either predicate type).
+struct RecordIndex {
+  std::string predicate_type;
+  std::string root;
+  std::string policy;
+  std::string verdict;  // "pass" / "fail"
+  std::string time;     // finished_at (or timeVerified)
+  std::vector<Subject> subjects;
+};
+// INVALID_ARGUMENT if the payload is not a Statement v1 with one of our predicate types.
+absl::StatusOr<RecordIndex> IndexPayload(const std::string& payload);
+
+}  // namespace ckpt::evidence
+
+#endif  // CKPT_CORE_EVIDENCE_RECORD_H_

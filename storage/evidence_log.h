@@ -1,0 +1,127 @@
+// The append-only evidence log: signed DSSE records in SQLite under an RFC 6962 Merkle tree.
+//
+// Each entry is the exact bytes of one DSSE envelope; its leaf hash is SHA-256(0x00 || bytes).
+// Every append runs in one `BEGIN IMMEDIATE` transaction that inserts the entry, its subject
+// digests, the complete-subtree hashes it finishes (so proofs need O(log n) lookups) and a
+// signed C2SP checkpoint of the new tree head. Triggers abort any UPDATE or DELETE (with
+// recursive_triggers on, so INSERT OR REPLACE cannot bypass them); the WAL journal with
+// synchronous=FULL makes a reported append survive a crash or power loss. Schema and migrations:
+// docs/evidence.md. One EvidenceLog per thread; several processes may share a database file.
+#ifndef CKPT_STORAGE_EVIDENCE_LOG_H_
+#define CKPT_STORAGE_EVIDENCE_LOG_H_
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/evidence/ed25519.h"
+#include "storage/merkle.h"
+#include "storage/sqlite.h"
+
+namespace ckpt::storage {
+
+inline constexpr int kLogSchemaVersion = 1;
+
+struct LogEntry {
+  uint64_t seq = 0;          // leaf index, from 0; the record id users see
+  std::string envelope;      // exact DSSE bytes
+  Hash leaf_hash{};          // as stored
+  std::string predicate_type;
+  std::string keyid;         // first signature's key id
+  std::string root;          // audited root path
+  std::string policy;
+  std::string verdict;
+  std::string time;          // the record's finish time (RFC 3339)
+};
+
+struct AppendResult {
+  uint64_t seq = 0;
+  uint64_t tree_size = 0;
+  Hash root{};
+  std::string checkpoint;  // signed note
+};
+
+struct QueryFilter {
+  std::string digest;  // a subject's sha256 (hex)
+  std::string root;
+  std::string verdict;
+  std::string policy;
+  std::string since;  // RFC 3339 (or a prefix such as a date); inclusive
+  std::string until;  // exclusive
+  int limit = 50;
+  std::string page_token;  // from a previous QueryPage; newest first
+};
+
+struct QueryPage {
+  std::vector<LogEntry> entries;
+  std::string next_page_token;  // empty when there is no further page
+};
+
+class EvidenceLog final : public NodeReader {
+ public:
+  // Opens (and with `create`, creates and migrates) the log at `path`. A new log gets the origin
+  // `origin` (default: "ckpt-audit.local/" + 16 random hex digits). Errors: NOT_FOUND (missing and
+  // !create), DATA_LOSS (not a database or corrupt), FAILED_PRECONDITION (newer schema).
+  static absl::StatusOr<std::unique_ptr<EvidenceLog>> Open(const std::string& path, bool create,
+                                                           const std::string& origin = "");
+  ~EvidenceLog() override;
+
+  const std::string& path() const { return path_; }
+  const std::string& origin() const { return origin_; }
+
+  // Appends one envelope (its payload must be an evidence or verification-summary Statement)
+  // and signs the new tree head with `log_key`.
+  absl::StatusOr<AppendResult> Append(const std::string& envelope,
+                                      const evidence::SigningKey& log_key);
+  // Appends many envelopes in one transaction with one checkpoint at the end (bulk import).
+  absl::StatusOr<AppendResult> AppendBatch(const std::vector<std::string>& envelopes,
+                                           const evidence::SigningKey& log_key);
+
+  absl::StatusOr<uint64_t> Size() const;
+  absl::StatusOr<LogEntry> Get(uint64_t seq) const;
+  absl::StatusOr<QueryPage> Query(const QueryFilter& filter) const;
+  // The newest signed checkpoint (size, note); NOT_FOUND for an empty log.
+  absl::StatusOr<std::pair<uint64_t, std::string>> LatestCheckpoint() const;
+
+  absl::StatusOr<Hash> Node(int level, uint64_t index) const override;
+  absl::StatusOr<std::vector<Hash>> InclusionProof(uint64_t seq, uint64_t tree_size) const;
+  absl::StatusOr<std::vector<Hash>> ConsistencyProof(uint64_t old_size, uint64_t new_size) const;
+  absl::StatusOr<Hash> RootAt(uint64_t size) const;
+
+  // Raw walks for the verifier, in seq / size / (level, idx) order.
+  absl::Status ForEachEntry(const std::function<absl::Status(const LogEntry&)>& fn) const;
+  absl::Status ForEachSubject(
+      const std::function<absl::Status(uint64_t seq, const std::string& name,
+                                       const std::string& sha256)>& fn) const;
+  absl::Status ForEachCheckpoint(
+      const std::function<absl::Status(uint64_t size, const std::string& note)>& fn) const;
+  absl::Status ForEachNode(
+      const std::function<absl::Status(int level, uint64_t idx, const Hash& h)>& fn) const;
+  // "ok" or SQLite's list of problems; names of the append-only triggers present.
+  absl::StatusOr<std::string> IntegrityCheck() const;
+  absl::StatusOr<std::vector<std::string>> TriggerNames() const;
+
+ private:
+  EvidenceLog(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  absl::Status Configure(bool create, const std::string& origin);
+  absl::Status Migrate();
+  absl::StatusOr<AppendResult> AppendLocked(const std::vector<std::string>& envelopes,
+                                            const evidence::SigningKey& log_key);
+  absl::Status InsertOne(uint64_t seq, const std::string& envelope);
+  absl::StatusOr<Statement> Prepare(const std::string& sql) const;
+
+  const std::string path_;
+  sqlite3* const db_;
+  std::string origin_;
+  mutable std::optional<Statement> node_stmt_;  // hot path of every proof
+};
+
+}  // namespace ckpt::storage
+
+#endif  // CKPT_STORAGE_EVIDENCE_LOG_H_
