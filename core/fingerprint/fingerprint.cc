@@ -19,6 +19,9 @@ constexpr uint64_t kChunk = 8ull << 20;
 // Small tensors are hashed in batches of about this many bytes to keep task overhead low.
 constexpr uint64_t kTensorBatch = 4ull << 20;
 constexpr uint64_t kDone = std::numeric_limits<uint64_t>::max();
+// Files mapped at once: keeps a tree of any size under the kernel's limit on mappings
+// (vm.max_map_count, 65530 by default) while giving the pool many files to spread over.
+constexpr size_t kFilesPerBatch = 4096;
 
 struct OpenedFile {
   TreeFile entry;
@@ -174,19 +177,16 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-}  // namespace
-
-absl::StatusOr<Fingerprint> FingerprintTree(const std::string& root,
-                                            const FingerprintOptions& options,
-                                            Progress& progress) {
-  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
-  absl::StatusOr<TreeListing> tree = ListTree(root, options.walk);
-  if (!tree.ok()) return tree.status();
-  Fingerprint fp;
-  fp.root = tree->root;
-  absl::StatusOr<std::vector<OpenedFile>> opened = OpenAll(std::move(tree->files), options);
+// Hashes one batch of files (all mapped at once) and appends its results to `fp`; file
+// digests go to `resources` in files mode, shard digests in shards mode.
+absl::Status HashBatch(std::vector<TreeFile> batch, const FingerprintOptions& options,
+                       Progress& progress, Fingerprint* fp,
+                       std::vector<OmsResource>* resources) {
+  absl::StatusOr<std::vector<OpenedFile>> opened = OpenAll(std::move(batch), options);
   if (!opened.ok()) return opened.status();
   std::vector<OpenedFile>& files = *opened;
+  // The tensor pass never reads a header; count it as done so the bar ends at 100%.
+  for (const OpenedFile& f : files) progress.Advance(f.data_start);
 
   Pacer pacer(files.size(), options.readahead_window);
   std::vector<OmsResource> shards;
@@ -195,9 +195,8 @@ absl::StatusOr<Fingerprint> FingerprintTree(const std::string& root,
   size_t tensor_count = 0;
   for (const OpenedFile& f : files) tensor_count += f.tensors.size();
   std::vector<Digest> tensor_digests(tensor_count);
-  for (const Task& t : tasks) fp.hashed_bytes += t.end - t.begin;
+  for (const Task& t : tasks) fp->hashed_bytes += t.end - t.begin;
 
-  progress.Begin("fingerprint", fp.hashed_bytes);
   Hasher hasher(files, pacer, progress);
   absl::Status run = ParallelFor(tasks.size(), options.threads, [&](size_t i) {
     const Task& t = tasks[i];
@@ -219,29 +218,63 @@ absl::StatusOr<Fingerprint> FingerprintTree(const std::string& root,
     }
     return absl::OkStatus();
   });
-  progress.End();
   if (!run.ok()) return run;
   for (const OpenedFile& f : files) {
     if (absl::Status s = f.map->CheckUnchanged(); !s.ok()) return s;
   }
 
-  std::vector<OmsResource> resources;
   for (size_t i = 0; i < files.size(); ++i) {
     const OpenedFile& f = files[i];
     FileFingerprint out{f.entry.path, f.entry.size, std::nullopt, f.tensors.size()};
     if (options.file_digests) {
       out.sha256 = file_digests[i];
       if (options.manifest_mode == OmsMode::kFiles) {
-        resources.push_back({f.entry.path, 0, f.entry.size, file_digests[i]});
+        resources->push_back({f.entry.path, 0, f.entry.size, file_digests[i]});
       }
     }
-    fp.files.push_back(std::move(out));
+    fp->files.push_back(std::move(out));
     for (size_t k = 0; k < f.tensors.size(); ++k) {
-      fp.tensors.push_back({f.entry.path, f.tensors[k].name, f.tensors[k].num_bytes(),
-                            tensor_digests[f.first_tensor + k]});
+      fp->tensors.push_back({f.entry.path, f.tensors[k].name, f.tensors[k].num_bytes(),
+                             tensor_digests[f.first_tensor + k]});
     }
   }
-  if (options.manifest_mode == OmsMode::kShards) resources = std::move(shards);
+  resources->insert(resources->end(), shards.begin(), shards.end());
+  return absl::OkStatus();
+}
+
+// Bytes the progress bar counts for a file: one pass per kind of digest taken of it.
+uint64_t PlannedBytes(const TreeFile& f, const FingerprintOptions& o) {
+  int passes = (o.file_digests ? 1 : 0) + (o.manifest_mode == OmsMode::kShards ? 1 : 0) +
+               (o.tensor_digests && IsSafetensors(f.path) ? 1 : 0);
+  return f.size * passes;
+}
+
+}  // namespace
+
+absl::StatusOr<Fingerprint> FingerprintTree(const std::string& root,
+                                            const FingerprintOptions& options,
+                                            Progress& progress) {
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  absl::StatusOr<TreeListing> tree = ListTree(root, options.walk);
+  if (!tree.ok()) return tree.status();
+  Fingerprint fp;
+  fp.root = tree->root;
+  uint64_t planned = 0;
+  for (const TreeFile& f : tree->files) planned += PlannedBytes(f, options);
+
+  progress.Begin("fingerprint", planned);
+  std::vector<OmsResource> resources;
+  const std::vector<TreeFile>& all = tree->files;
+  for (size_t b = 0; b < all.size(); b += kFilesPerBatch) {
+    std::vector<TreeFile> batch(all.begin() + b,
+                                all.begin() + std::min(all.size(), b + kFilesPerBatch));
+    absl::Status s = HashBatch(std::move(batch), options, progress, &fp, &resources);
+    if (!s.ok()) {
+      progress.End();
+      return s;
+    }
+  }
+  progress.End();
   fp.manifest = BuildOmsManifest(options.manifest_mode, options.shard_size, BaseName(fp.root),
                                  options.walk.ignore_paths, std::move(resources));
   return fp;

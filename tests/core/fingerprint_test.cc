@@ -2,6 +2,7 @@
 // popen), model-signing tree rules, change detection and thread-count independence.
 #include "core/fingerprint/fingerprint.h"
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -204,6 +205,55 @@ TEST(Fingerprint, FileChangedDuringHashingIsDataLoss) {
   ASSERT_FALSE(fp.ok());
   EXPECT_EQ(fp.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(fp.status().message()), HasSubstr("config.json"));
+}
+
+// Sums what is reported, to check that the bar's total is exactly what gets advanced.
+class CountingProgress final : public Progress {
+ public:
+  void Begin(std::string_view, uint64_t total) override { total_ = total; }
+  void Advance(uint64_t n) override { done_ += n; }
+  void End() override { ended_ = true; }
+  uint64_t total_ = 0;
+  std::atomic<uint64_t> done_{0};
+  bool ended_ = false;
+};
+
+TEST(Fingerprint, ProgressAdvancesExactlyToItsTotal) {
+  for (OmsMode mode : {OmsMode::kFiles, OmsMode::kShards}) {
+    CountingProgress progress;
+    FingerprintOptions o;
+    o.manifest_mode = mode;
+    o.shard_size = 1u << 20;
+    auto fp = FingerprintTree(Fixture("mini-kimi-mxfp4").string(), o, progress);
+    ASSERT_TRUE(fp.ok()) << fp.status();
+    EXPECT_TRUE(progress.ended_);
+    EXPECT_GT(progress.total_, 0u);
+    EXPECT_EQ(progress.done_.load(), progress.total_);
+  }
+}
+
+TEST(Fingerprint, TreesLargerThanOneMappingBatchKeepEveryFileInOrder) {
+  TempDir dir;
+  fs::create_directory(dir / "m");
+  constexpr int kFiles = 4100;  // more than the 4096 files mapped at once
+  for (int i = 0; i < kFiles; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "f%05d", i);
+    WriteAll(dir / "m" / name, std::string(name));
+  }
+  auto fp = FingerprintDir(dir / "m");
+  ASSERT_TRUE(fp.ok()) << fp.status();
+  ASSERT_EQ(fp->files.size(), static_cast<size_t>(kFiles));
+  ASSERT_EQ(fp->manifest.resources.size(), static_cast<size_t>(kFiles));
+  for (int i = 0; i < kFiles; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "f%05d", i);
+    ASSERT_EQ(fp->files[i].path, name);
+    std::string content(name);
+    ASSERT_EQ(*fp->files[i].sha256,
+              Sha256Of({reinterpret_cast<const uint8_t*>(content.data()), content.size()}));
+  }
+  EXPECT_EQ(ToHex(*fp->files[4099].sha256), ShellSha256("printf f04099 | sha256sum"));
 }
 
 // A safetensors file of `tensors` U8 tensors of the given sizes, filled with a byte pattern.
