@@ -29,11 +29,13 @@ void FindingList::Add(Finding f) {
   if (kept_.size() < cap_) kept_.push_back(std::move(f));
 }
 
-void FindingList::Merge(const FindingList& other) {
+void FindingList::Merge(const FindingList& other, const std::string& prefix) {
   total_ += other.total_;
-  for (const auto& [code, n] : other.by_code_) by_code_[code] += n;
+  for (const auto& [code, n] : other.by_code_) by_code_[prefix + code] += n;
   for (const Finding& f : other.kept_) {
-    if (kept_.size() < cap_) kept_.push_back(f);
+    if (kept_.size() >= cap_) break;
+    kept_.push_back(f);
+    kept_.back().code = prefix + f.code;
   }
 }
 

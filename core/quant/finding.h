@@ -30,7 +30,8 @@ class FindingList {
  public:
   explicit FindingList(size_t cap = 64) : cap_(cap) {}
   void Add(Finding f);
-  void Merge(const FindingList& other);  // appends other's kept findings, adds its counts
+  // Appends other's kept findings and adds its counts, prefixing their codes with `prefix`.
+  void Merge(const FindingList& other, const std::string& prefix = "");
   uint64_t total() const { return total_; }
   uint64_t count(const std::string& code) const;
   const std::vector<Finding>& kept() const { return kept_; }

@@ -177,6 +177,8 @@ std::set<std::string> ModuleTensorNames(const Checkpoint& c, const std::vector<s
 
 nlohmann::json PairVerifyResult::ToJson() const {
   return {{"verdict", verdict()},
+          {"source_format", source_format},
+          {"derived_format", derived_format},
           {"derived_kind", derived_kind},
           {"quantized_tensors", quantized_tensors},
           {"packed_bytes_compared", packed_bytes_compared},
@@ -192,6 +194,21 @@ absl::StatusOr<PairVerifyResult> VerifyPair(const Checkpoint& source, const Chec
                                             const PairVerifyOptions& options, Progress& progress) {
   PairVerifyResult result;
   result.mismatches = FindingList(options.max_findings);
+  const FormatReport src_format = DetectFormat(source, options.format);
+  const FormatReport dst_format = DetectFormat(derived, options.format);
+  result.source_format = src_format.Describe();
+  result.derived_format = dst_format.Describe();
+  if (src_format.format != QuantFormat::kCompressedTensorsMxfp4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source.root(), ": source is ", result.source_format, ", not compressed-tensors MXFP4"));
+  }
+  if (dst_format.format != QuantFormat::kCompressedTensorsNvfp4 &&
+      dst_format.format != QuantFormat::kX4TContainerB) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        derived.root(), ": derived is ", result.derived_format, ", not NVFP4 or X4T"));
+  }
+  result.mismatches.Merge(src_format.findings, "source:");
+  result.mismatches.Merge(dst_format.findings, "derived:");
   const std::vector<std::string> src_mods = PackedModules(source);
   const std::vector<std::string> dst_mods = PackedModules(derived);
   const std::set<std::string> dst_mod_set(dst_mods.begin(), dst_mods.end());

@@ -16,6 +16,7 @@
 #include "core/checkpoint.h"
 #include "core/progress.h"
 #include "core/quant/finding.h"
+#include "core/quant/format.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::quant {
@@ -23,10 +24,12 @@ namespace ckpt::quant {
 struct PairVerifyOptions {
   size_t max_findings = 20;  // mismatches listed; all are counted
   unsigned threads = 0;      // 0 = all cores
+  FormatOptions format;      // root mappings for an X4T derived checkpoint
 };
 
 struct PairVerifyResult {
   bool lossless = false;
+  std::string source_format, derived_format;  // FormatReport::Describe()
   std::string derived_kind;  // "nvfp4" | "x4t" | "mixed"
   uint64_t quantized_tensors = 0, packed_bytes_compared = 0, value_blocks_compared = 0;
   uint64_t ignored_tensors_compared = 0, ignored_bytes_compared = 0;
@@ -37,8 +40,9 @@ struct PairVerifyResult {
   nlohmann::json ToJson() const;
 };
 
-// Errors (not findings): INVALID_ARGUMENT when the source has quantized tensors that are not
-// MXFP4, or a tensor cannot be read as its declared kind; DATA_LOSS for undecodable X4T
+// Contract findings of either side (DetectFormat) are mismatches too, coded "source:<code>" and
+// "derived:<code>". Errors (not findings): INVALID_ARGUMENT when the source is not
+// compressed-tensors MXFP4 or the derived is neither NVFP4 nor X4T, or a tensor cannot be read as its declared kind; DATA_LOSS for undecodable X4T
 // streams or files changed during the run.
 absl::StatusOr<PairVerifyResult> VerifyPair(const Checkpoint& source, const Checkpoint& derived,
                                             const PairVerifyOptions& options, Progress& progress);

@@ -21,7 +21,8 @@ using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::Fixture;
 using ::ckpt::testing::TempDir;
 
-PairVerifyResult Verify(const fs::path& src, const fs::path& dst, size_t max_findings = 20) {
+PairVerifyResult Verify(const fs::path& src, const fs::path& dst, size_t max_findings = 20,
+                        std::vector<RootMapping> root_map = {}) {
   auto s = Checkpoint::Open(src.string());
   auto d = Checkpoint::Open(dst.string());
   EXPECT_TRUE(s.ok()) << s.status();
@@ -29,6 +30,7 @@ PairVerifyResult Verify(const fs::path& src, const fs::path& dst, size_t max_fin
   PairVerifyOptions opt;
   opt.max_findings = max_findings;
   opt.threads = 2;
+  opt.format.root_map = std::move(root_map);
   auto r = VerifyPair(**s, **d, opt, NoProgress());
   EXPECT_TRUE(r.ok()) << r.status();
   return *r;
@@ -45,8 +47,13 @@ TEST(PairVerify, Nvfp4FixtureIsLossless) {
   EXPECT_EQ(r.ToJson()["verdict"], "lossless");
 }
 
-TEST(PairVerify, X4TFixtureIsLossless) {
-  PairVerifyResult r = Verify(Fixture("mini-kimi-mxfp4"), Fixture("mini-kimi-x4t"));
+TEST(PairVerify, X4TFixtureIsLosslessOnceItsRootIsMapped) {
+  PairVerifyResult unmapped = Verify(Fixture("mini-kimi-mxfp4"), Fixture("mini-kimi-x4t"));
+  EXPECT_FALSE(unmapped.lossless);
+  EXPECT_EQ(unmapped.mismatches.total(), 1u);
+  EXPECT_EQ(unmapped.mismatches.count("derived:checkpoint-root-mismatch"), 1u);
+  PairVerifyResult r = Verify(Fixture("mini-kimi-mxfp4"), Fixture("mini-kimi-x4t"), 20,
+                              {{"/x4t", Fixture("mini-kimi-x4t").string()}});
   EXPECT_TRUE(r.lossless) << r.ToJson().dump(2);
   EXPECT_EQ(r.derived_kind, "x4t");
   EXPECT_EQ(r.quantized_tensors, 96u);
