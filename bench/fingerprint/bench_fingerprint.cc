@@ -3,7 +3,7 @@
 // Writes a synthetic checkpoint (half of --size as --shards safetensors shards, half as one
 // large safetensors file), then times several fingerprint variants on --threads threads and
 // prints each one's throughput as a ratio of `openssl speed -multi <threads> -evp sha256`
-// (16384-byte blocks), measured in the same run before and after the timings. Two ratios per
+// (16384-byte blocks), measured in the same run just before each variant. Two ratios per
 // variant: checkpoint bytes per second (what a user waits for) and SHA-256 input bytes per
 // second (how much of the machine's hashing capacity the variant used; file + tensor digests
 // hash every byte twice). Results: docs/PERFORMANCE.md, "Fingerprinting".
@@ -75,6 +75,13 @@ double OpensslSpeed(unsigned threads, int seconds) {
   return rate;
 }
 
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string line;
+  std::getline(in, line);
+  return line + "\n";
+}
+
 struct Variant {
   const char* name;
   const char* tree;  // "multi" or "big"
@@ -125,12 +132,14 @@ int main(int argc, char** argv) {
       {"big file: oms-shards, no file digest", "big", OmsMode::kShards, false, false},
       {"big file: oms-shards + tensors, no file dg", "big", OmsMode::kShards, false, true},
   };
-  double limit_before = OpensslSpeed(threads, openssl_seconds);
-  struct Row {
-    double secs;
-    uint64_t file_bytes, hashed;
-  };
-  std::vector<Row> rows;
+  // The machine may be shared: each variant is compared with an openssl run made right
+  // before it, and the load average is printed so a reader can judge the noise.
+  std::printf("load average at start: %s", LoadAverage().c_str());
+  double single_core = OpensslSpeed(1, openssl_seconds);
+  std::printf("threads %u; openssl speed -evp sha256, 16384-byte blocks: 1 process %.0f MB/s\n",
+              threads, single_core / 1e6);
+  std::printf("%-44s %8s %9s %9s %9s %8s %8s\n", "variant (median of runs)", "seconds",
+              "ckpt MB/s", "SHA MB/s", "limit", "ckpt/lim", "SHA/lim");
   for (const Variant& v : variants) {
     FingerprintOptions o;
     o.threads = threads;
@@ -140,7 +149,8 @@ int main(int argc, char** argv) {
     o.tensor_digests = v.tensor_digests;
     std::string root = (fs::path(dir) / v.tree).string();
     std::vector<double> times;
-    Row row{};
+    uint64_t file_bytes = 0, hashed = 0;
+    double limit = OpensslSpeed(threads, openssl_seconds);
     for (int r = 0; r < repeats + 1; ++r) {  // run 0 warms the page cache
       auto t0 = std::chrono::steady_clock::now();
       absl::StatusOr<Fingerprint> fp = FingerprintTree(root, o, NoProgress());
@@ -150,28 +160,18 @@ int main(int argc, char** argv) {
         return 2;
       }
       if (r > 0) times.push_back(s);
-      row.hashed = fp->hashed_bytes;
-      row.file_bytes = 0;
-      for (const FileFingerprint& f : fp->files) row.file_bytes += f.size;
+      hashed = fp->hashed_bytes;
+      file_bytes = 0;
+      for (const FileFingerprint& f : fp->files) file_bytes += f.size;
     }
     std::sort(times.begin(), times.end());
-    row.secs = times[times.size() / 2];
-    rows.push_back(row);
+    double secs = times[times.size() / 2];
+    double ckpt_rate = file_bytes / secs, sha_rate = hashed / secs;
+    std::printf("%-44s %8.3f %9.0f %9.0f %9.0f %8.3f %8.3f\n", v.name, secs, ckpt_rate / 1e6,
+                sha_rate / 1e6, limit / 1e6, ckpt_rate / limit, sha_rate / limit);
+    std::fflush(stdout);
   }
-  double limit_after = OpensslSpeed(threads, openssl_seconds);
-  double limit = (limit_before + limit_after) / 2;
-
-  std::printf("threads %u; openssl speed -multi %u -evp sha256 (16384-byte blocks): "
-              "%.0f MB/s before, %.0f MB/s after, mean %.0f MB/s\n",
-              threads, threads, limit_before / 1e6, limit_after / 1e6, limit / 1e6);
-  std::printf("%-44s %8s %10s %10s %9s %9s\n", "variant (median of runs)", "seconds",
-              "ckpt MB/s", "SHA MB/s", "ckpt/lim", "SHA/lim");
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    double ckpt_rate = r.file_bytes / r.secs, sha_rate = r.hashed / r.secs;
-    std::printf("%-44s %8.3f %10.0f %10.0f %9.3f %9.3f\n", variants[i].name, r.secs,
-                ckpt_rate / 1e6, sha_rate / 1e6, ckpt_rate / limit, sha_rate / limit);
-  }
+  std::printf("load average at end: %s", LoadAverage().c_str());
   if (!keep) fs::remove_all(dir);
   return 0;
 }
