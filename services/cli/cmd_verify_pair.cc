@@ -1,0 +1,94 @@
+// `ckpt-audit verify-pair --source S --derived D`: is D a lossless re-encoding of S?
+// Exit 0 lossless, 1 any mismatch, 2 invalid input or error (docs/quant.md).
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint.h"
+#include "core/quant/pair_verify.h"
+#include "services/cli/cli_util.h"
+#include "services/cli/commands.h"
+
+namespace ckpt::cli {
+namespace {
+
+struct VerifyPairArgs {
+  std::string source, derived;
+  bool json = false;
+  size_t max_findings = 20;
+  unsigned threads = 0;
+  std::vector<std::string> map_root;
+};
+
+void PrintText(const VerifyPairArgs& a, const quant::PairVerifyResult& r) {
+  std::printf("source:  %s (%s)\n", a.source.c_str(), r.source_format.c_str());
+  std::printf("derived: %s (%s)\n", a.derived.c_str(), r.derived_format.c_str());
+  std::printf("verdict: %s\n", r.verdict().c_str());
+  std::printf("  quantized tensors %llu (%s packed, %llu scale blocks), fused groups %llu, "
+              "zero groups canonicalized %llu\n",
+              static_cast<unsigned long long>(r.quantized_tensors),
+              HumanBytes(r.packed_bytes_compared).c_str(),
+              static_cast<unsigned long long>(r.value_blocks_compared),
+              static_cast<unsigned long long>(r.fused_groups_checked),
+              static_cast<unsigned long long>(r.zero_groups_canonicalized));
+  std::printf("  other tensors %llu (%s, compared by sha256)\n",
+              static_cast<unsigned long long>(r.ignored_tensors_compared),
+              HumanBytes(r.ignored_bytes_compared).c_str());
+  std::printf("mismatches: %llu\n", static_cast<unsigned long long>(r.mismatches.total()));
+  for (const auto& [code, n] : r.mismatches.by_code()) {
+    std::printf("  %-36s %llu\n", code.c_str(), static_cast<unsigned long long>(n));
+  }
+  for (const quant::Finding& f : r.mismatches.kept()) std::printf("  - %s\n", f.ToText().c_str());
+  if (r.mismatches.total() > r.mismatches.kept().size()) {
+    std::printf("  ... %llu more not listed (--max-findings)\n",
+                static_cast<unsigned long long>(r.mismatches.total() - r.mismatches.kept().size()));
+  }
+}
+
+int Run(const VerifyPairArgs& a) {
+  quant::PairVerifyOptions options;
+  options.max_findings = a.max_findings;
+  options.threads = a.threads;
+  for (const std::string& spec : a.map_root) {
+    absl::StatusOr<quant::RootMapping> m = quant::ParseRootMapping(spec);
+    if (!m.ok()) return ReportError(m.status());
+    options.format.root_map.push_back(*m);
+  }
+  auto source = Checkpoint::Open(a.source);
+  if (!source.ok()) return ReportError(source.status());
+  auto derived = Checkpoint::Open(a.derived);
+  if (!derived.ok()) return ReportError(derived.status());
+  TerminalProgress progress;
+  absl::StatusOr<quant::PairVerifyResult> r =
+      quant::VerifyPair(**source, **derived, options, progress);
+  if (!r.ok()) return ReportError(r.status());
+  if (a.json) {
+    nlohmann::json j = r->ToJson();
+    j["source"] = (*source)->root();
+    j["derived"] = (*derived)->root();
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    PrintText(a, *r);
+  }
+  return r->lossless ? kExitOk : kExitCheckFailed;
+}
+
+}  // namespace
+
+void AddVerifyPairCommand(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand(
+      "verify-pair", "Verify that a derived checkpoint (NVFP4 or X4T) is a lossless re-encoding "
+                     "of an MXFP4 source");
+  auto a = std::make_shared<VerifyPairArgs>();
+  cmd->add_option("--source", a->source, "MXFP4 source checkpoint root")->required();
+  cmd->add_option("--derived", a->derived, "NVFP4 or X4T checkpoint root")->required();
+  cmd->add_flag("--json", a->json, "machine-readable output");
+  cmd->add_option("--max-findings", a->max_findings, "mismatches to list (all are counted)");
+  cmd->add_option("--threads", a->threads, "worker threads (0 = all cores)");
+  cmd->add_option("--map-root", a->map_root,
+                  "/DECLARED=/ACTUAL: where an X4T checkpoint_root is mounted now");
+  cmd->callback([=] { *exit_code = Run(*a); });
+}
+
+}  // namespace ckpt::cli
