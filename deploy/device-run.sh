@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# GPU tests and the block-forward benchmark on the device machine (docs/forward.md).
+#
+#   bash deploy/device-run.sh --pack   # here: build, collect binaries + their shared libraries
+#                                      # into .device-bin/ (ignored; carried to the device)
+#   bash deploy/device-run.sh          # on the device: run everything, logs into $OUT
+#
+# The device has no Debian packages, so the Abseil/OpenSSL/libstdc++ libraries the binaries
+# were linked against travel in .device-bin/lib; the CUDA runtime is linked statically.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = "--pack" ]; then
+  build=${BUILD_DIR:-build-fwd}
+  ninja -C "$build" -j2 cuda_forward_test moe_bench || exit 2
+  ninja -C "$build" -j2 ckpt-audit || echo "ckpt-audit did not build; packing without it"
+  rm -rf .device-bin && mkdir -p .device-bin/lib
+  for b in tests/gpu/cuda_forward_test bench/forward/moe_bench services/cli/ckpt-audit; do
+    [ -x "$build/$b" ] && strip -o ".device-bin/$(basename "$b")" "$build/$b"
+  done
+  for b in .device-bin/*; do [ -f "$b" ] && ldd "$b"; done | awk '/=> \// {print $3}' | sort -u |
+    grep -v -E '/(libc|libm|libgcc_s|ld-linux[^/]*)\.so' | xargs -r -I{} cp -L {} .device-bin/lib/
+  du -sh .device-bin
+  exit 0
+fi
+
+OUT=${OUT:-/tmp/device-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/.device-bin/lib"
+# The test binary reads fixtures from the path it was built at (/work/main/tests/data).
+if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
+
+{ date -u; nvidia-smi; } > "$OUT/nvidia-smi.txt" 2>&1
+.device-bin/cuda_forward_test 2>&1 | tee "$OUT/gpu_test.log"
+if [ -x .device-bin/ckpt-audit ]; then
+  for d in nvfp4 x4t; do
+    echo "== ckpt-audit forward --root tests/data/mini-kimi-$d --source tests/data/mini-kimi-mxfp4 --layer 1 --tokens 8 --seed 3 --device cuda --json"
+    .device-bin/ckpt-audit forward --root "tests/data/mini-kimi-$d" --source tests/data/mini-kimi-mxfp4 \
+      --layer 1 --tokens 8 --seed 3 --device cuda --json
+    echo "exit code $?"
+  done > "$OUT/forward_cuda.log" 2>&1
+fi
+.device-bin/moe_bench --iters 20 > "$OUT/bench.json" 2> "$OUT/bench.err"
+echo "moe_bench exit code $?" >> "$OUT/bench.err"
+PYTHONUNBUFFERED=1 python3 bench/forward/torch_reference.py --ours "$OUT/bench.json" --iters 5 \
+  2>&1 | tee "$OUT/torch_compare.json"
