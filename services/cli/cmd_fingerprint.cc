@@ -19,6 +19,7 @@ struct FingerprintArgs {
   bool json = false;
   bool statement = false;
   bool no_tensors = false;
+  bool no_file_digests = false;
 };
 
 void PrintText(const Fingerprint& fp) {
@@ -61,6 +62,7 @@ int Run(const FingerprintArgs& args) {
   options.manifest_mode = args.manifest == "oms-shards" ? OmsMode::kShards : OmsMode::kFiles;
   options.shard_size = args.shard_size;
   options.tensor_digests = !args.no_tensors;
+  options.file_digests = !args.no_file_digests;
   TerminalProgress progress;
   absl::StatusOr<Fingerprint> fp = FingerprintTree(args.root, options, progress);
   if (!fp.ok()) return ReportError(fp.status());
@@ -90,6 +92,8 @@ void AddFingerprintCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", args->json, "every file and tensor digest and the ROOT, as JSON");
   cmd->add_flag("--no-tensors", args->no_tensors,
                 "file digests only; *.safetensors files are then not parsed");
+  cmd->add_flag("--no-file-digests", args->no_file_digests,
+                "oms-shards only: skip the whole-file SHA-256, which is sequential per file");
   cmd->add_flag("--statement", args->statement,
                 "print the unsigned in-toto statement (model_signing v1.0 predicate)");
   cmd->callback([=] { *exit_code = Run(*args); });
