@@ -6,7 +6,6 @@
 #include <memory>
 #include <mutex>
 
-#include "absl/strings/str_cat.h"
 #include "core/mapped_file.h"
 #include "core/parallel.h"
 #include "core/safetensors.h"
@@ -47,7 +46,8 @@ class Pacer {
   }
   void WaitFor(size_t file, uint64_t offset) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return pos_[file] == kDone || pos_[file] + window_ >= offset; });
+    const uint64_t needed = offset > window_ ? offset - window_ : 0;  // no pos + window overflow
+    cv_.wait(lock, [&] { return pos_[file] >= needed; });
   }
 
  private:
