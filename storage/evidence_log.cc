@@ -32,6 +32,7 @@ CREATE INDEX entries_root ON entries(root_path, seq);
 CREATE INDEX entries_policy ON entries(policy, seq);
 CREATE INDEX entries_verdict ON entries(verdict, seq);
 CREATE INDEX entries_time ON entries(audit_time);
+CREATE INDEX entries_leaf ON entries(leaf_hash);
 CREATE TABLE subjects(
   seq INTEGER NOT NULL REFERENCES entries(seq),
   name TEXT NOT NULL,
@@ -258,6 +259,16 @@ absl::Status EvidenceLog::InsertOne(uint64_t seq, const std::string& envelope) {
     i >>= 1;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> EvidenceLog::FindByLeafHash(const Hash& leaf) const {
+  auto q = Prepare("SELECT seq FROM entries WHERE leaf_hash = ? ORDER BY seq LIMIT 1");
+  if (!q.ok()) return q.status();
+  q->BindBlob(1, leaf);
+  auto row = q->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::NotFoundError(absl::StrCat(path_, ": record is not in this log"));
+  return static_cast<uint64_t>(q->Int(0));
 }
 
 absl::StatusOr<uint64_t> EvidenceLog::Size() const {

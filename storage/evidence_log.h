@@ -85,6 +85,8 @@ class EvidenceLog final : public NodeReader {
 
   absl::StatusOr<uint64_t> Size() const;
   absl::StatusOr<LogEntry> Get(uint64_t seq) const;
+  // The seq of the first entry with this leaf hash; NOT_FOUND if none.
+  absl::StatusOr<uint64_t> FindByLeafHash(const Hash& leaf) const;
   absl::StatusOr<QueryPage> Query(const QueryFilter& filter) const;
   // The newest signed checkpoint (size, note); NOT_FOUND for an empty log.
   absl::StatusOr<std::pair<uint64_t, std::string>> LatestCheckpoint() const;

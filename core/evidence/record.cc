@@ -49,7 +49,7 @@ ojson CheckResult::ToJson() const {
   ojson j = {{"name", name}, {"verdict", VerdictName(verdict)}};
   j["counts"] = ojson::object();
   for (const auto& [k, v] : counts) j["counts"][k] = v;
-  j["findings_total"] = findings.size();
+  j["findings_total"] = findings_total.value_or(findings.size());
   j["findings"] = ojson::array();
   for (size_t i = 0; i < findings.size() && i < kMaxFindings; ++i) j["findings"].push_back(findings[i]);
   if (!series.empty()) j["series"] = series;

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,8 @@ struct CheckResult {
   std::string name;
   Verdict verdict = Verdict::kPass;
   std::map<std::string, int64_t> counts;
-  std::vector<nlohmann::ordered_json> findings;  // all of them; ToJson keeps the first few
+  std::vector<nlohmann::ordered_json> findings;  // ToJson keeps the first kMaxFindings
+  std::optional<uint64_t> findings_total;         // when the check itself kept only some
   nlohmann::ordered_json series = nlohmann::ordered_json::array();
   nlohmann::ordered_json details;  // anything else the check wants to keep (float-free)
 

@@ -13,6 +13,11 @@ void AddForwardCommand(CLI::App& app, int* exit_code);
 void AddQuantCheckCommand(CLI::App& app, int* exit_code);
 void AddTranscodeCommand(CLI::App& app, int* exit_code);
 void AddVerifyPairCommand(CLI::App& app, int* exit_code);
+void AddKeysCommand(CLI::App& app, int* exit_code);
+void AddAuditCommand(CLI::App& app, int* exit_code);
+void AddVerifyCommands(CLI::App& app, int* exit_code);  // verify, verify-log
+void AddQueryCommand(CLI::App& app, int* exit_code);
+void AddReportCommand(CLI::App& app, int* exit_code);
 
 }  // namespace ckpt::cli
 

@@ -14,6 +14,11 @@ int main(int argc, char** argv) {
   ckpt::cli::AddQuantCheckCommand(app, &exit_code);
   ckpt::cli::AddTranscodeCommand(app, &exit_code);
   ckpt::cli::AddVerifyPairCommand(app, &exit_code);
+  ckpt::cli::AddKeysCommand(app, &exit_code);
+  ckpt::cli::AddAuditCommand(app, &exit_code);
+  ckpt::cli::AddVerifyCommands(app, &exit_code);
+  ckpt::cli::AddQueryCommand(app, &exit_code);
+  ckpt::cli::AddReportCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

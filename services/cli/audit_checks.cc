@@ -1,0 +1,198 @@
+#include "services/cli/audit_checks.h"
+
+#include <map>
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/checkpoint.h"
+#include "core/evidence/environment.h"
+
+namespace ckpt::cli {
+namespace {
+
+using evidence::CheckResult;
+using evidence::Verdict;
+using ojson = nlohmann::ordered_json;
+
+ojson Ordered(const nlohmann::json& j) { return ojson::parse(j.dump()); }
+
+void AddFindings(const quant::FindingList& list, CheckResult* c) {
+  for (const quant::Finding& f : list.kept()) c->findings.push_back(Ordered(f.ToJson()));
+}
+
+// "L12" for any tensor under "layers.12.", else the tensor name itself.
+std::string LayerLabel(const std::string& tensor) {
+  static const std::regex kLayer(R"(layers\.(\d+)\.)");
+  std::smatch m;
+  if (std::regex_search(tensor, m, kLayer)) return absl::StrCat("L", m[1].str());
+  return tensor;
+}
+
+absl::StatusOr<std::string> Realpath(const std::string& p) {
+  char* r = ::realpath(p.c_str(), nullptr);
+  if (r == nullptr) return absl::NotFoundError(absl::StrCat(p, ": no such checkpoint root"));
+  std::string out = r;
+  std::free(r);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> PolicyNames() { return {"scale-window", "marlin-safe"}; }
+
+absl::StatusOr<quant::ScaleWindowConfig> PolicyByName(const std::string& name) {
+  quant::ScaleWindowConfig c;
+  if (name == "scale-window") return c;
+  if (name == "marlin-safe") {
+    c.name = "marlin-safe";
+    c.max_span = c.marlin_span - 1;
+    return c;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown policy '", name, "'; known: ",
+                                                 absl::StrJoin(PolicyNames(), ", ")));
+}
+
+CheckResult FingerprintCheck(const Fingerprint& fp) {
+  CheckResult c;
+  c.name = "fingerprint";
+  uint64_t bytes = 0;
+  for (const FileFingerprint& f : fp.files) bytes += f.size;
+  c.counts["files"] = static_cast<int64_t>(fp.files.size());
+  c.counts["tensors"] = static_cast<int64_t>(fp.tensors.size());
+  c.counts["file_bytes"] = static_cast<int64_t>(bytes);
+  c.counts["hashed_bytes"] = static_cast<int64_t>(fp.hashed_bytes);
+  c.details = {{"manifest_algorithm", fp.manifest.Algorithm()},
+               {"manifest_root", fp.manifest.RootHex()}};
+  return c;
+}
+
+CheckResult ScaleWindowCheck(const quant::ScaleWindowResult& r) {
+  CheckResult c;
+  c.name = "scale_window";
+  switch (r.verdict) {
+    case quant::ScaleWindowVerdict::kLosslessTranscodable: c.verdict = Verdict::kPass; break;
+    case quant::ScaleWindowVerdict::kOverSpan:
+    case quant::ScaleWindowVerdict::kNaNScale: c.verdict = Verdict::kFail; break;
+    case quant::ScaleWindowVerdict::kNotMxfp4:
+    case quant::ScaleWindowVerdict::kNoQuantizedTensors: c.verdict = Verdict::kSkipped; break;
+  }
+  c.counts["tensors"] = static_cast<int64_t>(r.tensors.size());
+  c.counts["over_span_groups"] = static_cast<int64_t>(r.over_span.total());
+  c.counts["nan_scales"] = static_cast<int64_t>(r.nan_scales.total());
+  c.counts["hazards"] = static_cast<int64_t>(r.hazards.total());
+  c.counts["zero_groups_out_of_window"] = static_cast<int64_t>(r.zero_groups_out_of_window);
+  AddFindings(r.over_span, &c);
+  AddFindings(r.nan_scales, &c);
+  AddFindings(r.hazards, &c);
+  c.findings_total = r.over_span.total() + r.nan_scales.total() + r.hazards.total();
+  // Per layer: the widest exponent span of any tensor, against the policy's window.
+  std::map<std::string, int> span_by_layer;
+  std::vector<std::string> order;
+  for (const quant::TensorScaleStats& t : r.tensors) {
+    if (!t.k_min || !t.pair_k_max) continue;
+    std::string label = LayerLabel(t.tensor);
+    auto [it, fresh] = span_by_layer.emplace(label, t.span());
+    if (fresh) order.push_back(label);
+    else it->second = std::max(it->second, t.span());
+  }
+  if (!order.empty()) {
+    ojson points = ojson::array();
+    for (const std::string& l : order) points.push_back({{"label", l}, {"value", span_by_layer[l]}});
+    c.series.push_back({{"title", "Scale exponent span per layer"},
+                        {"unit", "k_max - k_min (powers of two)"},
+                        {"limit", r.config.max_span},
+                        {"warn", r.config.marlin_span},
+                        {"points", points}});
+  }
+  c.details = {{"verdict", quant::VerdictName(r.verdict)}, {"policy", Ordered(r.config.ToJson())}};
+  return c;
+}
+
+CheckResult PairCheck(const quant::PairVerifyResult& r) {
+  CheckResult c;
+  c.name = "pair_verify";
+  c.verdict = r.lossless ? Verdict::kPass : Verdict::kFail;
+  c.counts["quantized_tensors"] = static_cast<int64_t>(r.quantized_tensors);
+  c.counts["packed_bytes_compared"] = static_cast<int64_t>(r.packed_bytes_compared);
+  c.counts["value_blocks_compared"] = static_cast<int64_t>(r.value_blocks_compared);
+  c.counts["ignored_tensors_compared"] = static_cast<int64_t>(r.ignored_tensors_compared);
+  c.counts["fused_groups_checked"] = static_cast<int64_t>(r.fused_groups_checked);
+  c.counts["zero_groups_canonicalized"] = static_cast<int64_t>(r.zero_groups_canonicalized);
+  c.counts["mismatches"] = static_cast<int64_t>(r.mismatches.total());
+  AddFindings(r.mismatches, &c);
+  c.findings_total = r.mismatches.total();
+  ojson points = ojson::array();
+  for (const auto& [code, n] : r.mismatches.by_code()) {
+    points.push_back({{"label", code}, {"value", n}});
+  }
+  if (!points.empty()) {
+    c.series.push_back({{"title", "Pair mismatches by kind"}, {"unit", "count"}, {"points", points}});
+  }
+  c.details = {{"derived_kind", r.derived_kind}, {"verdict", r.verdict()}};
+  return c;
+}
+
+absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
+                                                  Progress& progress) {
+  auto policy = PolicyByName(options.policy);
+  if (!policy.ok()) return policy.status();
+  auto root = Realpath(options.root);
+  if (!root.ok()) return root.status();
+  evidence::EvidenceRecord rec;
+  rec.started_at = evidence::Rfc3339Now();
+  rec.environment = evidence::CollectEnvironment();
+  rec.root = *root;
+  rec.policy = {policy->name, std::to_string(policy->version), Ordered(policy->ToJson())};
+
+  FingerprintOptions fopt;
+  fopt.threads = options.threads;
+  auto fp = FingerprintTree(*root, fopt, progress);
+  if (!fp.ok()) return fp.status();
+  for (const FileFingerprint& f : fp->files) {
+    if (f.sha256) rec.subjects.push_back({f.path, ToHex(*f.sha256)});
+  }
+  rec.subjects.push_back({evidence::kManifestRootSubject, fp->manifest.RootHex()});
+  rec.checks.push_back(FingerprintCheck(*fp));
+
+  CheckResult structure;
+  structure.name = "checkpoint_structure";
+  auto ckpt = Checkpoint::Open(*root);
+  if (!ckpt.ok()) {
+    structure.verdict = evidence::Verdict::kFail;
+    structure.findings.push_back({{"code", "unreadable-checkpoint"},
+                                  {"status", absl::StatusCodeToString(ckpt.status().code())},
+                                  {"message", std::string(ckpt.status().message())}});
+    rec.checks.push_back(structure);
+    rec.finished_at = evidence::Rfc3339Now();
+    return rec;
+  }
+  structure.counts["shards"] = static_cast<int64_t>((*ckpt)->shards().size());
+  structure.counts["tensors"] = static_cast<int64_t>((*ckpt)->TensorNames().size());
+  structure.counts["tensor_bytes"] = static_cast<int64_t>((*ckpt)->total_tensor_bytes());
+  structure.details = {{"layout", std::string(LayoutName((*ckpt)->layout()))}};
+  rec.checks.push_back(structure);
+
+  auto window = quant::ScaleWindowPolicy(*policy).Check(**ckpt, progress, options.threads);
+  if (!window.ok()) return window.status();
+  rec.checks.push_back(ScaleWindowCheck(*window));
+
+  if (!options.source.empty()) {
+    auto source_root = Realpath(options.source);
+    if (!source_root.ok()) return source_root.status();
+    rec.source_root = *source_root;
+    auto source = Checkpoint::Open(*source_root);
+    if (!source.ok()) return source.status();
+    quant::PairVerifyOptions popt;
+    popt.threads = options.threads;
+    auto pair = quant::VerifyPair(**source, **ckpt, popt, progress);
+    if (!pair.ok()) return pair.status();
+    rec.checks.push_back(PairCheck(*pair));
+    rec.pair_audit = Ordered(pair->ToJson());
+  }
+  if (auto s = (*ckpt)->CheckUnchanged(); !s.ok()) return s;
+  rec.finished_at = evidence::Rfc3339Now();
+  return rec;
+}
+
+}  // namespace ckpt::cli

@@ -1,0 +1,46 @@
+// The local audit pipeline: every check this build supports, each turned into one
+// evidence::CheckResult, assembled into an (unsigned) evidence record.
+//
+// Checks: `fingerprint` (file digests, OMS manifest ROOT: the record's subjects),
+// `checkpoint_structure` (the strict reader and root rules), `scale_window` (the named policy)
+// and, with a source checkpoint, `pair_verify` (lossless re-encoding). Adding a check means
+// adding one adapter here; the record, signing and log do not change.
+#ifndef CKPT_SERVICES_CLI_AUDIT_CHECKS_H_
+#define CKPT_SERVICES_CLI_AUDIT_CHECKS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/evidence/record.h"
+#include "core/fingerprint/fingerprint.h"
+#include "core/progress.h"
+#include "core/quant/pair_verify.h"
+#include "core/quant/scale_window.h"
+
+namespace ckpt::cli {
+
+struct AuditOptions {
+  std::string root;
+  std::string source;  // empty: no pair audit
+  std::string policy = "scale-window";
+  unsigned threads = 0;
+};
+
+// Policies by name: "scale-window" (max span 17, exactly what E4M3 represents) and
+// "marlin-safe" (max span 14, so Marlin's scale folding cannot lose precision).
+absl::StatusOr<quant::ScaleWindowConfig> PolicyByName(const std::string& name);
+std::vector<std::string> PolicyNames();
+
+evidence::CheckResult FingerprintCheck(const Fingerprint& fp);
+evidence::CheckResult ScaleWindowCheck(const quant::ScaleWindowResult& r);
+evidence::CheckResult PairCheck(const quant::PairVerifyResult& r);
+
+// Errors only when the audit cannot run at all (missing root, unknown policy, I/O); a
+// checkpoint that breaks the rules gives a record with failing checks.
+absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
+                                                  Progress& progress);
+
+}  // namespace ckpt::cli
+
+#endif  // CKPT_SERVICES_CLI_AUDIT_CHECKS_H_

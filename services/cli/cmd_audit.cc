@@ -1,0 +1,101 @@
+// `ckpt-audit audit ROOT`: runs every check this build supports, appends one signed evidence
+// record to the log and prints the verdict and the record id. Exit 0 pass, 1 fail, 2 error.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "core/evidence/dsse.h"
+#include "services/cli/audit_checks.h"
+#include "services/cli/cli_util.h"
+#include "services/cli/commands.h"
+#include "services/cli/evidence_paths.h"
+#include "storage/evidence_log.h"
+
+namespace ckpt::cli {
+namespace {
+
+struct AuditArgs {
+  AuditOptions options;
+  std::string db;
+  std::string key;
+  std::string vsa;
+  bool json = false;
+};
+
+absl::Status WriteSummary(const evidence::EvidenceRecord& rec, const storage::EvidenceLog& log,
+                          const storage::AppendResult& appended, const std::string& envelope,
+                          const evidence::SigningKey& key, const std::string& path) {
+  auto payload = evidence::VerificationSummaryPayload(
+      rec, "https://ckpt-audit.dev/cli", absl::StrCat(log.origin(), "#", appended.seq),
+      ToHex(Sha256Of(evidence::AsBytes(envelope))));
+  if (!payload.ok()) return payload.status();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, key) << "\n";
+  if (!out) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot write"));
+  return absl::OkStatus();
+}
+
+int Run(const AuditArgs& a) {
+  auto setup = ResolveEvidenceSetup(a.db, a.key);
+  if (!setup.ok()) return ReportError(setup.status());
+  if (!setup->defaults_note.empty()) {
+    std::fprintf(stderr, "ckpt-audit: using the per-user %s\n", setup->defaults_note.c_str());
+  }
+  auto log = storage::EvidenceLog::Open(setup->db_path, /*create=*/true);
+  if (!log.ok()) return ReportError(log.status());
+  TerminalProgress progress;
+  auto rec = RunAudit(a.options, progress);
+  if (!rec.ok()) return ReportError(rec.status());
+  auto payload = evidence::RecordPayload(*rec);
+  if (!payload.ok()) return ReportError(payload.status());
+  std::string envelope =
+      evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, setup->key);
+  auto appended = (*log)->Append(envelope, setup->key);
+  if (!appended.ok()) return ReportError(appended.status());
+  if (!a.vsa.empty()) {
+    auto s = WriteSummary(*rec, **log, *appended, envelope, setup->key, a.vsa);
+    if (!s.ok()) return ReportError(s);
+  }
+  std::string verdict = evidence::VerdictName(rec->OverallVerdict());
+  if (a.json) {
+    nlohmann::ordered_json j = {{"verdict", verdict},
+                                {"record_id", appended->seq},
+                                {"db", setup->db_path},
+                                {"keyid", setup->key.public_key().KeyId()},
+                                {"tree_size", appended->tree_size},
+                                {"tree_root", ToHex(appended->root)},
+                                {"checks", nlohmann::ordered_json::array()}};
+    for (const auto& c : rec->checks) {
+      j["checks"].push_back({{"name", c.name}, {"verdict", evidence::VerdictName(c.verdict)}});
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    for (const auto& c : rec->checks) {
+      std::printf("  %-22s %s\n", c.name.c_str(), evidence::VerdictName(c.verdict).c_str());
+    }
+    std::printf("verdict %s: record %llu in %s (tree size %llu)\n", verdict.c_str(),
+                static_cast<unsigned long long>(appended->seq), setup->db_path.c_str(),
+                static_cast<unsigned long long>(appended->tree_size));
+  }
+  return rec->OverallVerdict() == evidence::Verdict::kFail ? kExitCheckFailed : kExitOk;
+}
+
+}  // namespace
+
+void AddAuditCommand(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand(
+      "audit", "Run every check on a checkpoint and append one signed evidence record");
+  auto a = std::make_shared<AuditArgs>();
+  cmd->add_option("ROOT", a->options.root, "checkpoint root")->required();
+  cmd->add_option("--source", a->options.source, "source checkpoint for a pair audit");
+  cmd->add_option("--policy", a->options.policy, "policy name (scale-window, marlin-safe)");
+  cmd->add_option("--db", a->db, "evidence database (default: per-user)");
+  cmd->add_option("--key", a->key, "signing key PEM (default: per-user, generated)");
+  cmd->add_option("--vsa", a->vsa, "also write a signed SLSA verification summary here");
+  cmd->add_option("--threads", a->options.threads, "worker threads (0: all cores)");
+  cmd->add_flag("--json", a->json, "machine-readable output");
+  cmd->callback([=] { *exit_code = Run(*a); });
+}
+
+}  // namespace ckpt::cli

@@ -1,0 +1,249 @@
+// `ckpt-audit verify RECORD|--db PATH [--id N]` checks one record: its DSSE signature against the
+// trust file, its subjects against a checkpoint on disk (--root), and its inclusion in the log
+// under the newest signed checkpoint. `ckpt-audit verify-log --db PATH` checks a whole log
+// (storage/log_verifier.h). Both exit 0 only when everything verifies, 1 when something does
+// not, 2 when the inputs cannot be read.
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/evidence/dsse.h"
+#include "core/evidence/record.h"
+#include "core/fingerprint/fingerprint.h"
+#include "services/cli/cli_util.h"
+#include "services/cli/commands.h"
+#include "services/cli/evidence_paths.h"
+#include "storage/evidence_log.h"
+#include "storage/log_verifier.h"
+#include "storage/tlog_checkpoint.h"
+
+namespace ckpt::cli {
+namespace {
+
+struct VerifyArgs {
+  std::string record;
+  std::string db;
+  int64_t id = -1;
+  std::string root;
+  std::string trust;
+  bool json = false;
+};
+
+// One line per verified property; `ok` false marks a failure.
+struct Outcome {
+  std::vector<std::pair<bool, std::string>> lines;
+  void Add(bool ok, std::string what) { lines.emplace_back(ok, std::move(what)); }
+  bool ok() const {
+    for (const auto& [good, _] : lines) {
+      if (!good) return false;
+    }
+    return !lines.empty();
+  }
+};
+
+void CheckSubjects(const evidence::RecordIndex& idx, const std::string& root, Outcome* out) {
+  TerminalProgress progress;
+  auto fp = FingerprintTree(root, {}, progress);
+  if (!fp.ok()) {
+    out->Add(false, absl::StrCat("subjects: cannot fingerprint ", root, ": ",
+                                 fp.status().message()));
+    return;
+  }
+  std::map<std::string, std::string> disk;
+  for (const FileFingerprint& f : fp->files) {
+    if (f.sha256) disk[f.path] = ToHex(*f.sha256);
+  }
+  disk[evidence::kManifestRootSubject] = fp->manifest.RootHex();
+  std::map<std::string, std::string> signed_subjects;
+  for (const auto& s : idx.subjects) signed_subjects[s.name] = s.sha256;
+  size_t bad = 0;
+  for (const auto& [name, digest] : signed_subjects) {
+    auto it = disk.find(name);
+    if (it == disk.end()) {
+      out->Add(false, absl::StrCat("subject ", name, ": missing under ", root));
+      ++bad;
+    } else if (it->second != digest) {
+      out->Add(false, absl::StrCat("subject ", name, ": digest differs (on disk ", it->second,
+                                   ", signed ", digest, ")"));
+      ++bad;
+    }
+  }
+  for (const auto& [name, _] : disk) {
+    if (!signed_subjects.count(name)) {
+      out->Add(false, absl::StrCat("file ", name, " under ", root, " is not a signed subject"));
+      ++bad;
+    }
+  }
+  if (bad == 0) {
+    out->Add(true, absl::StrCat("subjects: all ", signed_subjects.size(), " digests match ", root));
+  }
+}
+
+void CheckInclusion(const storage::EvidenceLog& log, uint64_t seq, const std::string& envelope,
+                    const evidence::TrustStore& trust, Outcome* out) {
+  auto latest = log.LatestCheckpoint();
+  if (!latest.ok()) {
+    out->Add(false, absl::StrCat("log: ", latest.status().message()));
+    return;
+  }
+  auto head = storage::VerifyCheckpoint(latest->second, log.origin(), trust);
+  if (!head.ok()) {
+    out->Add(false, absl::StrCat("log checkpoint: ", head.status().message()));
+    return;
+  }
+  auto proof = log.InclusionProof(seq, head->size);
+  absl::Status s = proof.ok() ? storage::VerifyInclusion(
+                                    storage::LeafHash(evidence::AsBytes(envelope)), seq,
+                                    head->size, *proof, head->root)
+                              : proof.status();
+  out->Add(s.ok(), s.ok() ? absl::StrCat("log: record ", seq, " is included in the signed tree "
+                                         "head of size ", head->size, " (", log.origin(), ")")
+                          : absl::StrCat("log: inclusion of record ", seq, ": ", s.message()));
+}
+
+int Verify(const VerifyArgs& a) {
+  if (a.record.empty() && a.db.empty()) {
+    return ReportError(absl::InvalidArgumentError("give a RECORD file or --db PATH"));
+  }
+  auto trust = LoadTrust(a.trust);
+  if (!trust.ok()) return ReportError(trust.status());
+  std::unique_ptr<storage::EvidenceLog> log;
+  if (!a.db.empty()) {
+    auto opened = storage::EvidenceLog::Open(a.db, /*create=*/false);
+    if (!opened.ok()) return ReportError(opened.status());
+    log = std::move(*opened);
+  }
+  std::string envelope;
+  int64_t seq = a.id;
+  if (!a.record.empty()) {
+    std::ifstream in(a.record, std::ios::binary);
+    if (!in) return ReportError(absl::NotFoundError(absl::StrCat(a.record, ": cannot read")));
+    envelope.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    while (!envelope.empty() && (envelope.back() == '\n' || envelope.back() == '\r')) {
+      envelope.pop_back();
+    }
+  } else {
+    if (seq < 0) {
+      auto size = log->Size();
+      if (!size.ok()) return ReportError(size.status());
+      if (*size == 0) return ReportError(absl::NotFoundError(absl::StrCat(a.db, ": log is empty")));
+      seq = static_cast<int64_t>(*size) - 1;
+    }
+    auto entry = log->Get(static_cast<uint64_t>(seq));
+    if (!entry.ok()) return ReportError(entry.status());
+    envelope = entry->envelope;
+  }
+  auto env = evidence::ParseEnvelope(envelope);
+  if (!env.ok()) return ReportError(env.status());
+  auto idx = evidence::IndexPayload(env->payload);
+  if (!idx.ok()) return ReportError(idx.status());
+
+  Outcome out;
+  auto keyid = evidence::VerifyEnvelope(*env, *trust);
+  out.Add(keyid.ok(), keyid.ok() ? absl::StrCat("signature: valid, key ", *keyid)
+                                 : absl::StrCat("signature: ", keyid.status().message()));
+  if (!a.root.empty()) CheckSubjects(*idx, a.root, &out);
+  if (log && idx->predicate_type == evidence::kVerificationSummaryType) {
+    // A VSA is not itself logged: it names the logged record it summarizes ("origin#seq") and
+    // that record's envelope digest. Check both, then prove that record's inclusion.
+    auto vsa = nlohmann::json::parse(env->payload, nullptr, false);
+    std::string uri, digest;
+    if (vsa.is_object() && vsa["predicate"].contains("inputAttestations") &&
+        !vsa["predicate"]["inputAttestations"].empty()) {
+      const auto& in = vsa["predicate"]["inputAttestations"][0];
+      uri = in.value("uri", "");
+      digest = in.contains("digest") ? in["digest"].value("sha256", "") : "";
+    }
+    std::string prefix = log->origin() + "#";
+    int64_t input = -1;
+    if (uri.rfind(prefix, 0) != 0 || !absl::SimpleAtoi(uri.substr(prefix.size()), &input)) {
+      out.Add(false, absl::StrCat("summary: input '", uri, "' is not a record of log ",
+                                  log->origin()));
+    } else if (auto entry = log->Get(static_cast<uint64_t>(input)); !entry.ok()) {
+      out.Add(false, absl::StrCat("summary: ", entry.status().message()));
+    } else if (ToHex(Sha256Of(evidence::AsBytes(entry->envelope))) != digest) {
+      out.Add(false, absl::StrCat("summary: record ", input, " digest differs from the summary's"));
+    } else {
+      out.Add(true, absl::StrCat("summary: summarizes record ", input, " (digest matches)"));
+      CheckInclusion(*log, static_cast<uint64_t>(input), entry->envelope, *trust, &out);
+    }
+  } else if (log) {
+    if (seq < 0) {
+      auto found = log->FindByLeafHash(storage::LeafHash(evidence::AsBytes(envelope)));
+      if (!found.ok()) out.Add(false, absl::StrCat("log: ", found.status().message()));
+      else seq = static_cast<int64_t>(*found);
+    }
+    if (seq >= 0) CheckInclusion(*log, static_cast<uint64_t>(seq), envelope, *trust, &out);
+  }
+  if (a.json) {
+    nlohmann::ordered_json j = {{"ok", out.ok()}, {"verdict", idx->verdict}, {"root", idx->root},
+                                {"checks", nlohmann::ordered_json::array()}};
+    if (seq >= 0) j["record_id"] = seq;
+    for (const auto& [good, what] : out.lines) j["checks"].push_back({{"ok", good}, {"what", what}});
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    for (const auto& [good, what] : out.lines) {
+      std::printf("[%s] %s\n", good ? "ok" : "FAIL", what.c_str());
+    }
+    std::printf("%s (recorded verdict: %s, root %s)\n", out.ok() ? "VERIFIED" : "NOT VERIFIED",
+                idx->verdict.c_str(), idx->root.c_str());
+  }
+  return out.ok() ? kExitOk : kExitCheckFailed;
+}
+
+int VerifyLogCommand(const VerifyArgs& a) {
+  auto trust = LoadTrust(a.trust);
+  if (!trust.ok()) return ReportError(trust.status());
+  if (FILE* f = std::fopen(a.db.c_str(), "rb"); f == nullptr) {
+    return ReportError(absl::NotFoundError(absl::StrCat(a.db, ": no evidence database")));
+  } else {
+    std::fclose(f);
+  }
+  storage::LogVerification v = storage::VerifyLogFile(a.db, *trust);
+  if (a.json) {
+    nlohmann::ordered_json j = {{"ok", v.ok()},
+                                {"entries", v.entries},
+                                {"checkpoints", v.checkpoints},
+                                {"signatures_verified", v.signatures_verified},
+                                {"root", v.root_hex},
+                                {"problems", v.problems}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%s: %llu entries, %llu signatures verified, %llu checkpoints, root %s\n",
+                a.db.c_str(), static_cast<unsigned long long>(v.entries),
+                static_cast<unsigned long long>(v.signatures_verified),
+                static_cast<unsigned long long>(v.checkpoints), v.root_hex.c_str());
+    for (const std::string& p : v.problems) std::printf("  FAIL %s\n", p.c_str());
+    std::printf("%s\n", v.ok() ? "LOG VERIFIED" : "LOG NOT VERIFIED");
+  }
+  return v.ok() ? kExitOk : kExitCheckFailed;
+}
+
+}  // namespace
+
+void AddVerifyCommands(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<VerifyArgs>();
+  auto* cmd = app.add_subcommand(
+      "verify", "Check a record's signature, its subjects (--root) and its inclusion in the log");
+  cmd->add_option("RECORD", a->record, "a DSSE envelope file (an evidence record or VSA)");
+  cmd->add_option("--db", a->db, "evidence database");
+  cmd->add_option("--id", a->id, "record id in --db (default: the newest)");
+  cmd->add_option("--root", a->root, "checkpoint root whose files must match the subjects");
+  cmd->add_option("--trust", a->trust, "trust file (default: per-user)");
+  cmd->add_flag("--json", a->json, "machine-readable output");
+  cmd->callback([=] { *exit_code = Verify(*a); });
+
+  auto b = std::make_shared<VerifyArgs>();
+  auto* log = app.add_subcommand(
+      "verify-log", "Recompute and check every entry, signature, tree node and checkpoint");
+  log->add_option("--db", b->db, "evidence database")->required();
+  log->add_option("--trust", b->trust, "trust file (default: per-user)");
+  log->add_flag("--json", b->json, "machine-readable output");
+  log->callback([=] { *exit_code = VerifyLogCommand(*b); });
+}
+
+}  // namespace ckpt::cli

@@ -1,0 +1,36 @@
+// Where the CLI keeps evidence when the user names nothing: a per-user database, signing key
+// and trust file under $XDG_DATA_HOME/ckpt-audit (default ~/.local/share/ckpt-audit).
+#ifndef CKPT_SERVICES_CLI_EVIDENCE_PATHS_H_
+#define CKPT_SERVICES_CLI_EVIDENCE_PATHS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/evidence/ed25519.h"
+#include "core/evidence/trust_store.h"
+
+namespace ckpt::cli {
+
+// The per-user directory (created 0700 on first use).
+absl::StatusOr<std::string> EvidenceHome();
+
+// The per-user signing key's path (it may not exist yet).
+absl::StatusOr<std::string> DefaultKeyPath();
+
+struct EvidenceSetup {
+  std::string db_path;
+  std::string key_path;
+  evidence::SigningKey key;
+  std::string defaults_note;  // what defaults were used, for one line on stderr; empty if none
+};
+
+// Resolves --db and --key: an empty value means the per-user default. A missing default key is
+// generated (0600) and added to the default trust file.
+absl::StatusOr<EvidenceSetup> ResolveEvidenceSetup(const std::string& db, const std::string& key);
+
+// --trust FILE, or the per-user trust file when empty.
+absl::StatusOr<evidence::TrustStore> LoadTrust(const std::string& trust_path);
+
+}  // namespace ckpt::cli
+
+#endif  // CKPT_SERVICES_CLI_EVIDENCE_PATHS_H_

@@ -1,0 +1,249 @@
+// End-to-end tests of the evidence commands through the ckpt-audit binary: keys, audit (pass,
+// fail, per-user defaults), verify, verify-log (clean and tampered), query, report, and the
+// HTML report rendered by headless Chromium.
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/evidence/log_test_util.h"
+#include "tests/evidence/png_probe.h"
+#include "tests/test_util.h"
+
+namespace ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using ::ckpt::testing::CopyFixture;
+using ::ckpt::testing::Fixture;
+using ::ckpt::testing::TempDir;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct Result {
+  int rc = -1;
+  std::string out;
+  std::string err;
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  // Runs ckpt-audit with XDG_DATA_HOME inside the test's directory.
+  Result Run(const std::string& args) {
+    std::string err_file = (dir_ / "stderr.txt").string();
+    std::string cmd = "XDG_DATA_HOME='" + (dir_ / "xdg").string() + "' '" + std::string(CKPT_BINARY_DIR) +
+                      "/services/cli/ckpt-audit' " + args + " 2>'" + err_file + "'";
+    Result r;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
+    int status = ::pclose(p);
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    auto err = testing::ReadAll(err_file);
+    r.err.assign(err.begin(), err.end());
+    return r;
+  }
+  std::string Db() { return (dir_ / "log.db").string(); }
+  std::string Key() { return (dir_ / "key.pem").string(); }
+  std::string Trust() { return (dir_ / "trusted").string(); }
+  void MakeKey() {
+    Result r = Run("keys generate --out " + Key() + " --trust " + Trust());
+    ASSERT_EQ(r.rc, 0) << r.err;
+  }
+  Result Audit(const std::string& root, const std::string& extra = "") {
+    return Run("audit " + root + " --db " + Db() + " --key " + Key() + " --json " + extra);
+  }
+
+  TempDir dir_;
+};
+
+// Makes layer 1 expert 0's w1 scale (row 0, group 0) tiny, so its span leaves the window.
+fs::path OverSpanCopy(const TempDir& dir) {
+  fs::path root = CopyFixture("mini-kimi-mxfp4", dir);
+  const std::string tensor =
+      "language_model.model.layers.1.block_sparse_moe.experts.0.w1.weight_scale";
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (e.path().extension() != ".safetensors") continue;
+    auto f = SafetensorsFile::Open(e.path().string());
+    const TensorInfo* t = f.ok() ? (*f)->Find(tensor) : nullptr;
+    if (t == nullptr) continue;
+    uint64_t offset = (*f)->data_start() + t->begin;
+    f->reset();
+    std::fstream io(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(offset));
+    io.put(static_cast<char>(1));
+    return root;
+  }
+  ADD_FAILURE() << "fixture tensor not found: " << tensor;
+  return root;
+}
+
+TEST_F(CliTest, KeysGenerateShowAndRefuseLooseKey) {
+  MakeKey();
+  struct stat st;
+  ASSERT_EQ(::stat(Key().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_TRUE(fs::exists(Key() + ".pub"));
+  Result show = Run("keys show --key " + Key() + " --json");
+  ASSERT_EQ(show.rc, 0) << show.err;
+  auto j = nlohmann::json::parse(show.out);
+  EXPECT_EQ(j["keyid"].get<std::string>().size(), 64u);
+  auto trust = testing::ReadAll(Trust());
+  EXPECT_EQ(std::string(trust.begin(), trust.end()), j["trust_line"].get<std::string>());
+  EXPECT_EQ(Run("keys generate --out " + Key()).rc, 2);  // never overwrites a key
+  ::chmod(Key().c_str(), 0644);
+  Result loose = Run("keys show --key " + Key());
+  EXPECT_EQ(loose.rc, 2);
+  EXPECT_THAT(loose.err, HasSubstr("FAILED_PRECONDITION"));
+}
+
+TEST_F(CliTest, AuditVerifyQueryAndReport) {
+  MakeKey();
+  Result pass = Audit(Fixture("mini-kimi-mxfp4").string());
+  ASSERT_EQ(pass.rc, 0) << pass.err;
+  EXPECT_EQ(nlohmann::json::parse(pass.out)["verdict"], "pass");
+
+  Result pair = Audit(Fixture("mini-kimi-nvfp4").string(),
+                      "--source " + Fixture("mini-kimi-mxfp4").string());
+  ASSERT_EQ(pair.rc, 0) << pair.err;
+  auto pj = nlohmann::json::parse(pair.out);
+  EXPECT_EQ(pj["record_id"], 1);
+  EXPECT_EQ(pj["checks"].back()["name"], "pair_verify");
+  EXPECT_EQ(pj["checks"].back()["verdict"], "pass");
+
+  fs::path bad = OverSpanCopy(dir_);
+  Result fail = Audit(bad.string());
+  ASSERT_EQ(fail.rc, 1) << fail.out << fail.err;
+  EXPECT_EQ(nlohmann::json::parse(fail.out)["verdict"], "fail");
+
+  Result vlog = Run("verify-log --db " + Db() + " --trust " + Trust());
+  EXPECT_EQ(vlog.rc, 0) << vlog.out;
+  EXPECT_THAT(vlog.out, HasSubstr("3 entries, 3 signatures verified"));
+
+  Result q = Run("query --db " + Db() + " --verdict fail --json");
+  ASSERT_EQ(q.rc, 0) << q.err;
+  auto qj = nlohmann::json::parse(q.out);
+  ASSERT_EQ(qj["records"].size(), 1u);
+  EXPECT_EQ(qj["records"][0]["id"], 2);
+  Result page = Run("query --db " + Db() + " --limit 2 --json");
+  auto page_j = nlohmann::json::parse(page.out);
+  EXPECT_EQ(page_j["records"].size(), 2u);
+  Result rest = Run("query --db " + Db() + " --limit 2 --json --page-token " +
+                    page_j["next_page_token"].get<std::string>());
+  EXPECT_EQ(nlohmann::json::parse(rest.out)["records"][0]["id"], 0);
+
+  // The failing record names the tensor, row and group; the report shows them.
+  Result md = Run("report --db " + Db() + " 2 --format md --trust " + Trust());
+  ASSERT_EQ(md.rc, 0) << md.err;
+  EXPECT_THAT(md.out, HasSubstr("over-span"));
+  EXPECT_THAT(md.out, HasSubstr("layers.1.block_sparse_moe.experts.0.w1"));
+  EXPECT_THAT(md.out, HasSubstr("signature | valid"));
+  Result js = Run("report --db " + Db() + " 0 --format json --trust " + Trust());
+  EXPECT_EQ(nlohmann::json::parse(js.out)["statement"]["predicate"]["verdict"], "pass");
+
+  // verify: signature, subjects against the disk, inclusion under the signed checkpoint.
+  Result ok = Run("verify --db " + Db() + " --id 2 --root " + bad.string() + " --trust " + Trust());
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+  EXPECT_THAT(ok.out, HasSubstr("included in the signed tree head of size 3"));
+  testing::WriteAll(bad / "config.json", std::string("{}"));
+  Result changed =
+      Run("verify --db " + Db() + " --id 2 --root " + bad.string() + " --trust " + Trust());
+  EXPECT_EQ(changed.rc, 1);
+  EXPECT_THAT(changed.out, HasSubstr("subject config.json: digest differs"));
+}
+
+TEST_F(CliTest, VsaFileVerifiesAgainstTheLog) {
+  MakeKey();
+  std::string vsa = (dir_ / "vsa.json").string();
+  ASSERT_EQ(Audit(Fixture("mini-kimi-mxfp4").string(), "--vsa " + vsa).rc, 0);
+  Result r = Run("verify " + vsa + " --db " + Db() + " --trust " + Trust() + " --json");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("summarizes record 0"));
+  auto bytes = testing::ReadAll(vsa);
+  auto env = evidence::ParseEnvelope(std::string(bytes.begin(), bytes.end() - 1));  // drop \n
+  ASSERT_TRUE(env.ok());
+  EXPECT_THAT(env->payload, HasSubstr("https://slsa.dev/verification_summary/v1"));
+  EXPECT_THAT(env->payload, HasSubstr("\"verificationResult\":\"PASSED\""));
+}
+
+TEST_F(CliTest, VerifyLogFailsOnTamperingAndUnknownTrust) {
+  MakeKey();
+  ASSERT_EQ(Audit(Fixture("mini-kimi-mxfp4").string()).rc, 0);
+  ASSERT_EQ(Audit(Fixture("mini-kimi-nvfp4").string()).rc, 0);
+  {
+    testing::RawDb db(Db());
+    db.DropTriggers();
+    ASSERT_EQ(db.Exec("UPDATE entries SET verdict = 'fail' WHERE seq = 0"), SQLITE_OK);
+  }
+  Result r = Run("verify-log --db " + Db() + " --trust " + Trust() + " --json");
+  EXPECT_EQ(r.rc, 1);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["ok"].get<bool>());
+  EXPECT_THAT(j["problems"].dump(), HasSubstr("index columns differ"));
+
+  EXPECT_EQ(Run("verify-log --db " + (dir_ / "missing.db").string() + " --trust " + Trust()).rc, 2);
+}
+
+TEST_F(CliTest, DefaultDatabaseAndKeyAreAnnouncedOnce) {
+  Result first = Run("audit " + Fixture("mini-kimi-mxfp4").string());
+  ASSERT_EQ(first.rc, 0) << first.err;
+  EXPECT_THAT(first.err, HasSubstr("using the per-user evidence database"));
+  EXPECT_THAT(first.err, HasSubstr("generated now"));
+  fs::path home = dir_ / "xdg" / "ckpt-audit";
+  EXPECT_TRUE(fs::exists(home / "evidence.db"));
+  struct stat st;
+  ASSERT_EQ(::stat((home / "audit-key.pem").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  Result second = Run("audit " + Fixture("mini-kimi-nvfp4").string());
+  ASSERT_EQ(second.rc, 0) << second.err;
+  EXPECT_THAT(second.err, Not(HasSubstr("generated now")));
+  // Default trust file was written with the generated key, so verify-log needs no --trust.
+  Result v = Run("verify-log --db " + (home / "evidence.db").string());
+  EXPECT_EQ(v.rc, 0) << v.out;
+  EXPECT_THAT(v.out, HasSubstr("2 entries"));
+}
+
+TEST_F(CliTest, HtmlReportRendersInHeadlessChromium) {
+  ASSERT_EQ(std::system("command -v chromium > /dev/null 2>&1"), 0)
+      << "chromium is required for this test; deploy/install-deps.sh installs package 'chromium'";
+  MakeKey();
+  fs::path bad = OverSpanCopy(dir_);
+  ASSERT_EQ(Audit(bad.string()).rc, 1);
+  std::string html = (dir_ / "report.html").string();
+  Result r = Run("report --db " + Db() + " 0 --format html -o " + html + " --trust " + Trust());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto page = testing::ReadAll(html);
+  std::string text(page.begin(), page.end());
+  EXPECT_THAT(text, HasSubstr("<svg"));
+  EXPECT_THAT(text, HasSubstr("Scale exponent span per layer"));
+  EXPECT_THAT(text, HasSubstr("policy window 17"));
+
+  std::string png = (dir_ / "report.png").string();
+  std::string cmd = "chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "
+                    "--user-data-dir='" + (dir_ / "chromium").string() + "' --screenshot='" + png +
+                    "' --window-size=1100,1400 'file://" + html + "' > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto bytes = testing::ReadAll(png);
+  ASSERT_GT(bytes.size(), 10000u) << "screenshot missing or tiny";
+  testing::PngPixels px = testing::DecodePng(bytes);
+  ASSERT_TRUE(px.error.empty()) << px.error;
+  EXPECT_EQ(px.width, 1100u);
+  EXPECT_EQ(px.height, 1400u);
+  EXPECT_GT(px.colours.size(), 50u) << "screenshot is (nearly) a single colour";
+  uint64_t most = 0;
+  for (const auto& [c, n] : px.colours) most = std::max(most, n);
+  EXPECT_LT(most, uint64_t{px.width} * px.height * 95 / 100);
+  // The failing verdict's red header (#c0392b) is on screen.
+  auto red = px.colours.find(0xc0392b);
+  ASSERT_NE(red, px.colours.end());
+  EXPECT_GT(red->second, 20000u);
+}
+
+}  // namespace
+}  // namespace ckpt
