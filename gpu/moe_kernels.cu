@@ -8,7 +8,8 @@ namespace ckpt::gpu {
 namespace {
 
 constexpr int kWarps = 8;       // warps per block; each warp owns one output row at a time
-constexpr int kChunk = 8;       // tokens whose accumulators a lane holds at once
+constexpr int kChunk = 4;       // tokens whose accumulators a lane holds at once
+constexpr int kPrefetch = 4;    // 32-element groups a lane loads ahead (4 x 32 x 32 = 4096 columns)
 
 __device__ __forceinline__ float Bf16ToFloat(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
 __device__ __forceinline__ uint16_t FloatToBf16(float v) {
@@ -49,25 +50,34 @@ __device__ __forceinline__ void GroupScales(const uint8_t* scale_row, int g, flo
   }
 }
 
+// Byte -> (value of low nibble, value of high nibble), built per block in shared memory so
+// that decoding costs one shared load per byte instead of the integer work of E2M1().
+__device__ __forceinline__ void BuildByteTable(float2* table) {
+  for (int b = threadIdx.x; b < 256; b += blockDim.x) table[b] = make_float2(E2M1(b & 15), E2M1(b >> 4));
+  __syncthreads();
+}
+
 // sum_{i<16} e2m1(w_i) * x_i for 8 packed bytes and 16 BF16 activations, i ascending.
-__device__ __forceinline__ float Dot16(uint32_t w0, uint32_t w1, uint4 xa, uint4 xb) {
+__device__ __forceinline__ float Dot16(const float2* table, uint32_t w0, uint32_t w1, uint4 xa,
+                                       uint4 xb) {
   const uint32_t w[2] = {w0, w1};
   const uint32_t x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
   float acc = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const uint32_t byte = (w[i / 4] >> (8 * (i % 4))) & 0xFFu;
-    acc = fmaf(E2M1(byte & 15u), Bf16ToFloat(x[i] & 0xFFFFu), acc);
-    acc = fmaf(E2M1(byte >> 4), Bf16ToFloat(x[i] >> 16), acc);
+    const float2 v = table[(w[i / 4] >> (8 * (i % 4))) & 0xFFu];
+    acc = fmaf(v.x, __uint_as_float(x[i] << 16), acc);
+    acc = fmaf(v.y, __uint_as_float(x[i] & 0xFFFF0000u), acc);
   }
   return acc;
 }
 
 // One 32-element group's contribution: (dot(block 0) * s0 + dot(block 1) * s1).
-__device__ __forceinline__ float GroupDot(uint4 w, const uint16_t* x, float s0, float s1) {
+__device__ __forceinline__ float GroupDot(const float2* table, uint4 w, const uint16_t* x,
+                                          float s0, float s1) {
   const uint4* xv = reinterpret_cast<const uint4*>(x);
-  const float p0 = Dot16(w.x, w.y, xv[0], xv[1]);
-  const float p1 = Dot16(w.z, w.w, xv[2], xv[3]);
+  const float p0 = Dot16(table, w.x, w.y, __ldg(xv), __ldg(xv + 1));
+  const float p1 = Dot16(table, w.z, w.w, __ldg(xv + 2), __ldg(xv + 3));
   return __fadd_rn(__fmul_rn(p0, s0), __fmul_rn(p1, s1));
 }
 
@@ -95,7 +105,9 @@ __device__ __forceinline__ float Glu(const GluParams& p, float g, float u) {
 
 // a[slot, r] = BF16(GLU(z_t . gate_r, z_t . up_r)) for row r of every pair of expert blockIdx.y.
 template <Fp4Kind K>
-__global__ void __launch_bounds__(kWarps * 32) GateUpKernel(ExpertLaunch l) {
+__global__ void __launch_bounds__(kWarps * 32, 2) GateUpKernel(ExpertLaunch l) {
+  __shared__ float2 table[256];
+  BuildByteTable(table);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = blockIdx.x * kWarps + warp;
   if (r >= l.intermediate) return;
@@ -116,17 +128,31 @@ __global__ void __launch_bounds__(kWarps * 32) GateUpKernel(ExpertLaunch l) {
       ag[c] = au[c] = 0.0f;
       zrow[c] = l.z + static_cast<size_t>(l.pair_slots[c0 + min(c, n - 1)] / l.top_k) * D;
     }
-    for (int g = lane; g < groups; g += 32) {
-      const uint4 wg = __ldg(reinterpret_cast<const uint4*>(gp) + g);
-      const uint4 wu = __ldg(reinterpret_cast<const uint4*>(up) + g);
-      float sg0, sg1, su0, su1;
-      GroupScales<K>(gs, g, ex.gate.global_scale, &sg0, &sg1);
-      GroupScales<K>(us, g, ex.up.global_scale, &su0, &su1);
+    // Each lane takes groups lane, lane + 32, ... ascending; kPrefetch of them are loaded
+    // before any is used so that a warp keeps several 512-byte loads in flight.
+    for (int g0 = lane; g0 < groups; g0 += 32 * kPrefetch) {
+      uint4 wg[kPrefetch], wu[kPrefetch];
+      float sg0[kPrefetch], sg1[kPrefetch], su0[kPrefetch], su1[kPrefetch];
 #pragma unroll
-      for (int c = 0; c < kChunk; ++c) {
-        if (c < n) {
-          ag[c] = __fadd_rn(ag[c], GroupDot(wg, zrow[c] + g * 32, sg0, sg1));
-          au[c] = __fadd_rn(au[c], GroupDot(wu, zrow[c] + g * 32, su0, su1));
+      for (int i = 0; i < kPrefetch; ++i) {
+        const int g = g0 + 32 * i;
+        if (g < groups) {
+          wg[i] = __ldg(reinterpret_cast<const uint4*>(gp) + g);
+          wu[i] = __ldg(reinterpret_cast<const uint4*>(up) + g);
+          GroupScales<K>(gs, g, ex.gate.global_scale, &sg0[i], &sg1[i]);
+          GroupScales<K>(us, g, ex.up.global_scale, &su0[i], &su1[i]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kPrefetch; ++i) {
+        const int g = g0 + 32 * i;
+        if (g >= groups) break;
+#pragma unroll
+        for (int c = 0; c < kChunk; ++c) {
+          if (c < n) {
+            ag[c] = __fadd_rn(ag[c], GroupDot(table, wg[i], zrow[c] + g * 32, sg0[i], sg1[i]));
+            au[c] = __fadd_rn(au[c], GroupDot(table, wu[i], zrow[c] + g * 32, su0[i], su1[i]));
+          }
         }
       }
     }
@@ -149,7 +175,9 @@ __global__ void __launch_bounds__(kWarps * 32) GateUpKernel(ExpertLaunch l) {
 
 // h[slot, r] = a_slot . down_r (+ bias) for row r of every pair of expert blockIdx.y.
 template <Fp4Kind K>
-__global__ void __launch_bounds__(kWarps * 32) DownKernel(ExpertLaunch l) {
+__global__ void __launch_bounds__(kWarps * 32, 3) DownKernel(ExpertLaunch l) {
+  __shared__ float2 table[256];
+  BuildByteTable(table);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = blockIdx.x * kWarps + warp;
   const int D = l.in_dim, I = l.intermediate;
@@ -168,13 +196,25 @@ __global__ void __launch_bounds__(kWarps * 32) DownKernel(ExpertLaunch l) {
       acc[c] = 0.0f;
       arow[c] = l.a + static_cast<size_t>(l.pair_slots[c0 + min(c, n - 1)]) * I;
     }
-    for (int g = lane; g < groups; g += 32) {
-      const uint4 w = __ldg(reinterpret_cast<const uint4*>(wp) + g);
-      float s0, s1;
-      GroupScales<K>(ws, g, ex.down.global_scale, &s0, &s1);
+    for (int g0 = lane; g0 < groups; g0 += 32 * kPrefetch) {
+      uint4 w[kPrefetch];
+      float s0[kPrefetch], s1[kPrefetch];
 #pragma unroll
-      for (int c = 0; c < kChunk; ++c) {
-        if (c < n) acc[c] = __fadd_rn(acc[c], GroupDot(w, arow[c] + g * 32, s0, s1));
+      for (int i = 0; i < kPrefetch; ++i) {
+        const int g = g0 + 32 * i;
+        if (g < groups) {
+          w[i] = __ldg(reinterpret_cast<const uint4*>(wp) + g);
+          GroupScales<K>(ws, g, ex.down.global_scale, &s0[i], &s1[i]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kPrefetch; ++i) {
+        const int g = g0 + 32 * i;
+        if (g >= groups) break;
+#pragma unroll
+        for (int c = 0; c < kChunk; ++c) {
+          if (c < n) acc[c] = __fadd_rn(acc[c], GroupDot(table, w[i], arow[c] + g * 32, s0[i], s1[i]));
+        }
       }
     }
 #pragma unroll
