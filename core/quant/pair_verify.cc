@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/parallel.h"
+#include "core/quant/byte_scan.h"
 #include "core/quant/codecs.h"
 #include "core/quant/quant_weight.h"
 #include "core/quant/scale_window.h"
@@ -37,49 +38,85 @@ bool BlockActive(const uint8_t* p) {  // 8 packed bytes = one 16-element block
   return (w & 0x7777777777777777ull) != 0;
 }
 
-// Source MXFP4 against derived NVFP4, block by block.
-void CompareNvfp4(const Mxfp4View& s, const Nvfp4View& d, const std::string& m, Outcome* o) {
-  std::array<double, 256> src_scale, dst_scale;
-  for (int b = 0; b < 256; ++b) {
-    src_scale[b] = DecodeE8M0(static_cast<uint8_t>(b));
-    dst_scale[b] = DecodeE4M3(static_cast<uint8_t>(b)) / static_cast<double>(d.global_scale());
+// For each E8M0 byte s, the E4M3 byte d with E4M3(d) / global == 2^(s-127) exactly, or -1.
+std::array<int, 256> ExactScaleBytes(float global) {
+  std::array<int, 256> out;
+  out.fill(-1);
+  for (int d = 0; d < 256; ++d) {
+    const double v = DecodeE4M3(static_cast<uint8_t>(d)) / static_cast<double>(global);
+    int e;
+    if (!(v > 0) || std::frexp(v, &e) != 0.5) continue;  // not a positive power of two
+    const int s = (e - 1) + 127;                           // v == 2^(e-1)
+    if (s >= 0 && s < 255 && std::ldexp(1.0, e - 1) == v) out[s] = d;
   }
+  return out;
+}
+
+// Source MXFP4 against derived NVFP4. Fast path per 32-group: identical packed bytes and both
+// block scales equal to the exact E4M3 image of the source scale; anything else is decided
+// block by block (scale equality on identical codes, else element by element).
+void CompareGroupSlow(const Mxfp4View& s, const Nvfp4View& d, const std::string& m, uint64_t r,
+                      uint64_t g, bool same_bytes, Outcome* o) {
+  const double want = DecodeE8M0(s.ScaleByte(r, g));
+  const uint8_t* a = s.codes().bytes().data() + r * (s.cols() / 2) + g * 16;
+  bool zero_fixed = false, differs = false;
+  for (int h = 0; h < 2; ++h) {
+    const uint64_t block = 2 * g + h;
+    if (same_bytes) {
+      if (want == d.BlockScale(r, block)) continue;
+      (BlockActive(a + 8 * h) ? differs : zero_fixed) = true;
+      continue;
+    }
+    for (uint64_t c = block * 16; c < block * 16 + 16; ++c) {
+      if (s.Value(r, c) != d.Value(r, c)) differs = true;
+    }
+  }
+  if (!same_bytes) o->found.Add(At("packed-bytes-differ", m, r, g, "FP4 codes differ"));
+  if (differs) {
+    Finding f = At("value-differs", m, r, g, "reconstructed values differ");
+    f.numbers = {{"source_scale_byte", s.ScaleByte(r, g)},
+                 {"derived_scale_byte_0", d.ScaleByte(r, 2 * g)},
+                 {"derived_scale_byte_1", d.ScaleByte(r, 2 * g + 1)}};
+    o->found.Add(std::move(f));
+  } else if (zero_fixed) {
+    ++o->zero_canonicalized;
+  }
+}
+
+void CompareNvfp4(const Mxfp4View& s, const Nvfp4View& d, const std::string& m, Outcome* o) {
+  const std::array<int, 256> exact = ExactScaleBytes(d.global_scale());
   const uint64_t groups = s.groups_per_row(), row_bytes = s.cols() / 2;
   const uint8_t* sp = s.codes().bytes().data();
   const uint8_t* dp = d.codes().bytes().data();
+  const uint8_t* ss = s.scales().data();
+  const uint8_t* ds = d.scales().data();
+  // Both 16-block scale bytes as one little-endian u16; 0xFFFFFFFF where no exact image exists.
+  std::array<uint32_t, 256> want2;
+  for (int b = 0; b < 256; ++b) want2[b] = exact[b] < 0 ? 0xFFFFFFFFu : exact[b] * 0x0101u;
+  // With a power-of-two global scale 2^j, the exact E4M3 image of 2^(s-127) is the normal
+  // byte (s + j - 120) << 3 whenever that exponent field is 1..15: checked 16 groups at a time.
+  int j = 0;
+  const bool pow2_global = std::frexp(d.global_scale(), &j) == 0.5f;
+  const int c = (j - 1) - 120;
   for (uint64_t r = 0; r < s.rows(); ++r) {
+    // Fast path for a whole row: libc's vectorized memcmp of the codes and a vectorized scan of
+    // the scales. Rows that fail it are examined group by group.
+    const uint8_t* srow = ss + r * groups;
+    const uint8_t* drow = ds + r * groups * 2;
+    if (std::memcmp(sp + r * row_bytes, dp + r * row_bytes, row_bytes) == 0 && pow2_global) {
+      uint8_t lo, hi;
+      MinMaxBytes(srow, groups, &lo, &hi);
+      if (hi != kE8M0NaN && lo + c >= 1 && hi + c <= 15 &&
+          RowScalesMatchNormal(srow, drow, groups, c)) {
+        continue;
+      }
+    }
     for (uint64_t g = 0; g < groups; ++g) {
-      const uint8_t* a = sp + r * row_bytes + g * 16;
-      const uint8_t* b = dp + r * row_bytes + g * 16;
-      const bool same_bytes = std::memcmp(a, b, 16) == 0;
-      if (!same_bytes) o->found.Add(At("packed-bytes-differ", m, r, g, "FP4 codes differ"));
-      const double want = src_scale[s.ScaleByte(r, g)];
-      bool zero_fixed = false, differs = false;
-      for (int h = 0; h < 2; ++h) {
-        const uint64_t block = 2 * g + h;
-        const double got = dst_scale[d.ScaleByte(r, block)];
-        if (same_bytes) {
-          if (want == got) continue;
-          if (BlockActive(a + 8 * h)) {
-            differs = true;
-          } else {
-            zero_fixed = true;
-          }
-          continue;
-        }
-        for (uint64_t c = block * 16; c < block * 16 + 16; ++c) {
-          if (s.Value(r, c) != d.Value(r, c)) differs = true;
-        }
-      }
-      if (differs) {
-        Finding f = At("value-differs", m, r, g, "reconstructed values differ");
-        f.numbers = {{"source_scale_byte", s.ScaleByte(r, g)},
-                     {"derived_scale_byte_0", d.ScaleByte(r, 2 * g)},
-                     {"derived_scale_byte_1", d.ScaleByte(r, 2 * g + 1)}};
-        o->found.Add(std::move(f));
-      } else if (zero_fixed) {
-        ++o->zero_canonicalized;
-      }
+      const bool same_bytes = Same16(sp + r * row_bytes + g * 16, dp + r * row_bytes + g * 16);
+      uint16_t got;
+      std::memcpy(&got, drow + 2 * g, 2);
+      if (same_bytes && want2[srow[g]] == got) continue;
+      CompareGroupSlow(s, d, m, r, g, same_bytes, o);
     }
   }
   o->packed_bytes = s.codes().bytes().size();
@@ -91,7 +128,7 @@ void CompareX4T(const Mxfp4View& s, const X4TExpertMatrix& x, const std::string&
   const uint8_t* sp = s.codes().bytes().data();
   for (uint64_t r = 0; r < s.rows(); ++r) {
     for (uint64_t g = 0; g < groups; ++g) {
-      if (std::memcmp(sp + r * row_bytes + g * 16, &x.weight_packed[r * row_bytes + g * 16], 16)) {
+      if (!Same16(sp + r * row_bytes + g * 16, &x.weight_packed[r * row_bytes + g * 16])) {
         o->found.Add(At("packed-bytes-differ", m, r, g, "FP4 codes differ"));
       }
       if (s.ScaleByte(r, g) != x.weight_scale[r * groups + g]) {

@@ -1,5 +1,6 @@
 #include "core/quant/scale_window.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -7,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/parallel.h"
+#include "core/quant/byte_scan.h"
 #include "core/quant/codecs.h"
 #include "core/quant/quant_weight.h"
 #include "core/quant/x4t_container.h"
@@ -25,40 +27,63 @@ struct Scan {
   std::span<const uint8_t> packed, scale;
 };
 
+// The hot loop keeps only min/max/count of active scale bytes (a histogram of active groups
+// costs a dependent store per group); NaN locations are found by a second pass when present.
 void ScanMxfp4(const PackedFp4& codes, std::span<const uint8_t> scale, size_t cap, Scan* s) {
   const uint64_t groups = codes.cols() / 32;
   s->stats.rows = codes.rows();
   s->stats.groups = codes.rows() * groups;
   s->nan = FindingList(cap);
+  const uint8_t* packed = codes.bytes().data();
+  uint32_t lo = 255, hi = 0;
+  uint64_t active = 0, nan_active = 0;
   for (uint64_t r = 0; r < codes.rows(); ++r) {
+    const uint8_t* row = packed + r * groups * 16;
+    const uint8_t* sc = scale.data() + r * groups;
+    // Fast path (nearly every row): all groups active and no NaN scale.
+    if (RowAllActive(row, groups)) {
+      uint8_t row_lo, row_hi;
+      MinMaxBytes(sc, groups, &row_lo, &row_hi);
+      if (row_hi != kE8M0NaN) {
+        lo = std::min<uint32_t>(lo, row_lo);
+        hi = std::max<uint32_t>(hi, row_hi);
+        active += groups;
+        continue;
+      }
+    }
     for (uint64_t g = 0; g < groups; ++g) {
-      const uint8_t b = scale[r * groups + g];
-      if (codes.AnyNonzero(r, g * 32, 32)) {
-        s->active_hist[b]++;
-        if (b == kE8M0NaN) {
-          s->nan.Add({"nan-scale", s->stats.tensor, static_cast<int64_t>(r),
-                      static_cast<int64_t>(g), "E8M0 0xFF (NaN) on a group with nonzero values", {}});
-        }
+      const uint32_t b = sc[g];
+      if (GroupActive16(row + g * 16)) {
+        ++active;
+        nan_active += b == kE8M0NaN;
+        lo = std::min(lo, b);
+        hi = std::max(hi, b == kE8M0NaN ? 0u : b);
       } else {
         s->zero_hist[b]++;
-        if (b == kE8M0NaN) {
-          s->nan.Add({"nan-scale-zero-group", s->stats.tensor, static_cast<int64_t>(r),
-                      static_cast<int64_t>(g), "E8M0 0xFF on an all-zero group (values are zero)", {}});
-        }
       }
     }
   }
-  for (int b = 0; b < 255; ++b) {
-    s->stats.active_groups += s->active_hist[b];
-    if (s->active_hist[b]) {
-      if (!s->stats.k_min) s->stats.k_min = E8M0Exponent(b);
-      s->stats.k_max = E8M0Exponent(b);
-    }
+  s->stats.active_groups = active;
+  s->stats.nan_scales_active = nan_active;
+  if (active > nan_active) {
+    s->stats.k_min = E8M0Exponent(static_cast<uint8_t>(lo));
+    s->stats.k_max = E8M0Exponent(static_cast<uint8_t>(hi));
   }
-  s->stats.nan_scales_active = s->active_hist[kE8M0NaN];
-  s->stats.active_groups += s->active_hist[kE8M0NaN];
   s->stats.nan_scales_zero = s->zero_hist[kE8M0NaN];
   for (uint64_t n : s->zero_hist) s->stats.zero_groups += n;
+  if (nan_active == 0 && s->stats.nan_scales_zero == 0) return;
+  for (uint64_t r = 0; r < codes.rows(); ++r) {
+    for (uint64_t g = 0; g < groups; ++g) {
+      if (scale[r * groups + g] != kE8M0NaN) continue;
+      if (GroupActive16(packed + (r * groups + g) * 16)) {
+        s->nan.Add({"nan-scale", s->stats.tensor, static_cast<int64_t>(r),
+                    static_cast<int64_t>(g), "E8M0 0xFF (NaN) on a group with nonzero values", {}});
+      } else {
+        s->nan.Add({"nan-scale-zero-group", s->stats.tensor, static_cast<int64_t>(r),
+                    static_cast<int64_t>(g), "E8M0 0xFF on an all-zero group (values are zero)", {}});
+      }
+    }
+  }
 }
 
 void ScanNvfp4(const Nvfp4View& v, size_t cap, Scan* s) {
@@ -138,7 +163,8 @@ absl::Status ScanModule(const Checkpoint& ckpt, const std::string& module, size_
 }
 
 // Second pass, only over tensors that have over-span groups: list their coordinates.
-void ListOverSpan(const Scan& s, int limit_k, FindingList* out) {
+uint64_t ListOverSpan(const Scan& s, int limit_k, FindingList* out) {
+  uint64_t n = 0;
   const uint64_t groups = s.stats.groups / s.stats.rows;
   const uint64_t cols = groups * 32;
   PackedFp4 codes(s.packed, s.stats.rows, cols, NibbleOrder::kLowFirst);
@@ -147,11 +173,13 @@ void ListOverSpan(const Scan& s, int limit_k, FindingList* out) {
       const uint8_t b = s.scale[r * groups + g];
       if (b == kE8M0NaN || E8M0Exponent(b) >= limit_k) continue;
       if (!codes.AnyNonzero(r, g * 32, 32)) continue;
+      ++n;
       out->Add({"over-span", s.stats.tensor, static_cast<int64_t>(r), static_cast<int64_t>(g),
                 "active group below the E4M3 window of its fused k_max",
                 {{"k", E8M0Exponent(b)}, {"k_max", *s.stats.pair_k_max}}});
     }
   }
+  return n;
 }
 
 }  // namespace
@@ -292,11 +320,12 @@ absl::StatusOr<ScaleWindowResult> ScaleWindowPolicy::Check(const Checkpoint& ckp
       const int low = *t.pair_k_max - config_.max_span;
       for (int b = 0; b < 255; ++b) {
         const int k = E8M0Exponent(b);
-        if (k < low) t.over_span_groups += s.active_hist[b];
         if (k < low || k > *t.pair_k_max) t.zero_groups_out_of_window += s.zero_hist[b];
       }
-      if (t.over_span_groups > 0) ListOverSpan(s, low, &result.over_span);
-      // Counted but not listed past the cap: ListOverSpan adds every group it finds.
+      // Only tensors whose smallest active exponent is out of the window are scanned again.
+      if (t.k_min && *t.k_min < low) {
+        t.over_span_groups = ListOverSpan(s, low, &result.over_span);
+      }
       if (t.span() >= config_.marlin_span) {
         result.hazards.Add({"marlin-small-scale-folding", t.tensor, -1, -1,
                             "after transcoding, block scales fall below 2^-6 (span >= 15)",
