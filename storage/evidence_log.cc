@@ -114,11 +114,24 @@ absl::StatusOr<std::unique_ptr<EvidenceLog>> EvidenceLog::Open(const std::string
 
 EvidenceLog::~EvidenceLog() {
   node_stmt_.reset();
+  entry_stmt_.reset();
+  subject_stmt_.reset();
+  insert_node_stmt_.reset();
   sqlite3_close(db_);
 }
 
 absl::StatusOr<Statement> EvidenceLog::Prepare(const std::string& sql) const {
   return Statement::Prepare(db_, sql, path_);
+}
+
+absl::StatusOr<Statement*> EvidenceLog::Cached(std::optional<Statement>& slot,
+                                               const char* sql) const {
+  if (!slot) {
+    auto s = Prepare(sql);
+    if (!s.ok()) return s.status();
+    slot = std::move(*s);
+  }
+  return &*slot;
 }
 
 absl::Status EvidenceLog::Configure(bool create, const std::string& origin) {
@@ -127,7 +140,7 @@ absl::Status EvidenceLog::Configure(bool create, const std::string& origin) {
   // journal_mode answers with a row, so it goes through Exec (which ignores rows).
   if (auto s = Exec(db_,
                     "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"
-                    " PRAGMA recursive_triggers=ON;",
+                    " PRAGMA recursive_triggers=ON; PRAGMA wal_autocheckpoint=8192;",
                     path_);
       !s.ok()) {
     return s;
@@ -224,11 +237,11 @@ absl::Status EvidenceLog::InsertOne(uint64_t seq, const std::string& envelope) {
   auto idx = evidence::IndexPayload(env->payload);
   if (!idx.ok()) return idx.status();
   Hash leaf = LeafHash(evidence::AsBytes(envelope));
-  auto ins = Prepare(
+  auto ins = Cached(entry_stmt_,
       "INSERT INTO entries(seq, envelope, leaf_hash, predicate_type, keyid, root_path, policy,"
       " verdict, audit_time) VALUES(?,?,?,?,?,?,?,?,?)");
   if (!ins.ok()) return ins.status();
-  ins->Bind(1, static_cast<int64_t>(seq))
+  (*ins)->Bind(1, static_cast<int64_t>(seq))
       .BindBlob(2, evidence::AsBytes(envelope))
       .BindBlob(3, leaf)
       .Bind(4, idx->predicate_type)
@@ -237,21 +250,21 @@ absl::Status EvidenceLog::InsertOne(uint64_t seq, const std::string& envelope) {
       .Bind(7, idx->policy)
       .Bind(8, idx->verdict)
       .Bind(9, idx->time);
-  if (auto s = ins->Run(); !s.ok()) return s;
-  auto sub = Prepare("INSERT INTO subjects(seq, name, sha256) VALUES(?,?,?)");
+  if (auto s = (*ins)->Run(); !s.ok()) return s;
+  auto sub = Cached(subject_stmt_, "INSERT INTO subjects(seq, name, sha256) VALUES(?,?,?)");
   if (!sub.ok()) return sub.status();
   for (const evidence::Subject& s : idx->subjects) {
-    sub->Bind(1, static_cast<int64_t>(seq)).Bind(2, s.name).Bind(3, s.sha256);
-    if (auto st = sub->Run(); !st.ok()) return st;
+    (*sub)->Bind(1, static_cast<int64_t>(seq)).Bind(2, s.name).Bind(3, s.sha256);
+    if (auto st = (*sub)->Run(); !st.ok()) return st;
   }
   // Store the leaf and every complete subtree it finishes (the right spine while idx is odd).
-  auto node = Prepare("INSERT INTO tree_nodes(level, idx, hash) VALUES(?,?,?)");
+  auto node = Cached(insert_node_stmt_, "INSERT INTO tree_nodes(level, idx, hash) VALUES(?,?,?)");
   if (!node.ok()) return node.status();
   Hash h = leaf;
   uint64_t i = seq;
   for (int level = 0;; ++level) {
-    node->Bind(1, level).Bind(2, static_cast<int64_t>(i)).BindBlob(3, h);
-    if (auto s = node->Run(); !s.ok()) return s;
+    (*node)->Bind(1, level).Bind(2, static_cast<int64_t>(i)).BindBlob(3, h);
+    if (auto s = (*node)->Run(); !s.ok()) return s;
     if ((i & 1) == 0) break;
     auto left = Node(level, i - 1);
     if (!left.ok()) return left.status();
@@ -363,12 +376,9 @@ absl::StatusOr<std::pair<uint64_t, std::string>> EvidenceLog::LatestCheckpoint()
 }
 
 absl::StatusOr<Hash> EvidenceLog::Node(int level, uint64_t index) const {
-  if (!node_stmt_) {
-    auto s = Prepare("SELECT hash FROM tree_nodes WHERE level = ? AND idx = ?");
-    if (!s.ok()) return s.status();
-    node_stmt_ = std::move(*s);
-  }
-  Statement& q = *node_stmt_;
+  auto cached = Cached(node_stmt_, "SELECT hash FROM tree_nodes WHERE level = ? AND idx = ?");
+  if (!cached.ok()) return cached.status();
+  Statement& q = **cached;
   q.Bind(1, level).Bind(2, static_cast<int64_t>(index));
   auto row = q.Step();
   if (!row.ok()) return row.status();

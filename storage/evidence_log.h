@@ -117,11 +117,13 @@ class EvidenceLog final : public NodeReader {
                                             const evidence::SigningKey& log_key);
   absl::Status InsertOne(uint64_t seq, const std::string& envelope);
   absl::StatusOr<Statement> Prepare(const std::string& sql) const;
+  // A statement prepared once per connection and reused (appends and proofs are hot paths).
+  absl::StatusOr<Statement*> Cached(std::optional<Statement>& slot, const char* sql) const;
 
   const std::string path_;
   sqlite3* const db_;
   std::string origin_;
-  mutable std::optional<Statement> node_stmt_;  // hot path of every proof
+  mutable std::optional<Statement> node_stmt_, entry_stmt_, subject_stmt_, insert_node_stmt_;
 };
 
 }  // namespace ckpt::storage
