@@ -14,11 +14,12 @@ nlohmann::json Finding::ToJson() const {
 }
 
 std::string Finding::ToText() const {
-  std::string s = code + ":";
-  if (!tensor.empty()) absl::StrAppend(&s, " ", tensor);
-  if (row >= 0) absl::StrAppend(&s, " row ", row);
-  if (group >= 0) absl::StrAppend(&s, " group ", group);
-  for (const auto& [k, v] : numbers) absl::StrAppend(&s, " ", k, "=", v);
+  std::string where = tensor;
+  if (row >= 0) absl::StrAppend(&where, where.empty() ? "" : " ", "row ", row);
+  if (group >= 0) absl::StrAppend(&where, " group ", group);
+  for (const auto& [k, v] : numbers) absl::StrAppend(&where, " ", k, "=", v);
+  std::string s = code;
+  if (!where.empty()) absl::StrAppend(&s, ": ", where);
   if (!message.empty()) absl::StrAppend(&s, ": ", message);
   return s;
 }

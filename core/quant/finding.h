@@ -22,7 +22,7 @@ struct Finding {
   std::map<std::string, int64_t> numbers;  // e.g. {"k": -25, "k_max": -3}
 
   nlohmann::json ToJson() const;
-  std::string ToText() const;  // "code: tensor row R group G: message"
+  std::string ToText() const;  // "code: tensor row R group G k=v: message"
 };
 
 // Keeps the first `cap` findings (in the order added) and counts all of them by code.

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/checkpoint.h"
+#include "core/quant/format.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 
@@ -34,14 +35,6 @@ void AddFile(const SafetensorsFile& f, const std::string& name, Summary* s) {
   }
 }
 
-std::string DeclaredQuantization(const nlohmann::json& config) {
-  auto q = config.find("quantization_config");
-  if (q == config.end() || !q->is_object()) return "none declared";
-  std::string method = q->value("quant_method", "?");
-  std::string format = q->value("format", "");
-  return format.empty() ? method : method + " / " + format;
-}
-
 absl::StatusOr<Summary> Summarize(const std::string& path) {
   Summary s;
   struct stat st;
@@ -56,7 +49,12 @@ absl::StatusOr<Summary> Summarize(const std::string& path) {
   if (!ckpt.ok()) return ckpt.status();
   s.kind = absl::StrFormat("checkpoint root (%s) %s", LayoutName((*ckpt)->layout()),
                            (*ckpt)->root());
-  s.quantization = DeclaredQuantization((*ckpt)->text_config());
+  const quant::FormatReport format = quant::DetectFormat(**ckpt);
+  s.quantization = format.Describe();
+  if (format.findings.total() > 0) {
+    s.quantization += " (" + std::to_string(format.findings.total()) +
+                      " contract findings: ckpt-audit quant-check)";
+  }
   for (const auto& shard : (*ckpt)->shards()) AddFile(*shard, (*ckpt)->RelativePath(*shard), &s);
   return s;
 }
