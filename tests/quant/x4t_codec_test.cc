@@ -5,7 +5,12 @@
 #include <random>
 
 #include "core/checkpoint.h"
+#include "core/progress.h"
+#include "core/quant/dequant.h"
+#include "core/quant/pair_verify.h"
 #include "core/quant/quant_weight.h"
+#include "core/quant/safetensors_writer.h"
+#include "core/sha256.h"
 #include "core/quant/x4t_container.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -13,7 +18,9 @@
 namespace ckpt::quant {
 namespace {
 
+using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::Fixture;
+using ::ckpt::testing::TempDir;
 
 std::vector<uint8_t> RandomPlane(uint32_t rows, uint32_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -108,6 +115,76 @@ TEST(X4TContainer, GroupMajorPermutationRoundTrips) {
   std::vector<uint8_t> stored = PermuteGroupMajor(src, 5, 3);
   EXPECT_EQ(stored[(2 * 5 + 1) * 16 + 4], src[(1 * 3 + 2) * 16 + 4]);  // stored[g=2, r=1, k=4]
   EXPECT_EQ(UnpermuteGroupMajor(stored, 5, 3), src);
+}
+
+
+// Rewrites a copied X4T container with every w2 stored group-major ([in/32, out, 16]) and,
+// when `declare`, the layout declared in manifest.json.
+void MakeGroupMajorContainer(const std::filesystem::path& root, bool declare) {
+  for (const char* shard : {"experts-00001.safetensors", "experts-00002.safetensors"}) {
+    const std::string path = (root / "tensors" / shard).string();
+    std::vector<uint8_t> copy;
+    std::vector<TensorToWrite> out;
+    {
+      auto f = SafetensorsFile::Open(path);
+      ASSERT_TRUE(f.ok()) << f.status();
+      for (const TensorInfo& t : (*f)->tensors()) {
+        std::span<const uint8_t> b = (*f)->Bytes(t);
+        std::vector<uint8_t> bytes(b.begin(), b.end());
+        std::vector<uint64_t> shape = t.shape;
+        if (t.name.ends_with(".w2.weight_packed")) {
+          const uint64_t rows = t.shape[0], groups = t.shape[1] / 16;
+          bytes = PermuteGroupMajor(bytes, rows, groups);
+          shape = {groups, rows, 16};
+        }
+        out.push_back(TensorToWrite::Owned(t.name, t.dtype, shape, std::move(bytes)));
+      }
+    }
+    std::filesystem::remove(path);
+    ASSERT_TRUE(WriteSafetensors(path, std::move(out), {{"format", "pt"}}).ok());
+  }
+  if (declare) {
+    auto mf = ReadJsonFile((root / "manifest.json").string());
+    ASSERT_TRUE(mf.ok());
+    (*mf)["w2_packed_layout"] = kW2GroupMajorLayout;
+    ::ckpt::testing::WriteAll(root / "manifest.json", mf->dump(1));
+  }
+}
+
+TEST(X4TContainer, DeclaredGroupMajorW2IsUnpermuted) {
+  TempDir dir;
+  auto root = CopyFixture("mini-kimi-x4t", dir);
+  MakeGroupMajorContainer(root, /*declare=*/true);
+  auto x4t = Checkpoint::Open(root.string());
+  auto src = Checkpoint::Open(Fixture("mini-kimi-mxfp4").string());
+  ASSERT_TRUE(x4t.ok() && src.ok()) << x4t.status();
+  const std::string w2 = "language_model.model.layers.2.block_sparse_moe.experts.9.w2";
+  EXPECT_EQ((*x4t)->Find(w2 + ".weight_packed")->info->shape, (std::vector<uint64_t>{6, 128, 16}));
+  auto a = DequantizeWeight(**x4t, w2);
+  auto b = DequantizeWeight(**src, w2);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status();
+  EXPECT_EQ(*a, *b);
+  PairVerifyOptions opt;
+  opt.format.root_map.push_back({"/x4t", root.string()});
+  auto r = VerifyPair(**src, **x4t, opt, NoProgress());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->lossless) << r->ToJson().dump(2);
+}
+
+TEST(X4TContainer, UndeclaredGroupMajorW2IsAMismatch) {
+  TempDir dir;
+  auto root = CopyFixture("mini-kimi-x4t", dir);
+  MakeGroupMajorContainer(root, /*declare=*/false);
+  auto x4t = Checkpoint::Open(root.string());
+  auto src = Checkpoint::Open(Fixture("mini-kimi-mxfp4").string());
+  ASSERT_TRUE(x4t.ok() && src.ok());
+  PairVerifyOptions opt;
+  opt.format.root_map.push_back({"/x4t", root.string()});
+  auto r = VerifyPair(**src, **x4t, opt, NoProgress());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->lossless);
+  // Read as [out, in/2], the rank-3 tensor is mis-shaped: reported per w2, never accepted.
+  EXPECT_EQ(r->mismatches.count("derived-tensor-invalid"), 32u) << r->ToJson().dump(2);
 }
 
 }  // namespace
