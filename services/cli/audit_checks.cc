@@ -133,6 +133,36 @@ CheckResult PairCheck(const quant::PairVerifyResult& r) {
   return c;
 }
 
+CheckResult ForwardCheck(const forward::ForwardAuditResult& r) {
+  CheckResult c;
+  c.name = "block_forward";
+  c.verdict = r.passed ? Verdict::kPass : Verdict::kFail;
+  const nlohmann::json& rep = r.report;
+  if (rep.contains("determinism")) {
+    c.counts["rerun_differing_elements"] = rep["determinism"].value("differing_elements", 0);
+  }
+  if (rep.contains("source_vs_derived") && rep["source_vs_derived"].contains("tensors")) {
+    ojson points = ojson::array();
+    for (const auto& [name, t] : rep["source_vs_derived"]["tensors"].items()) {
+      int64_t differing = t.value("differing_elements", int64_t{0});
+      c.counts[absl::StrCat(name, "_differing_elements")] = differing;
+      points.push_back({{"label", name}, {"value", differing}});
+      if (differing > 0) {
+        c.findings.push_back({{"code", "block-output-differs"},
+                              {"tensor", name},
+                              {"message", absl::StrCat(differing, " of ", t.value("elements", 0),
+                                                       " elements differ, max |diff| ",
+                                                       t.value("max_abs_diff", "?"))}});
+      }
+    }
+    c.series.push_back({{"title", "Block outputs differing from the source (elements)"},
+                        {"unit", "elements"},
+                        {"points", points}});
+  }
+  c.details = {{"verdict", rep.value("verdict", "")}, {"layer", rep.value("layer", -1)}};
+  return c;
+}
+
 absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
                                                   Progress& progress) {
   auto policy = PolicyByName(options.policy);
@@ -189,6 +219,16 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
     if (!pair.ok()) return pair.status();
     rec.checks.push_back(PairCheck(*pair));
     rec.pair_audit = Ordered(pair->ToJson());
+  }
+  if (options.forward_layer >= 0) {
+    forward::ForwardAuditOptions fopt;
+    fopt.root = *root;
+    fopt.source = rec.source_root;
+    fopt.layer = options.forward_layer;
+    auto fwd = forward::RunForwardAudit(fopt, forward::CpuDevice());
+    if (!fwd.ok()) return fwd.status();
+    rec.checks.push_back(ForwardCheck(*fwd));
+    rec.block_forward = Ordered(fwd->report);
   }
   if (auto s = (*ckpt)->CheckUnchanged(); !s.ok()) return s;
   rec.finished_at = evidence::Rfc3339Now();

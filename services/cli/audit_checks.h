@@ -3,7 +3,8 @@
 //
 // Checks: `fingerprint` (file digests, OMS manifest ROOT: the record's subjects),
 // `checkpoint_structure` (the strict reader and root rules), `scale_window` (the named policy)
-// and, with a source checkpoint, `pair_verify` (lossless re-encoding). Adding a check means
+// with a source checkpoint, `pair_verify` (lossless re-encoding), and with a layer,
+// `block_forward` (the CPU reference block on derived vs source). Adding a check means
 // adding one adapter here; the record, signing and log do not change.
 #ifndef CKPT_SERVICES_CLI_AUDIT_CHECKS_H_
 #define CKPT_SERVICES_CLI_AUDIT_CHECKS_H_
@@ -14,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "core/evidence/record.h"
 #include "core/fingerprint/fingerprint.h"
+#include "core/forward/forward_audit.h"
 #include "core/progress.h"
 #include "core/quant/pair_verify.h"
 #include "core/quant/scale_window.h"
@@ -24,6 +26,7 @@ struct AuditOptions {
   std::string root;
   std::string source;  // empty: no pair audit
   std::string policy = "scale-window";
+  int forward_layer = -1;  // >= 0: run the block forward audit on this layer (CPU reference)
   unsigned threads = 0;
 };
 
@@ -35,6 +38,7 @@ std::vector<std::string> PolicyNames();
 evidence::CheckResult FingerprintCheck(const Fingerprint& fp);
 evidence::CheckResult ScaleWindowCheck(const quant::ScaleWindowResult& r);
 evidence::CheckResult PairCheck(const quant::PairVerifyResult& r);
+evidence::CheckResult ForwardCheck(const forward::ForwardAuditResult& r);
 
 // Errors only when the audit cannot run at all (missing root, unknown policy, I/O); a
 // checkpoint that breaks the rules gives a record with failing checks.

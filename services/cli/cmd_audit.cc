@@ -93,6 +93,8 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--db", a->db, "evidence database (default: per-user)");
   cmd->add_option("--key", a->key, "signing key PEM (default: per-user, generated)");
   cmd->add_option("--vsa", a->vsa, "also write a signed SLSA verification summary here");
+  cmd->add_option("--forward-layer", a->options.forward_layer,
+                  "also run the CPU reference block forward on this layer (vs --source)");
   cmd->add_option("--threads", a->options.threads, "worker threads (0: all cores)");
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->callback([=] { *exit_code = Run(*a); });

@@ -110,12 +110,15 @@ TEST_F(CliTest, AuditVerifyQueryAndReport) {
   EXPECT_EQ(nlohmann::json::parse(pass.out)["verdict"], "pass");
 
   Result pair = Audit(Fixture("mini-kimi-nvfp4").string(),
-                      "--source " + Fixture("mini-kimi-mxfp4").string());
+                      "--source " + Fixture("mini-kimi-mxfp4").string() + " --forward-layer 1");
   ASSERT_EQ(pair.rc, 0) << pair.err;
   auto pj = nlohmann::json::parse(pair.out);
   EXPECT_EQ(pj["record_id"], 1);
-  EXPECT_EQ(pj["checks"].back()["name"], "pair_verify");
-  EXPECT_EQ(pj["checks"].back()["verdict"], "pass");
+  ASSERT_EQ(pj["checks"].size(), 5u);
+  EXPECT_EQ(pj["checks"][3]["name"], "pair_verify");
+  EXPECT_EQ(pj["checks"][3]["verdict"], "pass");
+  EXPECT_EQ(pj["checks"][4]["name"], "block_forward");
+  EXPECT_EQ(pj["checks"][4]["verdict"], "pass");
 
   fs::path bad = OverSpanCopy(dir_);
   Result fail = Audit(bad.string());
@@ -144,8 +147,11 @@ TEST_F(CliTest, AuditVerifyQueryAndReport) {
   EXPECT_THAT(md.out, HasSubstr("over-span"));
   EXPECT_THAT(md.out, HasSubstr("layers.1.block_sparse_moe.experts.0.w1"));
   EXPECT_THAT(md.out, HasSubstr("signature | valid"));
-  Result js = Run("report --db " + Db() + " 0 --format json --trust " + Trust());
-  EXPECT_EQ(nlohmann::json::parse(js.out)["statement"]["predicate"]["verdict"], "pass");
+  Result js = Run("report --db " + Db() + " 1 --format json --trust " + Trust());
+  auto predicate = nlohmann::json::parse(js.out)["statement"]["predicate"];
+  EXPECT_EQ(predicate["verdict"], "pass");
+  EXPECT_EQ(predicate["pair_audit"]["verdict"], "lossless");
+  EXPECT_EQ(predicate["block_forward"]["layer"], 1);
 
   // verify: signature, subjects against the disk, inclusion under the signed checkpoint.
   Result ok = Run("verify --db " + Db() + " --id 2 --root " + bad.string() + " --trust " + Trust());
