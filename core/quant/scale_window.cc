@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -182,6 +183,43 @@ uint64_t ListOverSpan(const Scan& s, int limit_k, FindingList* out) {
   return n;
 }
 
+// One unit of the scan: a compressed-tensors/X4T module, or one expert of a gpt-oss
+// `*_blocks` tensor (named "base[e]").
+struct GptOssSlice {
+  std::span<const uint8_t> packed, scale;
+  uint64_t rows = 0, cols = 0;
+};
+struct Unit {
+  std::string name;
+  std::optional<GptOssSlice> slice;
+  uint64_t bytes = 0;
+};
+
+// gpt-oss native MXFP4: `X_blocks` U8 [E, R, G, 16] with `X_scales` U8 [E, R, G].
+absl::Status AddGptOssUnits(const Checkpoint& ckpt, std::vector<Unit>* units) {
+  for (const std::string& n : ckpt.TensorNames()) {
+    if (!absl::EndsWith(n, "_blocks")) continue;
+    const std::string base = n.substr(0, n.size() - 7);
+    std::optional<TensorRef> blocks = ckpt.Find(n), scales = ckpt.Find(base + "_scales");
+    if (!scales) continue;  // reported by DetectFormat as missing-scale
+    const std::vector<uint64_t>& b = blocks->info->shape;
+    if (blocks->info->dtype != DType::kU8 || b.size() != 4 || b[3] != 16 ||
+        scales->info->shape != std::vector<uint64_t>{b[0], b[1], b[2]}) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(n, ": gpt-oss blocks must be U8 [E, R, G, 16] with scales [E, R, G]"));
+    }
+    const uint64_t per_packed = b[1] * b[2] * 16, per_scale = b[1] * b[2];
+    for (uint64_t e = 0; e < b[0]; ++e) {
+      units->push_back({absl::StrCat(base, "[", e, "]"),
+                        GptOssSlice{blocks->bytes().subspan(e * per_packed, per_packed),
+                                    scales->bytes().subspan(e * per_scale, per_scale), b[1],
+                                    b[2] * 32},
+                        per_packed});
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 nlohmann::json ScaleWindowConfig::ToJson() const {
@@ -261,14 +299,32 @@ std::string FusedGroupOf(const std::string& module) {
 absl::StatusOr<ScaleWindowResult> ScaleWindowPolicy::Check(const Checkpoint& ckpt,
                                                            Progress& progress,
                                                            unsigned threads) const {
-  const std::vector<std::string> modules = PackedModules(ckpt);
+  std::vector<Unit> units;
+  for (const std::string& m : PackedModules(ckpt)) {
+    units.push_back({m, std::nullopt, ckpt.Find(m + kPackedSuffix)->info->num_bytes()});
+  }
+  if (absl::Status s = AddGptOssUnits(ckpt, &units); !s.ok()) return s;
   uint64_t total = 0;
-  for (const std::string& m : modules) total += ckpt.Find(m + kPackedSuffix)->info->num_bytes();
+  for (const Unit& u : units) total += u.bytes;
   progress.Begin("scale-window", total);
-  std::vector<Scan> scans(modules.size());
-  absl::Status st = ParallelFor(modules.size(), threads, [&](size_t i) {
-    absl::Status s = ScanModule(ckpt, modules[i], config_.max_listed, &scans[i]);
-    progress.Advance(ckpt.Find(modules[i] + kPackedSuffix)->info->num_bytes());
+  std::vector<Scan> scans(units.size());
+  absl::Status st = ParallelFor(units.size(), threads, [&](size_t i) {
+    const Unit& u = units[i];
+    absl::Status s = absl::OkStatus();
+    if (u.slice) {
+      Scan& sc = scans[i];
+      sc.stats = {};
+      sc.stats.tensor = u.name;
+      sc.stats.kind = "mxfp4";
+      sc.stats.fused_group = u.name;  // gate and up rows are interleaved in one expert slice
+      sc.packed = u.slice->packed;
+      sc.scale = u.slice->scale;
+      ScanMxfp4(PackedFp4(sc.packed, u.slice->rows, u.slice->cols, NibbleOrder::kLowFirst),
+                sc.scale, config_.max_listed, &sc);
+    } else {
+      s = ScanModule(ckpt, u.name, config_.max_listed, &scans[i]);
+    }
+    progress.Advance(u.bytes);
     return s;
   });
   progress.End();

@@ -3,6 +3,8 @@
 
 #include "core/checkpoint.h"
 #include "core/progress.h"
+#include "core/quant/format.h"
+#include "core/quant/safetensors_writer.h"
 #include "gtest/gtest.h"
 #include "tests/quant/quant_test_util.h"
 #include "tests/test_util.h"
@@ -149,6 +151,68 @@ TEST(ScaleWindow, X4TContainerGivesTheSourceStatistics) {
     EXPECT_EQ(src.tensors[i].pair_k_max, x4t.tensors[i].pair_k_max);
     EXPECT_EQ(src.tensors[i].active_groups, x4t.tensors[i].active_groups);
   }
+}
+
+
+// A tiny gpt-oss-style checkpoint: 2 experts, gate_up [2, 64, 2, 16] and down [2, 64, 1, 16]
+// blocks, every code 0x22 and every scale 127, except `mutate` applied to the gate_up scales.
+std::filesystem::path WriteGptOss(const TempDir& dir, const std::function<void(std::vector<uint8_t>&)>& mutate) {
+  const std::filesystem::path root = dir / "gpt-oss";
+  std::filesystem::create_directory(root);
+  const std::string e = "model.layers.0.mlp.experts.";
+  std::vector<uint8_t> gu_scales(2 * 64 * 2, 127);
+  mutate(gu_scales);
+  std::vector<TensorToWrite> t;
+  t.push_back(TensorToWrite::Owned(e + "gate_up_proj_blocks", DType::kU8, {2, 64, 2, 16},
+                                   std::vector<uint8_t>(2 * 64 * 2 * 16, 0x22)));
+  t.push_back(TensorToWrite::Owned(e + "gate_up_proj_scales", DType::kU8, {2, 64, 2}, gu_scales));
+  t.push_back(TensorToWrite::Owned(e + "down_proj_blocks", DType::kU8, {2, 64, 1, 16},
+                                   std::vector<uint8_t>(2 * 64 * 16, 0x22)));
+  t.push_back(TensorToWrite::Owned(e + "down_proj_scales", DType::kU8, {2, 64, 1},
+                                   std::vector<uint8_t>(2 * 64, 127)));
+  t.push_back(TensorToWrite::Owned("model.layers.0.self_attn.o_proj.weight", DType::kBF16,
+                                   {4, 4}, std::vector<uint8_t>(32, 1)));
+  EXPECT_TRUE(WriteSafetensors((root / "model.safetensors").string(), std::move(t), {}).ok());
+  ::ckpt::testing::WriteAll(root / "config.json",
+      std::string(R"({"num_local_experts": 2, "hidden_size": 64, "intermediate_size": 32,
+          "quantization_config": {"quant_method": "mxfp4",
+                                  "modules_to_not_convert": ["model.layers.0.self_attn"]}})"));
+  return root;
+}
+
+TEST(ScaleWindow, GptOssBlocksAreCheckedPerExpert) {
+  TempDir dir;
+  auto root = WriteGptOss(dir, [](std::vector<uint8_t>& s) { s[(64 + 5) * 2 + 1] = 100; });
+  auto ckpt = Checkpoint::Open(root.string());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  FormatReport f = DetectFormat(**ckpt);
+  EXPECT_EQ(f.format, QuantFormat::kGptOssMxfp4);
+  EXPECT_EQ(f.findings.total(), 0u) << f.findings.ToJson().dump();
+  EXPECT_EQ(f.quantized_modules, 2u);
+  ScaleWindowResult r = CheckRoot(root.string());
+  ASSERT_EQ(r.tensors.size(), 4u);
+  EXPECT_EQ(r.verdict, ScaleWindowVerdict::kOverSpan);
+  ASSERT_EQ(r.over_span.total(), 1u);
+  const Finding& o = r.over_span.kept()[0];
+  EXPECT_EQ(o.tensor, "model.layers.0.mlp.experts.gate_up_proj[1]");
+  EXPECT_EQ(o.row, 5);
+  EXPECT_EQ(o.group, 1);
+  EXPECT_EQ(o.numbers.at("k"), -27);
+  EXPECT_EQ(o.numbers.at("k_max"), 0);
+  EXPECT_EQ(r.Find("model.layers.0.mlp.experts.gate_up_proj[0]")->span(), 0);
+}
+
+TEST(ScaleWindow, GptOssGeometryComesFromConfig) {
+  TempDir dir;
+  auto root = WriteGptOss(dir, [](std::vector<uint8_t>&) {});
+  auto cfg = ReadJsonFile((root / "config.json").string());
+  (*cfg)["intermediate_size"] = 64;
+  ::ckpt::testing::WriteAll(root / "config.json", cfg->dump());
+  auto ckpt = Checkpoint::Open(root.string());
+  ASSERT_TRUE(ckpt.ok());
+  FormatReport f = DetectFormat(**ckpt);
+  EXPECT_EQ(f.findings.count("geometry"), 2u) << f.findings.ToJson().dump();
+  EXPECT_EQ(CheckRoot(root.string()).verdict, ScaleWindowVerdict::kLosslessTranscodable);
 }
 
 }  // namespace
