@@ -163,15 +163,24 @@ absl::Status EvidenceLog::Configure(bool create, const std::string& origin) {
   return Configure(false, "");
 }
 
-absl::Status EvidenceLog::Migrate() {
-  if (auto s = Exec(db_, "BEGIN IMMEDIATE", path_); !s.ok()) return s;
-  Transaction tx(db_);
+absl::StatusOr<int64_t> EvidenceLog::SchemaVersion() const {
   auto v = Prepare("PRAGMA user_version");
   if (!v.ok()) return v.status();
   auto row = v->Step();
   if (!row.ok()) return row.status();
-  int64_t version = v->Int(0);
-  v->Reset();
+  return v->Int(0);
+}
+
+absl::Status EvidenceLog::Migrate() {
+  // Current logs need no write lock just to be opened (query, report, verify-log).
+  auto current = SchemaVersion();
+  if (!current.ok()) return current.status();
+  if (*current == kLogSchemaVersion) return absl::OkStatus();
+  if (auto s = Exec(db_, "BEGIN IMMEDIATE", path_); !s.ok()) return s;
+  Transaction tx(db_);
+  auto locked = SchemaVersion();  // another process may have migrated meanwhile
+  if (!locked.ok()) return locked.status();
+  int64_t version = *locked;
   if (version > kLogSchemaVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         path_, ": schema version ", version, " is newer than this tool's ", kLogSchemaVersion));

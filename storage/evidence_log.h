@@ -113,6 +113,7 @@ class EvidenceLog final : public NodeReader {
   EvidenceLog(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
   absl::Status Configure(bool create, const std::string& origin);
   absl::Status Migrate();
+  absl::StatusOr<int64_t> SchemaVersion() const;
   absl::StatusOr<AppendResult> AppendLocked(const std::vector<std::string>& envelopes,
                                             const evidence::SigningKey& log_key);
   absl::Status InsertOne(uint64_t seq, const std::string& envelope);
