@@ -1,5 +1,6 @@
 #include "storage/log_verifier.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"

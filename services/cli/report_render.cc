@@ -136,8 +136,8 @@ std::string RenderMarkdown(const ojson& st, const ReportContext& ctx) {
 
 std::string SvgBarChart(const ojson& series) {
   const ojson& pts = series.contains("points") ? series["points"] : ojson::array();
-  const int W = 820, H = 300, L = 56, R = 130, T = 36, B = 76;  // R: room for limit labels
-  const int pw = W - L - R, ph = H - T - B;
+  const int W = 820, L = 56, R = 130, T = 36;  // R: room for the limit lines' labels
+  const int pw = W - L - R, ph = 188;
   bool has_limit = series.contains("limit") && series["limit"].is_number_integer();
   bool has_warn = series.contains("warn") && series["warn"].is_number_integer();
   int64_t limit = has_limit ? series["limit"].get<int64_t>() : 0;
@@ -151,6 +151,14 @@ std::string SvgBarChart(const ojson& series) {
   if (has_limit) vmax = std::max(vmax, limit);
   if (has_warn) vmax = std::max(vmax, warn);
   vmax = vmax + std::max<int64_t>(1, vmax / 8);  // headroom for value labels
+  size_t n = std::max<size_t>(pts.size(), 1);
+  double slot = static_cast<double>(pw) / n;
+  size_t longest = 0;
+  for (const ojson& p : pts) longest = std::max(longest, Str(p, "label").size());
+  bool rotate = longest * 6.5 > slot * 0.95;  // ~6.5 px per character at 11 px
+  // Rotated labels hang below the axis at 45 degrees: leave room for the longest (capped).
+  const int B = rotate ? 24 + static_cast<int>(std::min<size_t>(longest, 40) * 6.5 * 0.72) : 40;
+  const int H = T + ph + B;
   auto y = [&](int64_t v) { return T + ph - static_cast<double>(v - vmin) * ph / (vmax - vmin); };
   std::string svg = absl::StrFormat(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" "
@@ -167,10 +175,8 @@ std::string SvgBarChart(const ojson& series) {
                           "fill=\"#555\">%d</text>\n",
                           L, L + pw, yy, yy, L - 6, yy + 4, v);
   }
-  size_t n = std::max<size_t>(pts.size(), 1);
-  double slot = static_cast<double>(pw) / n;
   double bw = std::clamp(slot * 0.7, 2.0, 70.0);
-  bool rotate = pts.size() > 10;
+
   size_t label_every = pts.size() > 40 ? (pts.size() + 39) / 40 : 1;
   for (size_t i = 0; i < pts.size(); ++i) {
     int64_t v = pts[i].value("value", int64_t{0});
@@ -239,7 +245,7 @@ std::string RenderHtml(const ojson& st, const ReportContext& ctx) {
       ".badge{display:inline-block;padding:2px 10px;border-radius:12px;font-size:12px;font-weight:bold;color:#fff}\n"
       ".pass{background:#2e8b57}.fail{background:#c0392b}.skipped{background:#8a8f98}\n"
       ".tiles{display:flex;gap:12px;flex-wrap:wrap}.tile{flex:1;min-width:160px;border-radius:8px;padding:12px;color:#fff}\n"
-      ".tile b{display:block;font-size:15px}.tile span{font-size:12px;opacity:.9}\n"
+      ".tile b{display:block;font-size:15px;overflow-wrap:anywhere}.tile span{font-size:12px;opacity:.9}\n"
       "ul.findings{font-family:monospace;font-size:12px;margin:8px 0 0;padding-left:18px}\n"
       "</style></head><body>\n<header><h1>", pass ? "PASS" : "FAIL", " &mdash; ", Esc(Str(p, "root")),
       "</h1><p>record ", ctx.record_id, " &middot; policy ", Esc(Str(p["policy"], "name")), " v",
