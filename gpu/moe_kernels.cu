@@ -9,8 +9,8 @@ namespace ckpt::gpu {
 namespace {
 
 constexpr int kWarps = 8;       // warps per block; each warp owns one output row at a time
-constexpr int kChunk = 4;       // tokens whose accumulators a lane holds at once
-constexpr int kPrefetch = 4;    // 32-element groups a lane loads ahead (4 x 32 x 32 = 4096 columns)
+constexpr int kChunk = 2;       // tokens whose accumulators a lane holds at once (small: occupancy)
+constexpr int kPrefetch = 2;    // 32-element groups a lane loads ahead of use
 
 __device__ __forceinline__ float Bf16ToFloat(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
 __device__ __forceinline__ uint16_t FloatToBf16(float v) {
@@ -102,7 +102,7 @@ __device__ __forceinline__ float Glu(const GluParams& p, float g, float u) {
 
 // a[slot, r] = BF16(GLU(z_t . gate_r, z_t . up_r)) for row r of every pair of expert blockIdx.y.
 template <Fp4Kind K>
-__global__ void __launch_bounds__(kWarps * 32, 2) GateUpKernel(ExpertLaunch l) {
+__global__ void __launch_bounds__(kWarps * 32, 4) GateUpKernel(ExpertLaunch l) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = blockIdx.x * kWarps + warp;
   if (r >= l.intermediate) return;
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) GateUpKernel(ExpertLaunch l) {
 
 // h[slot, r] = a_slot . down_r (+ bias) for row r of every pair of expert blockIdx.y.
 template <Fp4Kind K>
-__global__ void __launch_bounds__(kWarps * 32, 3) DownKernel(ExpertLaunch l) {
+__global__ void __launch_bounds__(kWarps * 32, 4) DownKernel(ExpertLaunch l) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = blockIdx.x * kWarps + warp;
   const int D = l.in_dim, I = l.intermediate;
