@@ -3,6 +3,8 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <map>
 #include <regex>
 #include <set>
@@ -11,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/quant/quant_weight.h"
 #include "core/quant/x4t_codec.h"
+#include "core/quant/x4t_sidecar.h"
 
 namespace ckpt::quant {
 namespace {
@@ -295,6 +298,29 @@ void CheckX4T(const Checkpoint& ckpt, const json& q, const std::string& method,
   CheckExperts(ckpt, modules, r);
 }
 
+// Container A: every `x4t-layer-*.safetensors` in the root, opened (inside the root only) and
+// checked against its contract.
+void CheckSidecars(const Checkpoint& ckpt, FormatReport* r) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(ckpt.root(), ec)) {
+    const std::string n = e.path().filename().string();
+    if (absl::StartsWith(n, "x4t-layer-") && absl::EndsWith(n, ".safetensors")) names.push_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  for (const std::string& n : names) {
+    ++r->x4t_sidecars;
+    absl::StatusOr<std::string> path = ResolveInsideRoot(ckpt.root(), n);
+    absl::StatusOr<std::unique_ptr<SafetensorsFile>> f =
+        path.ok() ? SafetensorsFile::Open(*path) : absl::StatusOr<std::unique_ptr<SafetensorsFile>>(path.status());
+    if (!f.ok()) {
+      Add(r, "sidecar-unreadable", n, std::string(f.status().message()));
+      continue;
+    }
+    CheckX4TSidecar(**f, ckpt.text_config(), &r->findings);
+  }
+}
+
 }  // namespace
 
 std::string QuantFormatName(QuantFormat f) {
@@ -323,6 +349,7 @@ absl::StatusOr<RootMapping> ParseRootMapping(const std::string& spec) {
 std::string FormatReport::Describe() const {
   std::string s = QuantFormatName(format);
   if (!activations.empty()) absl::StrAppend(&s, " (", activations == "A16" ? "W4A16" : activations, ")");
+  if (x4t_sidecars > 0) absl::StrAppend(&s, " + ", x4t_sidecars, " X4T layer sidecar(s)");
   return s;
 }
 
@@ -332,6 +359,7 @@ nlohmann::json FormatReport::ToJson() const {
           {"activations", activations},
           {"group_size", group_size},
           {"quantized_modules", quantized_modules},
+          {"x4t_sidecars", x4t_sidecars},
           {"findings", findings.ToJson()}};
 }
 
@@ -350,6 +378,7 @@ FormatReport DetectFormat(const Checkpoint& ckpt, const FormatOptions& options) 
     }
     if (!q) q = &nested;
   }
+  CheckSidecars(ckpt, &r);
   if (!q || !q->is_object()) {
     if (!PackedModules(ckpt).empty()) {
       r.format = QuantFormat::kUnknown;

@@ -4,6 +4,7 @@
 //   compressed-tensors MXFP4  format "mxfp4-pack-quantized"
 //   compressed-tensors NVFP4  format "nvfp4-pack-quantized", A16 or W4A4 (input_activations)
 //   X4T container B           quant_method "kimi_x4t" | "exact_mxfp4", format_version 1
+//   X4T container A           `x4t-layer-*.safetensors` sidecars in the root (any format)
 // Every disagreement between config and tensors is a named Finding, never an error: the
 // caller decides what fails. Geometry checks read dimensions from the config.
 #ifndef CKPT_CORE_QUANT_FORMAT_H_
@@ -43,6 +44,7 @@ struct FormatReport {
   std::string activations;  // "A16" | "W4A4" for compressed-tensors NVFP4, else empty
   int group_size = 0;
   uint64_t quantized_modules = 0;
+  uint64_t x4t_sidecars = 0;  // container A files `x4t-layer-*.safetensors` in the root
   FindingList findings;
 
   std::string Describe() const;  // "compressed-tensors nvfp4-pack-quantized (W4A16)"
