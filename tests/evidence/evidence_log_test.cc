@@ -282,6 +282,24 @@ TEST_F(LogTest, VerifyDetectsTruncatedFile) {
   EXPECT_FALSE(VerifyLogFile(path_, trust_).ok());
 }
 
+TEST_F(LogTest, KeyRotationKeepsOldEntriesVerifiable) {
+  Fill(3);  // records and checkpoints 1..3 signed by the old key
+  auto next = *evidence::SigningKey::Generate();
+  {
+    auto log = Open();
+    for (int i = 3; i < 6; ++i) ASSERT_TRUE(log->Append(SampleEnvelope(next, i), next).ok());
+  }
+  trust_.Add(next.public_key());  // old key kept in the trust file: everything verifies
+  EXPECT_TRUE(VerifyLogFile(path_, trust_).ok());
+  evidence::TrustStore only_new;  // old key removed: its records and checkpoints fail
+  only_new.Add(next.public_key());
+  std::string problems;
+  for (const auto& p : VerifyLogFile(path_, only_new).problems) problems += p + "\n";
+  EXPECT_THAT(problems, HasSubstr("entry 2: DSSE envelope signed only by untrusted keys"));
+  EXPECT_THAT(problems, HasSubstr("checkpoint test.example/log@3: no signature by a trusted key"));
+  EXPECT_THAT(problems, ::testing::Not(HasSubstr("entry 3:")));
+}
+
 TEST_F(LogTest, RejectsEnvelopeThatIsNotEvidence) {
   auto log = Open();
   EXPECT_FALSE(log->Append("{}", *key_).ok());
