@@ -50,7 +50,8 @@ struct Fp4Matrix {
   // Sizes consistent, and no NaN scale (E8M0 0xFF, E4M3 0x7F/0xFF) on a group holding a
   // nonzero nibble. DATA_LOSS naming the tensor, row and group.
   absl::Status Validate() const;
-  // Exact decoded values of row r (double holds every product exactly for both formats).
+  // Decoded values of row r: exact for MXFP4, and for NVFP4 whenever the global scale is a
+  // power of two (as in lossless transcodes); otherwise the double nearest e2m1 * s / global.
   // Requires Validate() to have passed.
   void DequantizeRow(int64_t r, double* out) const;
 };
