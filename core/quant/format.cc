@@ -272,14 +272,26 @@ void CheckX4T(const Checkpoint& ckpt, const json& q, const std::string& method,
                 ckpt.config()["text_config"].contains("quantization_config"))) {
     Add(r, "config-disagreement", "", "kimi_x4t must repeat quantization_config in text_config");
   }
-  const json& mf = ckpt.manifest();
-  const auto expect = [&](const char* key, const std::string& want) {
-    const std::string got = mf.is_object() ? mf.value(key, "") : "";
-    if (got != want) Add(r, absl::StrCat("manifest-", key), "", absl::StrCat(key, " '", got, "', expected '", want, "'"));
-  };
-  expect("schema", "trellis-exact-mxfp4-checkpoint/1");
-  expect("codec", kX4TScaleCodec);
-  expect("family", kimi ? "kimi_k3" : "deepseek_v41");
+  // manifest.json and build-contract.json both carry schema, codec and family.
+  json contract;
+  absl::StatusOr<std::string> cpath = ResolveInsideRoot(ckpt.root(), "build-contract.json");
+  if (cpath.ok()) {
+    absl::StatusOr<json> c = ReadJsonFile(*cpath);
+    if (c.ok()) contract = *std::move(c);
+  }
+  for (const auto& [file, doc] : {std::pair<std::string, const json*>{"manifest", &ckpt.manifest()},
+                                  {"build-contract", &contract}}) {
+    const auto expect = [&](const char* key, const std::string& want) {
+      const std::string got = doc->is_object() ? doc->value(key, "") : "";
+      if (got != want) {
+        Add(r, absl::StrCat(file, "-", key), file + ".json",
+            absl::StrCat(key, " '", got, "', expected '", want, "'"));
+      }
+    };
+    expect("schema", "trellis-exact-mxfp4-checkpoint/1");
+    expect("codec", kX4TScaleCodec);
+    expect("family", kimi ? "kimi_k3" : "deepseek_v41");
+  }
   const std::vector<std::string> modules = PackedModules(ckpt);
   r->quantized_modules = modules.size();
   for (const std::string& m : modules) {

@@ -82,6 +82,11 @@ TEST(Format, X4TManifestAndNestedConfigAreChecked) {
   EXPECT_EQ(r.findings.count("config-disagreement"), 1u) << Codes(r);
   EXPECT_EQ(r.findings.count("manifest-codec"), 1u);
   EXPECT_EQ(r.findings.count("manifest-family"), 1u);
+  EXPECT_EQ(r.findings.count("build-contract-family"), 0u);
+  auto bc = ReadJsonFile((root / "build-contract.json").string());
+  (*bc)["schema"] = "trellis-exact-mxfp4-checkpoint/2";
+  ::ckpt::testing::WriteAll(root / "build-contract.json", bc->dump(1));
+  EXPECT_EQ(Detect(root, options).findings.count("build-contract-schema"), 1u);
   EXPECT_EQ(r.findings.count("checkpoint-root-mismatch"), 0u);
 }
 
