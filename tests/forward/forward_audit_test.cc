@@ -10,6 +10,7 @@
 #include "core/safetensors.h"
 #include "core/sha256.h"
 #include "gtest/gtest.h"
+#include "tests/forward/fixture_mutation.h"
 #include "tests/test_util.h"
 
 namespace ckpt::forward {
@@ -56,35 +57,6 @@ TEST(ForwardAudit, ReportHasNoFloatingPointNumbers) {
   walk(r->report);
 }
 
-// Doubles one E4M3 weight_scale byte (exponent + 1) of an active group of `module` in `root`.
-void DoubleOneScale(const std::filesystem::path& root, const std::string& module) {
-  auto ckpt = Checkpoint::Open(root.string());
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  auto scale = (*ckpt)->Find(module + ".weight_scale");
-  auto packed = (*ckpt)->Find(module + ".weight_packed");
-  ASSERT_TRUE(scale && packed);
-  ASSERT_EQ(scale->info->dtype, DType::kF8_E4M3);
-  // The first 16-block of row 0 with a nonzero nibble.
-  const auto p = packed->bytes();
-  const uint64_t row_bytes = packed->info->shape[1];
-  uint64_t block = 0;
-  for (;; ++block) {
-    ASSERT_LT(block * 8, row_bytes);
-    bool active = false;
-    for (int k = 0; k < 8; ++k) active |= (p[block * 8 + k] & 0x77) != 0;
-    if (active) break;
-  }
-  const uint64_t offset = scale->file->data_start() + scale->info->begin + block;
-  const std::string path = scale->file->path();
-  const uint8_t old = scale->bytes()[block];
-  ASSERT_LT((old >> 3) & 0xF, 14) << "exponent must stay finite";
-  ckpt->reset();
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekp(static_cast<std::streamoff>(offset));
-  const char doubled = static_cast<char>(old + 8);
-  f.write(&doubled, 1);
-}
-
 TEST(ForwardAudit, MutatedSelectedExpertScaleIsReported) {
   // Which experts the seeded input selects, from the source run.
   auto base = RunForwardAudit(PairOptions(Fixture("mini-kimi-nvfp4").string(), Precision::kF64),
@@ -101,7 +73,7 @@ TEST(ForwardAudit, MutatedSelectedExpertScaleIsReported) {
 
   TempDir dir;
   const auto copy = CopyFixture("mini-kimi-nvfp4", dir);
-  DoubleOneScale(copy, "language_model.model.layers.1.block_sparse_moe.experts." +
+  ScaleOneByPowerOfTwo(copy, "language_model.model.layers.1.block_sparse_moe.experts." +
                            std::to_string(selected) + ".w1");
   for (Precision p : {Precision::kF64, Precision::kBF16}) {
     auto r = RunForwardAudit(PairOptions(copy.string(), p), CpuDevice());
