@@ -53,11 +53,13 @@ inline void MinMaxBytes(const uint8_t* p, uint64_t n, uint8_t* lo, uint8_t* hi) 
     vlo = _mm_min_epu8(vlo, v);
     vhi = _mm_max_epu8(vhi, v);
   }
-  alignas(16) uint8_t l[16], h[16];
-  _mm_store_si128(reinterpret_cast<__m128i*>(l), vlo);
-  _mm_store_si128(reinterpret_cast<__m128i*>(h), vhi);
-  *lo = 255, *hi = 0;
-  for (int k = 0; k < 16; ++k) *lo = std::min(*lo, l[k]), *hi = std::max(*hi, h[k]);
+  // Horizontal reduction by halving (the shift must be an immediate).
+  vlo = _mm_min_epu8(vlo, _mm_srli_si128(vlo, 8)), vhi = _mm_max_epu8(vhi, _mm_srli_si128(vhi, 8));
+  vlo = _mm_min_epu8(vlo, _mm_srli_si128(vlo, 4)), vhi = _mm_max_epu8(vhi, _mm_srli_si128(vhi, 4));
+  vlo = _mm_min_epu8(vlo, _mm_srli_si128(vlo, 2)), vhi = _mm_max_epu8(vhi, _mm_srli_si128(vhi, 2));
+  vlo = _mm_min_epu8(vlo, _mm_srli_si128(vlo, 1)), vhi = _mm_max_epu8(vhi, _mm_srli_si128(vhi, 1));
+  *lo = static_cast<uint8_t>(_mm_cvtsi128_si32(vlo));
+  *hi = static_cast<uint8_t>(_mm_cvtsi128_si32(vhi));
   for (; i < n; ++i) *lo = std::min(*lo, p[i]), *hi = std::max(*hi, p[i]);
 }
 #else

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -231,8 +232,11 @@ absl::StatusOr<PairVerifyResult> VerifyPair(const Checkpoint& source, const Chec
                                             const PairVerifyOptions& options, Progress& progress) {
   PairVerifyResult result;
   result.mismatches = FindingList(options.max_findings);
-  const FormatReport src_format = DetectFormat(source, options.format);
+  // The two detections are independent and serial inside; run them side by side.
+  FormatReport src_format;
+  std::thread detect_source([&] { src_format = DetectFormat(source, options.format); });
   const FormatReport dst_format = DetectFormat(derived, options.format);
+  detect_source.join();
   result.source_format = src_format.Describe();
   result.derived_format = dst_format.Describe();
   if (src_format.format != QuantFormat::kCompressedTensorsMxfp4) {
