@@ -209,10 +209,15 @@ int Main(int argc, char** argv) {
   auto dst = Checkpoint::Open((root / "nvfp4").string());
   if (!dst.ok()) Die(dst.status());
   const uint64_t src_bytes = (*src)->total_tensor_bytes(), dst_bytes = (*dst)->total_tensor_bytes();
-  std::printf("pair%s: source %.3f GiB, derived %.3f GiB (generated in %.1f s, "
-              "transcoded in %.1f s incl. fsync = %.2f GB/s)\n",
-              reuse ? " (reused)" : "", src_bytes / 1073741824.0, dst_bytes / 1073741824.0, gen_s, transcode_s,
-              src_bytes / transcode_s / 1e9);
+  if (reuse) {
+    std::printf("pair (reused): source %.3f GiB, derived %.3f GiB\n", src_bytes / 1073741824.0,
+                dst_bytes / 1073741824.0);
+  } else {
+    std::printf("pair: source %.3f GiB, derived %.3f GiB (generated in %.1f s, transcoded in "
+                "%.1f s incl. fsync = %.2f GB/s)\n",
+                src_bytes / 1073741824.0, dst_bytes / 1073741824.0, gen_s, transcode_s,
+                src_bytes / transcode_s / 1e9);
+  }
 
   const std::vector<std::string> src_names = (*src)->TensorNames();
   const std::vector<std::string> dst_names = (*dst)->TensorNames();
