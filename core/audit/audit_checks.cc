@@ -1,4 +1,4 @@
-#include "services/cli/audit_checks.h"
+#include "core/audit/audit_checks.h"
 
 #include <map>
 #include <regex>
@@ -8,7 +8,7 @@
 #include "core/checkpoint.h"
 #include "core/evidence/environment.h"
 
-namespace ckpt::cli {
+namespace ckpt::audit {
 namespace {
 
 using evidence::CheckResult;
@@ -163,6 +163,19 @@ CheckResult ForwardCheck(const forward::ForwardAuditResult& r) {
   return c;
 }
 
+evidence::PolicyRef PolicyRefOf(const quant::ScaleWindowConfig& policy) {
+  return {policy.name, std::to_string(policy.version), Ordered(policy.ToJson())};
+}
+
+std::vector<evidence::Subject> SubjectsOf(const Fingerprint& fp) {
+  std::vector<evidence::Subject> subjects;
+  for (const FileFingerprint& f : fp.files) {
+    if (f.sha256) subjects.push_back({f.path, ToHex(*f.sha256)});
+  }
+  subjects.push_back({evidence::kManifestRootSubject, fp.manifest.RootHex()});
+  return subjects;
+}
+
 absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
                                                   Progress& progress) {
   auto policy = PolicyByName(options.policy);
@@ -173,16 +186,13 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   rec.started_at = evidence::Rfc3339Now();
   rec.environment = evidence::CollectEnvironment();
   rec.root = *root;
-  rec.policy = {policy->name, std::to_string(policy->version), Ordered(policy->ToJson())};
+  rec.policy = PolicyRefOf(*policy);
 
   FingerprintOptions fopt;
   fopt.threads = options.threads;
   auto fp = FingerprintTree(*root, fopt, progress);
   if (!fp.ok()) return fp.status();
-  for (const FileFingerprint& f : fp->files) {
-    if (f.sha256) rec.subjects.push_back({f.path, ToHex(*f.sha256)});
-  }
-  rec.subjects.push_back({evidence::kManifestRootSubject, fp->manifest.RootHex()});
+  rec.subjects = SubjectsOf(*fp);
   rec.checks.push_back(FingerprintCheck(*fp));
 
   CheckResult structure;
@@ -235,4 +245,4 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   return rec;
 }
 
-}  // namespace ckpt::cli
+}  // namespace ckpt::audit

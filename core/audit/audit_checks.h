@@ -1,4 +1,4 @@
-// The local audit pipeline: every check this build supports, each turned into one
+// The audit pipeline (shared by the CLI and the daemon): every check this build supports, each turned into one
 // evidence::CheckResult, assembled into an (unsigned) evidence record.
 //
 // Checks: `fingerprint` (file digests, OMS manifest ROOT: the record's subjects),
@@ -6,8 +6,8 @@
 // with a source checkpoint, `pair_verify` (lossless re-encoding), and with a layer,
 // `block_forward` (the CPU reference block on derived vs source). Adding a check means
 // adding one adapter here; the record, signing and log do not change.
-#ifndef CKPT_SERVICES_CLI_AUDIT_CHECKS_H_
-#define CKPT_SERVICES_CLI_AUDIT_CHECKS_H_
+#ifndef CKPT_CORE_AUDIT_AUDIT_CHECKS_H_
+#define CKPT_CORE_AUDIT_AUDIT_CHECKS_H_
 
 #include <string>
 #include <vector>
@@ -20,12 +20,14 @@
 #include "core/quant/pair_verify.h"
 #include "core/quant/scale_window.h"
 
-namespace ckpt::cli {
+namespace ckpt::audit {
+
+inline constexpr char kDefaultPolicy[] = "scale-window";
 
 struct AuditOptions {
   std::string root;
   std::string source;  // empty: no pair audit
-  std::string policy = "scale-window";
+  std::string policy = kDefaultPolicy;
   int forward_layer = -1;  // >= 0: run the block forward audit on this layer (CPU reference)
   unsigned threads = 0;
 };
@@ -34,6 +36,10 @@ struct AuditOptions {
 // "marlin-safe" (max span 14, so Marlin's scale folding cannot lose precision).
 absl::StatusOr<quant::ScaleWindowConfig> PolicyByName(const std::string& name);
 std::vector<std::string> PolicyNames();
+
+// The record's policy entry, and its subjects: every file digest plus the OMS manifest ROOT.
+evidence::PolicyRef PolicyRefOf(const quant::ScaleWindowConfig& policy);
+std::vector<evidence::Subject> SubjectsOf(const Fingerprint& fp);
 
 evidence::CheckResult FingerprintCheck(const Fingerprint& fp);
 evidence::CheckResult ScaleWindowCheck(const quant::ScaleWindowResult& r);
@@ -45,6 +51,6 @@ evidence::CheckResult ForwardCheck(const forward::ForwardAuditResult& r);
 absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
                                                   Progress& progress);
 
-}  // namespace ckpt::cli
+}  // namespace ckpt::audit
 
-#endif  // CKPT_SERVICES_CLI_AUDIT_CHECKS_H_
+#endif  // CKPT_CORE_AUDIT_AUDIT_CHECKS_H_

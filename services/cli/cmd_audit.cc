@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/evidence/dsse.h"
-#include "services/cli/audit_checks.h"
+#include "core/audit/audit_checks.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
@@ -16,7 +16,7 @@ namespace ckpt::cli {
 namespace {
 
 struct AuditArgs {
-  AuditOptions options;
+  audit::AuditOptions options;
   std::string db;
   std::string key;
   std::string vsa;
@@ -45,7 +45,7 @@ int Run(const AuditArgs& a) {
   auto log = storage::EvidenceLog::Open(setup->db_path, /*create=*/true);
   if (!log.ok()) return ReportError(log.status());
   TerminalProgress progress;
-  auto rec = RunAudit(a.options, progress);
+  auto rec = audit::RunAudit(a.options, progress);
   if (!rec.ok()) return ReportError(rec.status());
   auto payload = evidence::RecordPayload(*rec);
   if (!payload.ok()) return ReportError(payload.status());

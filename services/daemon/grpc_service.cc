@@ -1,0 +1,158 @@
+#include "services/daemon/grpc_service.h"
+
+namespace ckpt::daemon {
+namespace {
+
+namespace pb = ckpt_audit::v1;
+
+// absl and gRPC share the canonical code numbering.
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+pb::JobState ToProto(JobState s) {
+  switch (s) {
+    case JobState::kQueued: return pb::JOB_STATE_QUEUED;
+    case JobState::kRunning: return pb::JOB_STATE_RUNNING;
+    case JobState::kSucceeded: return pb::JOB_STATE_SUCCEEDED;
+    case JobState::kFailed: return pb::JOB_STATE_FAILED;
+  }
+  return pb::JOB_STATE_UNSPECIFIED;
+}
+
+void FillJob(const JobSnapshot& s, pb::Job* out) {
+  out->set_id(s.id);
+  out->set_state(ToProto(s.state));
+  out->set_root(s.spec.root);
+  out->set_source_root(s.spec.source_root);
+  out->set_policy(s.spec.policy);
+  out->set_verdict(s.outcome.verdict);
+  out->set_record_id(s.outcome.record_id);
+  out->set_error_code(static_cast<int32_t>(s.error.code()));
+  out->set_error_message(std::string(s.error.message()));
+  out->set_created_at(s.created_at);
+  out->set_finished_at(s.finished_at);
+}
+
+void FillSummary(const storage::LogEntry& e, pb::AuditSummary* out) {
+  out->set_id(static_cast<int64_t>(e.seq));
+  out->set_root(e.root);
+  out->set_policy(e.policy);
+  out->set_verdict(e.verdict);
+  out->set_time(e.time);
+  out->set_predicate_type(e.predicate_type);
+}
+
+std::string HashBytes(const storage::Hash& h) {
+  return std::string(reinterpret_cast<const char*>(h.data()), h.size());
+}
+
+}  // namespace
+
+grpc::Status GrpcAuditService::StartAudit(grpc::ServerContext*,
+                                          const pb::StartAuditRequest* req, pb::Job* out) {
+  auto id = backend_.StartAudit({req->root(), req->source_root(), req->policy()});
+  if (!id.ok()) return ToGrpc(id.status());
+  auto snapshot = backend_.jobs().Get(*id);
+  if (!snapshot.ok()) return ToGrpc(snapshot.status());
+  FillJob(*snapshot, out);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcAuditService::WatchJob(grpc::ServerContext* ctx,
+                                        const pb::WatchJobRequest* req,
+                                        grpc::ServerWriter<pb::JobEvent>* writer) {
+  absl::Status s = backend_.jobs().Watch(req->id(), [&](const JobEvent& e) {
+    if (ctx->IsCancelled()) return false;
+    pb::JobEvent msg;
+    msg.set_phase(e.phase);
+    msg.set_done_units(e.done_units);
+    msg.set_total_units(e.total_units);
+    msg.set_message(e.message);
+    msg.set_done(e.done);
+    if (e.done) {
+      auto snapshot = backend_.jobs().Get(req->id());
+      if (snapshot.ok()) FillJob(*snapshot, msg.mutable_job());
+    }
+    return writer->Write(msg);
+  });
+  return ToGrpc(s);
+}
+
+grpc::Status GrpcAuditService::GetJob(grpc::ServerContext*, const pb::GetJobRequest* req,
+                                      pb::Job* out) {
+  auto snapshot = backend_.jobs().Get(req->id());
+  if (!snapshot.ok()) return ToGrpc(snapshot.status());
+  FillJob(*snapshot, out);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcAuditService::Gate(grpc::ServerContext*, const pb::GateRequest* req,
+                                    pb::GateResponse* out) {
+  auto d = backend_.Gate(req->root(), req->policy(), NoProgress());
+  if (!d.ok()) return ToGrpc(d.status());
+  out->set_pass(d->pass);
+  for (const auto& r : d->reasons) out->add_reasons(r);
+  out->set_record_id(d->record_id);
+  out->set_decision_id(d->decision_id);
+  out->set_manifest_root(d->manifest_root);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcAuditService::QueryAudits(grpc::ServerContext*,
+                                           const pb::QueryAuditsRequest* req,
+                                           pb::QueryAuditsResponse* out) {
+  storage::QueryFilter f;
+  f.digest = req->digest();
+  f.root = req->root();
+  f.verdict = req->verdict();
+  f.policy = req->policy();
+  f.since = req->since();
+  f.until = req->until();
+  if (req->limit() > 0) f.limit = req->limit();
+  f.page_token = req->page_token();
+  auto page = backend_.Query(f);
+  if (!page.ok()) return ToGrpc(page.status());
+  for (const auto& e : page->entries) FillSummary(e, out->add_audits());
+  out->set_next_page_token(page->next_page_token);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcAuditService::GetRecord(grpc::ServerContext*, const pb::GetRecordRequest* req,
+                                         pb::Record* out) {
+  if (req->id() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "negative id");
+  auto e = backend_.GetRecord(static_cast<uint64_t>(req->id()));
+  if (!e.ok()) return ToGrpc(e.status());
+  out->set_id(req->id());
+  out->set_envelope(e->envelope);
+  FillSummary(*e, out->mutable_summary());
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcAuditService::VerifyLog(grpc::ServerContext*, const pb::VerifyLogRequest*,
+                                         pb::VerifyLogResponse* out) {
+  auto v = backend_.VerifyLog();
+  if (!v.ok()) return ToGrpc(v.status());
+  out->set_ok(v->ok());
+  out->set_entries(static_cast<int64_t>(v->entries));
+  out->set_checkpoints(static_cast<int64_t>(v->checkpoints));
+  for (const auto& p : v->problems) out->add_problems(p);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcAuditService::GetInclusionProof(grpc::ServerContext*,
+                                                 const pb::GetInclusionProofRequest* req,
+                                                 pb::InclusionProof* out) {
+  if (req->id() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "negative id");
+  auto p = backend_.InclusionProof(static_cast<uint64_t>(req->id()));
+  if (!p.ok()) return ToGrpc(p.status());
+  out->set_leaf_index(static_cast<int64_t>(p->leaf_index));
+  out->set_tree_size(static_cast<int64_t>(p->tree_size));
+  for (const auto& h : p->hashes) out->add_hashes(HashBytes(h));
+  out->set_root_hash(HashBytes(p->root));
+  out->set_checkpoint(p->checkpoint);
+  return grpc::Status::OK;
+}
+
+}  // namespace ckpt::daemon

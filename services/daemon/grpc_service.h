@@ -1,0 +1,39 @@
+// The gRPC AuditService (proto/ckpt_audit/v1/audit.proto): a thin adapter that translates
+// messages to and from AuditBackend calls and absl::Status to grpc::Status.
+#ifndef CKPT_SERVICES_DAEMON_GRPC_SERVICE_H_
+#define CKPT_SERVICES_DAEMON_GRPC_SERVICE_H_
+
+#include "ckpt_audit/v1/audit.grpc.pb.h"
+#include "services/daemon/audit_backend.h"
+
+namespace ckpt::daemon {
+
+class GrpcAuditService final : public ckpt_audit::v1::AuditService::Service {
+ public:
+  explicit GrpcAuditService(AuditBackend& backend) : backend_(backend) {}
+
+  grpc::Status StartAudit(grpc::ServerContext*, const ckpt_audit::v1::StartAuditRequest*,
+                          ckpt_audit::v1::Job*) override;
+  grpc::Status WatchJob(grpc::ServerContext*, const ckpt_audit::v1::WatchJobRequest*,
+                        grpc::ServerWriter<ckpt_audit::v1::JobEvent>*) override;
+  grpc::Status GetJob(grpc::ServerContext*, const ckpt_audit::v1::GetJobRequest*,
+                      ckpt_audit::v1::Job*) override;
+  grpc::Status Gate(grpc::ServerContext*, const ckpt_audit::v1::GateRequest*,
+                    ckpt_audit::v1::GateResponse*) override;
+  grpc::Status QueryAudits(grpc::ServerContext*, const ckpt_audit::v1::QueryAuditsRequest*,
+                           ckpt_audit::v1::QueryAuditsResponse*) override;
+  grpc::Status GetRecord(grpc::ServerContext*, const ckpt_audit::v1::GetRecordRequest*,
+                         ckpt_audit::v1::Record*) override;
+  grpc::Status VerifyLog(grpc::ServerContext*, const ckpt_audit::v1::VerifyLogRequest*,
+                         ckpt_audit::v1::VerifyLogResponse*) override;
+  grpc::Status GetInclusionProof(grpc::ServerContext*,
+                                 const ckpt_audit::v1::GetInclusionProofRequest*,
+                                 ckpt_audit::v1::InclusionProof*) override;
+
+ private:
+  AuditBackend& backend_;
+};
+
+}  // namespace ckpt::daemon
+
+#endif  // CKPT_SERVICES_DAEMON_GRPC_SERVICE_H_
