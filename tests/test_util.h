@@ -2,8 +2,10 @@
 #ifndef CKPT_TESTS_TEST_UTIL_H_
 #define CKPT_TESTS_TEST_UTIL_H_
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -61,6 +63,30 @@ inline void WriteAll(const std::filesystem::path& p, const std::string& s) {
 inline void WriteAll(const std::filesystem::path& p, const std::vector<uint8_t>& b) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+struct CliResult {
+  int rc = -1;  // exit code, -1 if the process did not exit normally
+  std::string out;
+  std::string err;
+};
+
+// Runs the built `ckpt-audit` with `args` (shell words) and `env` (e.g. "XDG_DATA_HOME=/x")
+// prefixed; `scratch` is a directory for the captured stderr.
+inline CliResult RunCli(const std::string& args, const std::filesystem::path& scratch,
+                        const std::string& env = "") {
+  std::filesystem::path err_file = scratch / "cli-stderr.txt";
+  std::string cmd = env + " '" + std::string(CKPT_BINARY_DIR) + "/services/cli/ckpt-audit' " +
+                    args + " 2>'" + err_file.string() + "'";
+  CliResult r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
+  int status = ::pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  auto err = ReadAll(err_file);
+  r.err.assign(err.begin(), err.end());
+  return r;
 }
 
 }  // namespace ckpt::testing

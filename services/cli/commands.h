@@ -18,6 +18,7 @@ void AddAuditCommand(CLI::App& app, int* exit_code);
 void AddVerifyCommands(CLI::App& app, int* exit_code);  // verify, verify-log
 void AddQueryCommand(CLI::App& app, int* exit_code);
 void AddReportCommand(CLI::App& app, int* exit_code);
+void AddRemoteCommands(CLI::App& app, int* exit_code);  // submit, gate (ckpt-auditd)
 
 }  // namespace ckpt::cli
 

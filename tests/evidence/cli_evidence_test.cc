@@ -26,28 +26,14 @@ using ::ckpt::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int rc = -1;
-  std::string out;
-  std::string err;
-};
+using Result = ::ckpt::testing::CliResult;
 
 class CliTest : public ::testing::Test {
  protected:
   // Runs ckpt-audit with XDG_DATA_HOME inside the test's directory.
   Result Run(const std::string& args) {
-    std::string err_file = (dir_ / "stderr.txt").string();
-    std::string cmd = "XDG_DATA_HOME='" + (dir_ / "xdg").string() + "' '" + std::string(CKPT_BINARY_DIR) +
-                      "/services/cli/ckpt-audit' " + args + " 2>'" + err_file + "'";
-    Result r;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-    int status = ::pclose(p);
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    auto err = testing::ReadAll(err_file);
-    r.err.assign(err.begin(), err.end());
-    return r;
+    return ::ckpt::testing::RunCli(args, dir_.path(),
+                                   "XDG_DATA_HOME='" + (dir_ / "xdg").string() + "'");
   }
   std::string Db() { return (dir_ / "log.db").string(); }
   std::string Key() { return (dir_ / "key.pem").string(); }
