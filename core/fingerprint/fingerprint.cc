@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 
+#include "core/fingerprint/partition.h"
 #include "core/mapped_file.h"
 #include "core/parallel.h"
 #include "core/safetensors.h"
@@ -96,6 +97,12 @@ class Hasher {
 absl::Status CheckOptions(const FingerprintOptions& o) {
   if (o.manifest_mode == OmsMode::kFiles && !o.file_digests) {
     return absl::InvalidArgumentError("fingerprint: files-mode manifest needs file digests");
+  }
+  if (o.part.count == 0 || o.part.index >= o.part.count) {
+    return absl::InvalidArgumentError("fingerprint: part index must be below the part count");
+  }
+  if (o.part.count > 1 && o.manifest_mode != OmsMode::kFiles) {
+    return absl::InvalidArgumentError("fingerprint: parts are supported in files mode only");
   }
   if (o.manifest_mode == OmsMode::kShards && o.shard_size == 0) {
     return absl::InvalidArgumentError("fingerprint: shard size must be positive");
@@ -257,6 +264,7 @@ absl::StatusOr<Fingerprint> FingerprintTree(const std::string& root,
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   absl::StatusOr<TreeListing> tree = ListTree(root, options.walk);
   if (!tree.ok()) return tree.status();
+  if (options.part.count > 1) tree->files = FilesOfPart(tree->files, options.part);
   Fingerprint fp;
   fp.root = tree->root;
   uint64_t planned = 0;

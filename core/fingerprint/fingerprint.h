@@ -27,6 +27,12 @@
 
 namespace ckpt {
 
+// Part `index` of `count` of a tree split across workers (core/fingerprint/partition.h).
+struct PartSpec {
+  unsigned index = 0;
+  unsigned count = 1;
+};
+
 struct FingerprintOptions {
   unsigned threads = 0;  // 0: DefaultThreads()
   OmsMode manifest_mode = OmsMode::kFiles;
@@ -39,6 +45,9 @@ struct FingerprintOptions {
   // How far (bytes) range hashing may run ahead of a file's whole-file digest.
   uint64_t readahead_window = 256ull << 20;
   TreeWalkOptions walk;
+  // With count > 1, only this part's files are hashed (files mode only); the manifest then
+  // covers just those files, and MergeFingerprintParts builds the whole tree's.
+  PartSpec part;
 };
 
 struct FileFingerprint {

@@ -1,10 +1,14 @@
 // `ckpt-audit fingerprint ROOT`: SHA-256 of every file and tensor under ROOT and the OpenSSF
 // model-signing manifest ROOT over them (docs/oms-manifest.md).
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/fingerprint/fingerprint.h"
+#include "core/fingerprint/partition.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 
@@ -20,7 +24,34 @@ struct FingerprintArgs {
   bool statement = false;
   bool no_tensors = false;
   bool no_file_digests = false;
+  std::string part;                 // "I/N"
+  std::vector<std::string> merge;   // part JSON files
 };
+
+absl::StatusOr<PartSpec> ParsePart(const std::string& text) {
+  PartSpec spec;
+  char slash = 0;
+  std::istringstream in(text);
+  if (!(in >> spec.index >> slash >> spec.count) || slash != '/' || !in.eof() ||
+      spec.count == 0 || spec.index >= spec.count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--part '", text, "': expected I/N with 0 <= I < N"));
+  }
+  return spec;
+}
+
+absl::StatusOr<Fingerprint> Merge(const FingerprintArgs& args) {
+  std::vector<nlohmann::json> parts;
+  for (const std::string& path : args.merge) {
+    std::ifstream in(path);
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!in || j.is_discarded()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON fingerprint part"));
+    }
+    parts.push_back(std::move(j));
+  }
+  return MergeFingerprintParts(args.root, parts);
+}
 
 void PrintText(const Fingerprint& fp) {
   uint64_t bytes = 0;
@@ -37,25 +68,6 @@ void PrintText(const Fingerprint& fp) {
   std::printf("ROOT %s\n", m.RootHex().c_str());
 }
 
-nlohmann::json ToJson(const Fingerprint& fp) {
-  nlohmann::json j;
-  j["root"] = fp.root;
-  j["hashed_bytes"] = fp.hashed_bytes;
-  j["files"] = nlohmann::json::array();
-  for (const FileFingerprint& f : fp.files) {
-    nlohmann::json e = {{"path", f.path}, {"size", f.size}, {"tensors", f.tensor_count}};
-    if (f.sha256) e["sha256"] = ToHex(*f.sha256);
-    j["files"].push_back(std::move(e));
-  }
-  j["tensors"] = nlohmann::json::array();
-  for (const TensorFingerprint& t : fp.tensors) {
-    j["tensors"].push_back({{"file", t.file}, {"tensor", t.tensor}, {"bytes", t.bytes},
-                            {"sha256", ToHex(t.sha256)}});
-  }
-  j["manifest"] = OmsManifestJson(fp.manifest);
-  return j;
-}
-
 int Run(const FingerprintArgs& args) {
   FingerprintOptions options;
   options.threads = args.threads;
@@ -63,13 +75,24 @@ int Run(const FingerprintArgs& args) {
   options.shard_size = args.shard_size;
   options.tensor_digests = !args.no_tensors;
   options.file_digests = !args.no_file_digests;
+  if (!args.part.empty()) {
+    // A part's manifest covers only its files: its ROOT must not be mistaken for the tree's.
+    if (!args.json) {
+      return ReportError(absl::InvalidArgumentError("--part writes JSON for --merge; add --json"));
+    }
+    auto part = ParsePart(args.part);
+    if (!part.ok()) return ReportError(part.status());
+    options.part = *part;
+  }
   TerminalProgress progress;
-  absl::StatusOr<Fingerprint> fp = FingerprintTree(args.root, options, progress);
+  absl::StatusOr<Fingerprint> fp =
+      args.merge.empty() ? FingerprintTree(args.root, options, progress) : Merge(args);
   if (!fp.ok()) return ReportError(fp.status());
   if (args.statement) {
     std::printf("%s\n", OmsInTotoStatement(fp->manifest).dump(2).c_str());
   } else if (args.json) {
-    std::printf("%s\n", ToJson(*fp).dump(2).c_str());
+    const PartSpec* part = options.part.count > 1 ? &options.part : nullptr;
+    std::printf("%s\n", FingerprintToJson(*fp, part).dump(2).c_str());
   } else {
     PrintText(*fp);
   }
@@ -94,6 +117,11 @@ void AddFingerprintCommand(CLI::App& app, int* exit_code) {
                 "file digests only; *.safetensors files are then not parsed");
   cmd->add_flag("--no-file-digests", args->no_file_digests,
                 "oms-shards only: skip the whole-file SHA-256, which is sequential per file");
+  cmd->add_option("--part", args->part,
+                  "hash only part I/N of the files (with --json; one Indexed Job pod each)");
+  cmd->add_option("--merge", args->merge,
+                  "merge these --part JSON files into the whole tree's fingerprint")
+      ->excludes("--part");
   cmd->add_flag("--statement", args->statement,
                 "print the unsigned in-toto statement (model_signing v1.0 predicate)");
   cmd->callback([=] { *exit_code = Run(*args); });
