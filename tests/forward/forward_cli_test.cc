@@ -17,21 +17,12 @@ using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::Fixture;
 using ::ckpt::testing::TempDir;
 
-struct CliRun {
-  int exit_code;
-  std::string out;
-};
+using CliRun = ::ckpt::testing::CliResult;
 
+// Runs `ckpt-audit forward ARGS`: exit code (rc), stdout and stderr.
 CliRun Cli(const std::string& args) {
-  const std::string cmd =
-      std::string(CKPT_BINARY_DIR) + "/services/cli/ckpt-audit forward " + args + " 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  static const TempDir scratch;
+  return ::ckpt::testing::RunCli("forward " + args, scratch.path());
 }
 
 const std::string kSource = " --source " + Fixture("mini-kimi-mxfp4").string();
@@ -41,7 +32,7 @@ TEST(ForwardCli, IdenticalPairExitsZeroWithJson) {
   const std::string out = (dir / "y.safetensors").string();
   CliRun r = Cli("--root " + Fixture("mini-kimi-x4t").string() + kSource +
                  " --layer 1 --tokens 4 --seed 9 --precision f32 --json --output " + out);
-  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_EQ(r.rc, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["verdict"], "bit-identical");
   EXPECT_EQ(j["precision"], "f32");
@@ -60,19 +51,19 @@ TEST(ForwardCli, MutatedPairExitsOne) {
                              std::to_string(e) + ".w2");
   }
   CliRun r = Cli("--root " + copy.string() + kSource + " --layer 1");
-  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_NE(r.out.find("verdict: different"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("DIFFERENT"), std::string::npos) << r.out;
 }
 
 TEST(ForwardCli, BadInputExitsTwo) {
   const std::string root = " --root " + Fixture("mini-kimi-nvfp4").string();
-  EXPECT_EQ(Cli(root + " --layer 0").exit_code, 2);             // dense layer
-  EXPECT_EQ(Cli(root + " --layer 1 --precision f16").exit_code, 2);
-  EXPECT_EQ(Cli(root + " --layer 1 --device tpu").exit_code, 2);
-  EXPECT_EQ(Cli("--layer 1").exit_code, 2);                      // no --root
+  EXPECT_EQ(Cli(root + " --layer 0").rc, 2);             // dense layer
+  EXPECT_EQ(Cli(root + " --layer 1 --precision f16").rc, 2);
+  EXPECT_EQ(Cli(root + " --layer 1 --device tpu").rc, 2);
+  EXPECT_EQ(Cli("--layer 1").rc, 2);                      // no --root
   EXPECT_EQ(Cli(root + " --layer 1 --input " +
-                Fixture("malformed/valid_e8m0.safetensors").string()).exit_code, 2);
+                Fixture("malformed/valid_e8m0.safetensors").string()).rc, 2);
 }
 
 }  // namespace

@@ -20,21 +20,12 @@ using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::Fixture;
 using ::ckpt::testing::TempDir;
 
-struct CliRun {
-  int exit_code;
-  std::string out;
-};
+using CliRun = ::ckpt::testing::CliResult;
 
+// Runs `ckpt-audit ARGS`: exit code (rc), stdout and stderr.
 CliRun Cli(const std::string& args) {
-  const std::string cmd =
-      std::string(CKPT_BINARY_DIR) + "/services/cli/ckpt-audit " + args + " 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  static const TempDir scratch;
+  return ::ckpt::testing::RunCli("" + args, scratch.path());
 }
 
 const std::string kSrc = Fixture("mini-kimi-mxfp4").string();
@@ -42,22 +33,22 @@ const std::string kSrc = Fixture("mini-kimi-mxfp4").string();
 TEST(QuantCli, VerifyPairExitCodesAndJson) {
   CliRun ok = Cli("verify-pair --json --source " + kSrc + " --derived " +
                Fixture("mini-kimi-nvfp4").string());
-  EXPECT_EQ(ok.exit_code, 0) << ok.out;
+  EXPECT_EQ(ok.rc, 0) << ok.out;
   EXPECT_EQ(nlohmann::json::parse(ok.out)["verdict"], "lossless");
 
   CliRun unmapped = Cli("verify-pair --source " + kSrc + " --derived " + Fixture("mini-kimi-x4t").string());
-  EXPECT_EQ(unmapped.exit_code, 1);
+  EXPECT_EQ(unmapped.rc, 1);
   EXPECT_NE(unmapped.out.find("derived:checkpoint-root-mismatch"), std::string::npos) << unmapped.out;
 
   CliRun mapped = Cli("verify-pair --json --source " + kSrc + " --derived " +
                    Fixture("mini-kimi-x4t").string() + " --map-root /x4t=" +
                    Fixture("mini-kimi-x4t").string());
-  EXPECT_EQ(mapped.exit_code, 0) << mapped.out;
+  EXPECT_EQ(mapped.rc, 0) << mapped.out;
 
   CliRun swapped = Cli("verify-pair --source " + Fixture("mini-kimi-nvfp4").string() +
                     " --derived " + kSrc);
-  EXPECT_EQ(swapped.exit_code, 2);
-  EXPECT_EQ(Cli("verify-pair --source " + kSrc).exit_code, 2);  // missing --derived
+  EXPECT_EQ(swapped.rc, 2);
+  EXPECT_EQ(Cli("verify-pair --source " + kSrc).rc, 2);  // missing --derived
 }
 
 TEST(QuantCli, VerifyPairListsAtMostMaxFindings) {
@@ -66,7 +57,7 @@ TEST(QuantCli, VerifyPairListsAtMostMaxFindings) {
   MutateTensor(root, kExpert + "0.w1.weight_packed",
                [](uint8_t* p, size_t n) { for (size_t i = 0; i < n; ++i) p[i] ^= 0x11; });
   CliRun r = Cli("verify-pair --json --max-findings 3 --source " + kSrc + " --derived " + root.string());
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.rc, 1);
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["verdict"], "mismatch");
   EXPECT_EQ(j["mismatches"]["listed"].size(), 3u);
@@ -77,26 +68,26 @@ TEST(QuantCli, VerifyPairListsAtMostMaxFindings) {
 TEST(QuantCli, TranscodeWritesAVerifiablePairOrNothing) {
   TempDir dir;
   CliRun ok = Cli("transcode --to nvfp4 " + kSrc + " " + (dir / "nv").string());
-  EXPECT_EQ(ok.exit_code, 0) << ok.out;
-  EXPECT_EQ(Cli("verify-pair --source " + kSrc + " --derived " + (dir / "nv").string()).exit_code, 0);
-  EXPECT_EQ(Cli("transcode --to nvfp4 " + kSrc + " " + (dir / "nv").string()).exit_code, 2);
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+  EXPECT_EQ(Cli("verify-pair --source " + kSrc + " --derived " + (dir / "nv").string()).rc, 0);
+  EXPECT_EQ(Cli("transcode --to nvfp4 " + kSrc + " " + (dir / "nv").string()).rc, 2);
 
   auto bad = CopyFixture("mini-kimi-mxfp4", dir);
   MutateTensor(bad, kExpert + "1.w2.weight_scale", [](uint8_t* p, size_t) { p[0] = 60; });
   CliRun refused = Cli("transcode --to nvfp4 " + bad.string() + " " + (dir / "nv2").string());
-  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_EQ(refused.rc, 1);
   EXPECT_FALSE(fs::exists(dir / "nv2"));
-  EXPECT_EQ(Cli("transcode --to mxfp8 " + kSrc + " " + (dir / "nv3").string()).exit_code, 2);
+  EXPECT_EQ(Cli("transcode --to mxfp8 " + kSrc + " " + (dir / "nv3").string()).rc, 2);
 }
 
 TEST(QuantCli, QuantCheck) {
   CliRun ok = Cli("quant-check --json " + kSrc);
-  EXPECT_EQ(ok.exit_code, 0) << ok.out;
+  EXPECT_EQ(ok.rc, 0) << ok.out;
   auto j = nlohmann::json::parse(ok.out);
   EXPECT_EQ(j["scale_window"]["verdict"], "lossless-transcodable");
   EXPECT_EQ(j["scale_window"]["policy"]["id"], "scale-window/1");
-  EXPECT_EQ(Cli("quant-check " + Fixture("mini-kimi-x4t").string()).exit_code, 1);  // root
-  EXPECT_EQ(Cli("quant-check /nonexistent").exit_code, 2);
+  EXPECT_EQ(Cli("quant-check " + Fixture("mini-kimi-x4t").string()).rc, 1);  // root
+  EXPECT_EQ(Cli("quant-check /nonexistent").rc, 2);
 }
 
 }  // namespace
