@@ -64,10 +64,14 @@ void TerminalProgress::Draw(uint64_t done, bool final_line) {
     if (final_line) std::fputc('\n', stderr);
     return;
   }
+  // Plain lines for logs: a new decile at most every 2 s, and always the final line.
   int decile = static_cast<int>(frac * 10);
-  if (decile == last_decile_ && !final_line) return;
-  if (final_line && decile == last_decile_ && decile == 10) return;
+  if (!final_line &&
+      (decile == last_decile_ || now - last_draw_ < std::chrono::seconds(2))) {
+    return;
+  }
   last_decile_ = decile;
+  last_draw_ = now;
   std::fprintf(stderr, "%s: %d%% (%.1fs)\n", phase_.c_str(), decile * 10, secs);
 }
 
