@@ -48,8 +48,8 @@ class JobManager::JobProgress final : public Progress {
   int last_percent_ = -1;
 };
 
-JobManager::JobManager(Work work, unsigned workers, size_t max_queued)
-    : work_(std::move(work)), max_queued_(max_queued) {
+JobManager::JobManager(Work work, unsigned workers, size_t max_queued, size_t max_retained)
+    : work_(std::move(work)), max_queued_(max_queued), max_retained_(max_retained) {
   for (unsigned i = 0; i < std::max(1u, workers); ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
@@ -57,7 +57,7 @@ JobManager::~JobManager() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
-    for (Job* job : queue_) {
+    for (const std::shared_ptr<Job>& job : queue_) {
       job->snapshot.state = JobState::kFailed;
       job->snapshot.error = absl::CancelledError("the daemon stopped before the job started");
       job->snapshot.finished_at = evidence::Rfc3339Now();
@@ -76,13 +76,13 @@ absl::StatusOr<std::string> JobManager::Submit(JobSpec spec) {
     return absl::ResourceExhaustedError(
         absl::StrCat(queue_.size(), " audits already queued; try again later"));
   }
-  auto job = std::make_unique<Job>();
+  auto job = std::make_shared<Job>();
   job->snapshot.id = absl::StrFormat("job-%06d", next_id_++);
   job->snapshot.spec = std::move(spec);
   job->snapshot.created_at = evidence::Rfc3339Now();
   job->events.push_back(JobEvent{"queued", 0, 0, "", false});
   std::string id = job->snapshot.id;
-  queue_.push_back(job.get());
+  queue_.push_back(job);
   jobs_.emplace(id, std::move(job));
   cv_.notify_all();
   return id;
@@ -100,7 +100,8 @@ absl::Status JobManager::Watch(const std::string& id,
   std::unique_lock<std::mutex> lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", id));
-  const Job& job = *it->second;
+  const std::shared_ptr<const Job> held = it->second;
+  const Job& job = *held;
   size_t next = 0;
   for (;;) {
     cv_.wait(lock, [&] { return next < job.events.size(); });
@@ -126,7 +127,7 @@ void JobManager::AddEvent(Job& job, JobEvent event) {
 
 void JobManager::WorkerLoop() {
   for (;;) {
-    Job* job;
+    std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -151,6 +152,11 @@ void JobManager::WorkerLoop() {
         last.message = outcome.status().ToString();
       }
       job->events.push_back(std::move(last));
+      finished_.push_back(job->snapshot.id);
+      while (finished_.size() > max_retained_) {
+        jobs_.erase(finished_.front());
+        finished_.pop_front();
+      }
     }
     cv_.notify_all();
   }

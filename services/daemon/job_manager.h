@@ -57,8 +57,10 @@ class JobManager {
  public:
   using Work = std::function<absl::StatusOr<JobOutcome>(const JobSpec&, Progress&)>;
 
-  // `workers` audits run at once; at most `max_queued` wait (RESOURCE_EXHAUSTED beyond).
-  JobManager(Work work, unsigned workers, size_t max_queued);
+  // `workers` audits run at once; at most `max_queued` wait (RESOURCE_EXHAUSTED beyond); the
+  // newest `max_retained` finished jobs stay queryable (older ones are NOT_FOUND; their
+  // outcomes are in the evidence log).
+  JobManager(Work work, unsigned workers, size_t max_queued, size_t max_retained = 1024);
   ~JobManager();  // stops accepting, lets running jobs finish, drops queued ones as failed
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
@@ -80,10 +82,13 @@ class JobManager {
 
   const Work work_;
   const size_t max_queued_;
+  const size_t max_retained_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;  // signalled on any new event, job, or shutdown
-  std::map<std::string, std::unique_ptr<Job>> jobs_;  // guarded by mu_
-  std::deque<Job*> queue_;                            // guarded by mu_
+  // Shared so that a watcher keeps a job alive while it is dropped from the map.
+  std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_
+  std::deque<std::shared_ptr<Job>> queue_;            // guarded by mu_
+  std::deque<std::string> finished_;                  // guarded by mu_; oldest first
   bool stopping_ = false;                             // guarded by mu_
   uint64_t next_id_ = 1;                              // guarded by mu_
   std::vector<std::thread> workers_;

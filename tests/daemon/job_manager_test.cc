@@ -93,5 +93,23 @@ TEST(JobManager, WatcherCanStopEarly) {
   work.release.set_value();
 }
 
+TEST(JobManager, KeepsOnlyTheNewestFinishedJobs) {
+  GatedWork work;
+  work.release.set_value();
+  JobManager jobs([&](const JobSpec& s, Progress& p) { return work(s, p); }, 1, 8,
+                  /*max_retained=*/2);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    auto id = jobs.Submit({"root", "", ""});
+    ASSERT_TRUE(id.ok());
+    ASSERT_TRUE(jobs.Watch(*id, [](const JobEvent&) { return true; }).ok());
+    ids.push_back(*id);
+  }
+  EXPECT_EQ(jobs.Get(ids[0]).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(jobs.Get(ids[1]).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(jobs.Get(ids[2]).ok());
+  EXPECT_TRUE(jobs.Get(ids[3]).ok());
+}
+
 }  // namespace
 }  // namespace ckpt::daemon
