@@ -81,14 +81,20 @@ std::string_view LayoutName(CheckpointLayout layout) {
   return "?";
 }
 
+absl::StatusOr<std::string> RealPath(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf) == nullptr) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot resolve: ", std::strerror(errno)));
+  }
+  return std::string(buf);
+}
+
 absl::StatusOr<std::string> ResolveInsideRoot(const std::string& root,
                                               const std::string& relative) {
   std::string joined = absl::StrCat(root, "/", relative);
-  char buf[PATH_MAX];
-  if (::realpath(joined.c_str(), buf) == nullptr) {
-    return absl::NotFoundError(absl::StrCat(joined, ": cannot resolve: ", std::strerror(errno)));
-  }
-  std::string resolved(buf);
+  absl::StatusOr<std::string> real = RealPath(joined);
+  if (!real.ok()) return real.status();
+  const std::string& resolved = *real;
   if (!absl::StartsWith(resolved, root + "/")) {
     return absl::PermissionDeniedError(absl::StrCat(
         joined, ": resolves to ", resolved, ", outside the checkpoint root ", root));
@@ -130,12 +136,12 @@ absl::StatusOr<json> ReadJsonFile(const std::string& path, uint64_t max_bytes) {
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& root,
                                                              const SafetensorsLimits& limits) {
-  char buf[PATH_MAX];
-  if (::realpath(root.c_str(), buf) == nullptr || !IsDirectory(buf)) {
+  absl::StatusOr<std::string> real = RealPath(root);
+  if (!real.ok() || !IsDirectory(*real)) {
     return absl::NotFoundError(absl::StrCat(root, ": not a directory"));
   }
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
-  ckpt->root_ = buf;
+  ckpt->root_ = *real;
   const std::string& r = ckpt->root_;
 
   std::vector<std::string> shard_paths;

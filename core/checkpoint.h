@@ -75,6 +75,9 @@ class Checkpoint {
   std::optional<uint64_t> declared_total_size_;
 };
 
+// realpath(path); NOT_FOUND naming the path and the reason when it cannot be resolved.
+absl::StatusOr<std::string> RealPath(const std::string& path);
+
 // realpath(root + "/" + relative), which must be inside `root` (itself a realpath).
 // PERMISSION_DENIED when a symlink or ".." leaves the root.
 absl::StatusOr<std::string> ResolveInsideRoot(const std::string& root,

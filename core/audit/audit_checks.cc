@@ -29,14 +29,6 @@ std::string LayerLabel(const std::string& tensor) {
   return tensor;
 }
 
-absl::StatusOr<std::string> Realpath(const std::string& p) {
-  char* r = ::realpath(p.c_str(), nullptr);
-  if (r == nullptr) return absl::NotFoundError(absl::StrCat(p, ": no such checkpoint root"));
-  std::string out = r;
-  std::free(r);
-  return out;
-}
-
 }  // namespace
 
 std::vector<std::string> PolicyNames() { return {"scale-window", "marlin-safe"}; }
@@ -180,7 +172,7 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
                                                   Progress& progress) {
   auto policy = PolicyByName(options.policy);
   if (!policy.ok()) return policy.status();
-  auto root = Realpath(options.root);
+  auto root = RealPath(options.root);
   if (!root.ok()) return root.status();
   evidence::EvidenceRecord rec;
   rec.started_at = evidence::Rfc3339Now();
@@ -218,7 +210,7 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   rec.checks.push_back(ScaleWindowCheck(*window));
 
   if (!options.source.empty()) {
-    auto source_root = Realpath(options.source);
+    auto source_root = RealPath(options.source);
     if (!source_root.ok()) return source_root.status();
     rec.source_root = *source_root;
     auto source = Checkpoint::Open(*source_root);

@@ -1,12 +1,9 @@
 #include "services/daemon/audit_backend.h"
 
-#include <climits>
-#include <cstdlib>
-#include <cstring>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/audit/audit_checks.h"
+#include "core/checkpoint.h"
 #include "core/evidence/dsse.h"
 #include "core/evidence/record.h"
 #include "core/fingerprint/fingerprint.h"
@@ -15,14 +12,6 @@ namespace ckpt::daemon {
 namespace {
 
 constexpr char kVerifierId[] = "https://ckpt-audit.dev/ckpt-auditd";
-
-absl::StatusOr<std::string> RealPath(const std::string& path) {
-  char buf[PATH_MAX];
-  if (::realpath(path.c_str(), buf) == nullptr) {
-    return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(errno)));
-  }
-  return std::string(buf);
-}
 
 // Reasons a stored record failed: each failing check with its first finding.
 std::vector<std::string> FailureReasons(const std::string& payload) {

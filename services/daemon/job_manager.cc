@@ -26,8 +26,7 @@ class JobManager::JobProgress final : public Progress {
   void Advance(uint64_t units) override {
     std::lock_guard<std::mutex> lock(mu_);
     done_ += units;
-    int percent = total_ == 0 ? 100 : static_cast<int>(std::min<uint64_t>(done_, total_) * 100 / total_);
-    if (percent != last_percent_) Emit();
+    if (Percent() != last_percent_) Emit();
   }
   void End() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -36,8 +35,11 @@ class JobManager::JobProgress final : public Progress {
   }
 
  private:
+  int Percent() const {
+    return total_ == 0 ? 100 : static_cast<int>(std::min(done_, total_) * 100 / total_);
+  }
   void Emit() {
-    last_percent_ = total_ == 0 ? 100 : static_cast<int>(std::min<uint64_t>(done_, total_) * 100 / total_);
+    last_percent_ = Percent();
     manager_.AddEvent(job_, JobEvent{phase_, done_, total_, "", false});
   }
   JobManager& manager_;
