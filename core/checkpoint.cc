@@ -1,12 +1,9 @@
 #include "core/checkpoint.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -16,16 +13,6 @@ namespace ckpt {
 namespace {
 
 using nlohmann::json;
-
-bool IsDirectory(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::lstat(path.c_str(), &st) == 0;
-}
 
 // A weight_map value must name a file directly inside the root.
 bool IsPlainFileName(std::string_view name) {
@@ -51,20 +38,25 @@ absl::StatusOr<std::map<std::string, std::string>> ReadWeightMap(const json& j,
   return out;
 }
 
-absl::StatusOr<json> ReadConfig(const std::string& root, const std::string& relative) {
-  absl::StatusOr<std::string> path = ResolveInsideRoot(root, relative);
-  if (!path.ok()) return path.status();
-  absl::StatusOr<json> config = ReadJsonFile(*path);
+absl::StatusOr<json> ReadJson(const TreeImage& image, const std::string& relative) {
+  absl::StatusOr<std::span<const uint8_t>> bytes = image.Content(relative);
+  if (!bytes.ok()) return bytes.status();
+  return ParseJsonDocument(*bytes, absl::StrCat(image.root, "/", relative));
+}
+
+absl::StatusOr<json> ReadConfig(const TreeImage& image, const std::string& relative) {
+  const std::string path = absl::StrCat(image.root, "/", relative);
+  absl::StatusOr<json> config = ReadJson(image, relative);
   if (!config.ok()) return config.status();
   if (!config->is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(*path, ": config is not a JSON object"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": config is not a JSON object"));
   }
   if (config->contains("text_config") && config->contains("quantization_config")) {
     const json& text = config->at("text_config");
     if (text.is_object() && text.contains("quantization_config") &&
         text.at("quantization_config") != config->at("quantization_config")) {
       return absl::InvalidArgumentError(absl::StrCat(
-          *path, ": text_config.quantization_config disagrees with quantization_config"));
+          path, ": text_config.quantization_config disagrees with quantization_config"));
     }
   }
   return config;
@@ -89,28 +81,32 @@ absl::StatusOr<std::string> RealPath(const std::string& path) {
   return std::string(buf);
 }
 
-absl::StatusOr<std::string> ResolveInsideRoot(const std::string& root,
-                                              const std::string& relative) {
-  std::string joined = absl::StrCat(root, "/", relative);
-  absl::StatusOr<std::string> real = RealPath(joined);
-  if (!real.ok()) return real.status();
-  const std::string& resolved = *real;
-  if (!absl::StartsWith(resolved, root + "/")) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        joined, ": resolves to ", resolved, ", outside the checkpoint root ", root));
+absl::StatusOr<json> ReadJsonFile(const std::string& path, uint64_t max_bytes) {
+  const size_t slash = path.rfind('/');
+  absl::StatusOr<std::unique_ptr<io::Directory>> dir =
+      io::RealFileSystem().OpenRoot(slash == std::string::npos ? "." : path.substr(0, slash + 1));
+  if (!dir.ok()) return dir.status();
+  absl::StatusOr<std::unique_ptr<io::RandomAccessFile>> file =
+      (*dir)->OpenFile(slash == std::string::npos ? path : path.substr(slash + 1));
+  if (!file.ok()) return file.status();
+  absl::StatusOr<io::FileIdentity> id = (*file)->Identity();
+  if (!id.ok()) return id.status();
+  if (id->size > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", id->size, " bytes is over the ",
+                                                   max_bytes, "-byte limit for JSON files"));
   }
-  return resolved;
+  std::vector<uint8_t> bytes(id->size);
+  if (absl::Status s = io::ReadExactly(**file, 0, bytes, path); !s.ok()) return s;
+  return ParseJsonDocument(bytes, path, max_bytes);
 }
 
-absl::StatusOr<json> ReadJsonFile(const std::string& path, uint64_t max_bytes) {
-  absl::StatusOr<std::unique_ptr<MappedFile>> file = MappedFile::Open(path);
-  if (!file.ok()) return file.status();
-  if ((*file)->size() > max_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", (*file)->size(), " bytes is over the ", max_bytes,
-                     "-byte limit for JSON files"));
+absl::StatusOr<json> ParseJsonDocument(std::span<const uint8_t> bytes, const std::string& path,
+                                       uint64_t max_bytes) {
+  if (bytes.size() > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes.size(),
+                                                   " bytes is over the ", max_bytes,
+                                                   "-byte limit for JSON files"));
   }
-  auto bytes = (*file)->bytes();
   // nlohmann parses iteratively but compares, copies and dumps recursively: a deeply nested
   // config (an input run through fuzz_checkpoint_open) overflowed the stack in the
   // quantization_config comparison. Real configs nest about 6 levels.
@@ -134,68 +130,77 @@ absl::StatusOr<json> ReadJsonFile(const std::string& path, uint64_t max_bytes) {
   return j;
 }
 
+ReadOptions Checkpoint::ReadOnly() {
+  ReadOptions o;
+  o.file_digests = false;
+  o.tensor_digests = false;
+  return o;
+}
+
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& root,
-                                                             const SafetensorsLimits& limits) {
-  absl::StatusOr<std::string> real = RealPath(root);
-  if (!real.ok() || !IsDirectory(*real)) {
-    return absl::NotFoundError(absl::StrCat(root, ": not a directory"));
-  }
+                                                             const ReadOptions& read) {
+  absl::StatusOr<TreeListing> listing = ListTree(root);
+  if (!listing.ok()) return listing.status();
+  absl::StatusOr<std::shared_ptr<const TreeImage>> image =
+      ReadTree(*std::move(listing), read, NoProgress());
+  if (!image.ok()) return image.status();
+  return Open(*std::move(image));
+}
+
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
+    std::shared_ptr<const TreeImage> image) {
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
-  ckpt->root_ = *real;
-  const std::string& r = ckpt->root_;
+  ckpt->image_ = std::move(image);
+  const TreeImage& img = *ckpt->image_;
+  const std::string& r = img.root;
 
   std::vector<std::string> shard_paths;
   std::map<std::string, std::string> weight_map;
   std::string map_file;
-  if (Exists(r + "/manifest.json") && IsDirectory(r + "/tensors")) {
+  if (img.Find("manifest.json") != nullptr && img.IsDirectory("tensors")) {
     ckpt->layout_ = CheckpointLayout::kX4TContainer;
-    absl::StatusOr<std::string> mpath = ResolveInsideRoot(r, "manifest.json");
-    if (!mpath.ok()) return mpath.status();
-    absl::StatusOr<json> manifest = ReadJsonFile(*mpath);
+    const std::string mpath = r + "/manifest.json";
+    absl::StatusOr<json> manifest = ReadJson(img, "manifest.json");
     if (!manifest.ok()) return manifest.status();
     if (!manifest->is_object() || !manifest->contains("shards") ||
         !manifest->at("shards").is_array()) {
-      return absl::InvalidArgumentError(absl::StrCat(*mpath, ": missing \"shards\" array"));
+      return absl::InvalidArgumentError(absl::StrCat(mpath, ": missing \"shards\" array"));
     }
     ckpt->manifest_ = *manifest;
     for (const json& s : manifest->at("shards")) {
       if (!s.is_object() || !s.contains("file") || !s.at("file").is_string() ||
           !IsPlainFileName(s.at("file").get_ref<const std::string&>())) {
         return absl::InvalidArgumentError(
-            absl::StrCat(*mpath, ": shard entry is not {\"file\": <plain file name>}"));
+            absl::StrCat(mpath, ": shard entry is not {\"file\": <plain file name>}"));
       }
       shard_paths.push_back("tensors/" + s.at("file").get<std::string>());
     }
     map_file = r + "/build-contract.json";
-    absl::StatusOr<std::string> cpath = ResolveInsideRoot(r, "build-contract.json");
-    if (!cpath.ok()) return cpath.status();
-    absl::StatusOr<json> contract = ReadJsonFile(*cpath);
+    absl::StatusOr<json> contract = ReadJson(img, "build-contract.json");
     if (!contract.ok()) return contract.status();
     auto wm = ReadWeightMap(*contract, map_file, "source_names");
     if (!wm.ok()) return wm.status();
     for (auto& [tensor, file] : *wm) weight_map.emplace(tensor, "tensors/" + file);
-    std::error_code ec;
     std::vector<std::string> meta;
-    for (const auto& e : std::filesystem::directory_iterator(r + "/metadata", ec)) {
-      if (e.path().extension() == ".safetensors") {
-        meta.push_back("metadata/" + e.path().filename().string());
+    for (const ImageFile& f : img.files) {
+      if (absl::StartsWith(f.path, "metadata/") && f.path.find('/', 9) == std::string::npos &&
+          absl::EndsWith(f.path, ".safetensors")) {
+        meta.push_back(f.path);
       }
     }
     std::sort(meta.begin(), meta.end());
     shard_paths.insert(shard_paths.end(), meta.begin(), meta.end());
-    absl::StatusOr<json> config = ReadConfig(r, "metadata/config.json");
+    absl::StatusOr<json> config = ReadConfig(img, "metadata/config.json");
     if (!config.ok()) return config.status();
     ckpt->config_ = *std::move(config);
   } else {
-    absl::StatusOr<json> config = ReadConfig(r, "config.json");
+    absl::StatusOr<json> config = ReadConfig(img, "config.json");
     if (!config.ok()) return config.status();
     ckpt->config_ = *std::move(config);
-    if (Exists(r + "/model.safetensors.index.json")) {
+    if (img.Find("model.safetensors.index.json") != nullptr) {
       ckpt->layout_ = CheckpointLayout::kSharded;
       map_file = r + "/model.safetensors.index.json";
-      absl::StatusOr<std::string> ipath = ResolveInsideRoot(r, "model.safetensors.index.json");
-      if (!ipath.ok()) return ipath.status();
-      absl::StatusOr<json> index = ReadJsonFile(*ipath);
+      absl::StatusOr<json> index = ReadJson(img, "model.safetensors.index.json");
       if (!index.ok()) return index.status();
       auto wm = ReadWeightMap(*index, map_file, "weight_map");
       if (!wm.ok()) return wm.status();
@@ -218,7 +223,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
         }
         ckpt->declared_total_size_ = ts.get<uint64_t>();
       }
-    } else if (Exists(r + "/model.safetensors")) {
+    } else if (img.Find("model.safetensors") != nullptr) {
       ckpt->layout_ = CheckpointLayout::kSingleFile;
       shard_paths.push_back("model.safetensors");
     } else {
@@ -226,7 +231,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
           r, ": no model.safetensors, model.safetensors.index.json or X4T manifest.json"));
     }
   }
-  if (absl::Status s = ckpt->LoadShards(shard_paths, limits); !s.ok()) return s;
+  if (absl::Status s = ckpt->LoadShards(shard_paths); !s.ok()) return s;
   if (!map_file.empty()) {
     if (absl::Status s = ckpt->CrossCheckMap(weight_map, map_file); !s.ok()) return s;
   }
@@ -239,23 +244,26 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   return ckpt;
 }
 
-absl::Status Checkpoint::LoadShards(const std::vector<std::string>& relative_paths,
-                                    const SafetensorsLimits& limits) {
+absl::Status Checkpoint::LoadShards(const std::vector<std::string>& relative_paths) {
   for (const std::string& rel : relative_paths) {
-    absl::StatusOr<std::string> path = ResolveInsideRoot(root_, rel);
-    if (!path.ok()) return path.status();
-    absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(*path, limits);
-    if (!file.ok()) return file.status();
-    for (const TensorInfo& t : (*file)->tensors()) {
-      auto [it, inserted] = tensors_.emplace(t.name, TensorRef{file->get(), &t});
+    const ImageFile* f = image_->Find(rel);
+    if (f == nullptr) {
+      return absl::NotFoundError(absl::StrCat(root(), "/", rel, ": no such file in the root"));
+    }
+    if (!f->header_status.ok()) return f->header_status;
+    if (f->safetensors == nullptr) {
+      return absl::InternalError(absl::StrCat(root(), "/", rel, ": header was not read"));
+    }
+    for (const TensorInfo& t : f->safetensors->tensors()) {
+      auto [it, inserted] = tensors_.emplace(t.name, TensorRef{f->safetensors.get(), &t});
       if (!inserted) {
         return absl::InvalidArgumentError(
-            absl::StrCat(root_, ": tensor '", t.name, "' is in two shards: ",
-                         it->second.file->path(), " and ", *path));
+            absl::StrCat(root(), ": tensor '", t.name, "' is in two shards: ",
+                         it->second.file->path(), " and ", f->safetensors->path()));
       }
     }
     relative_paths_.push_back(rel);
-    shards_.push_back(*std::move(file));
+    shards_.push_back(f->safetensors);
   }
   return absl::OkStatus();
 }
@@ -318,13 +326,6 @@ uint64_t Checkpoint::total_tensor_bytes() const {
   uint64_t total = 0;
   for (const auto& [name, ref] : tensors_) total += ref.info->num_bytes();
   return total;
-}
-
-absl::Status Checkpoint::CheckUnchanged() const {
-  for (const auto& s : shards_) {
-    if (absl::Status st = s->file().CheckUnchanged(); !st.ok()) return st;
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace ckpt

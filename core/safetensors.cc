@@ -6,6 +6,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/file_system.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt {
@@ -247,17 +248,31 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     const std::string& path, const SafetensorsLimits& limits) {
-  absl::StatusOr<std::unique_ptr<MappedFile>> file = MappedFile::Open(path);
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  absl::StatusOr<std::unique_ptr<io::Directory>> d = io::RealFileSystem().OpenRoot(dir);
+  if (!d.ok()) return d.status();
+  absl::StatusOr<std::unique_ptr<io::RandomAccessFile>> file = (*d)->OpenFile(name);
   if (!file.ok()) return file.status();
+  absl::StatusOr<io::FileIdentity> id = (*file)->Identity();
+  if (!id.ok()) return id.status();
+  auto content = std::make_shared<std::vector<uint8_t>>(id->size);
+  if (absl::Status s = io::ReadExactly(**file, 0, *content, path); !s.ok()) return s;
   absl::StatusOr<SafetensorsHeader> header =
-      ParseSafetensorsHeader((*file)->bytes(), (*file)->size(), path, limits);
+      ParseSafetensorsHeader(*content, content->size(), path, limits);
   if (!header.ok()) return header.status();
-  return std::unique_ptr<SafetensorsFile>(
-      new SafetensorsFile(*std::move(file), *std::move(header)));
+  return std::make_unique<SafetensorsFile>(path, *std::move(header), std::move(content),
+                                           id->size);
 }
 
-SafetensorsFile::SafetensorsFile(std::unique_ptr<MappedFile> file, SafetensorsHeader header)
-    : file_(std::move(file)), header_(std::move(header)) {
+SafetensorsFile::SafetensorsFile(std::string path, SafetensorsHeader header,
+                                 std::shared_ptr<const std::vector<uint8_t>> content,
+                                 uint64_t file_size)
+    : path_(std::move(path)),
+      header_(std::move(header)),
+      content_(std::move(content)),
+      file_size_(file_size) {
   for (const TensorInfo& t : header_.tensors) by_name_.emplace(t.name, &t);
 }
 
@@ -267,7 +282,9 @@ const TensorInfo* SafetensorsFile::Find(std::string_view name) const {
 }
 
 std::span<const uint8_t> SafetensorsFile::Bytes(const TensorInfo& t) const {
-  return file_->bytes().subspan(data_start() + t.begin, t.num_bytes());
+  const uint64_t begin = data_start() + t.begin;
+  if (content_ == nullptr || content_->size() < begin + t.num_bytes()) return {};
+  return std::span<const uint8_t>(*content_).subspan(begin, t.num_bytes());
 }
 
 }  // namespace ckpt

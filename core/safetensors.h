@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/mapped_file.h"
 
 namespace ckpt {
 
@@ -64,13 +63,22 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t
                                                          const std::string& label,
                                                          const SafetensorsLimits& limits = {});
 
+// A parsed safetensors file and the bytes read of it (owned memory, never a mapping).
 class SafetensorsFile {
  public:
+  // `content` holds the file's bytes from offset 0: all of them, only the header (then Bytes()
+  // is empty for every tensor), or none. `path` names the file in messages.
+  SafetensorsFile(std::string path, SafetensorsHeader header,
+                  std::shared_ptr<const std::vector<uint8_t>> content, uint64_t file_size);
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  // Reads a whole standalone file (e.g. an activations file) into memory and parses it.
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(
       const std::string& path, const SafetensorsLimits& limits = {});
 
-  const std::string& path() const { return file_->path(); }
-  const MappedFile& file() const { return *file_; }
+  const std::string& path() const { return path_; }
+  uint64_t file_size() const { return file_size_; }
   const SafetensorsHeader& header() const { return header_; }
   const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
   const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
@@ -78,13 +86,14 @@ class SafetensorsFile {
 
   // nullptr when absent.
   const TensorInfo* Find(std::string_view name) const;
-  // The tensor's bytes inside the mapping (no copy).
+  // The tensor's bytes (no copy); empty when they were not kept.
   std::span<const uint8_t> Bytes(const TensorInfo& t) const;
 
  private:
-  SafetensorsFile(std::unique_ptr<MappedFile> file, SafetensorsHeader header);
-  std::unique_ptr<MappedFile> file_;
-  SafetensorsHeader header_;
+  const std::string path_;
+  const SafetensorsHeader header_;
+  const std::shared_ptr<const std::vector<uint8_t>> content_;
+  const uint64_t file_size_;
   std::map<std::string_view, const TensorInfo*> by_name_;
 };
 

@@ -1,9 +1,7 @@
 // bench_policy: what the scale-window check and pair verification cost over a plain pass.
 //
-// Generates a synthetic MXFP4 checkpoint of --size-gib (Kimi-K3 expert geometry: w1/w3
-// [3072, 3584], w2 [3584, 3072], 16 experts per layer, one shard per layer; random nibbles,
-// per-row scales within an 8-binade span, 0.1% all-zero groups) and its lossless NVFP4
-// transcode, then times, on --threads threads, each check against a baseline pass over the same
+// Generates a synthetic MXFP4 checkpoint of --size-gib (bench/common/synthetic_checkpoint.h)
+// and its lossless NVFP4 transcode, then times, on --threads threads, each check against a baseline pass over the same
 // bytes in the same run (best of --repeat, run alternately; all data in the page cache):
 //   scale-window  vs  a read pass (64-bit XOR of every word) over the source tensors
 //   verify-pair   vs  memcmp of every same-named, same-size tensor pair + a read of the rest
@@ -32,6 +30,7 @@
 #include "core/quant/safetensors_writer.h"
 #include "core/quant/scale_window.h"
 #include "core/quant/transcode.h"
+#include "bench/common/synthetic_checkpoint.h"
 
 namespace ckpt::quant {
 namespace {
@@ -39,95 +38,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr uint64_t kInter = 3072, kLatent = 3584, kExperts = 16;
-
 std::atomic<uint64_t> g_sink{0};
 
 void Die(const absl::Status& s) {
   std::fprintf(stderr, "bench_policy: %s\n", s.ToString().c_str());
   std::exit(2);
-}
-
-std::vector<uint8_t> RandomBytes(uint64_t n, std::mt19937_64& rng) {
-  std::vector<uint8_t> b(n);
-  for (uint64_t i = 0; i + 8 <= n; i += 8) {
-    const uint64_t w = rng();
-    std::memcpy(&b[i], &w, 8);
-  }
-  return b;
-}
-
-// One MXFP4 matrix: random codes, per-row base exponent in [-8, -4] plus 0..7 per group.
-void AddMatrix(const std::string& m, uint64_t rows, uint64_t cols, std::mt19937_64& rng,
-               std::vector<TensorToWrite>* out) {
-  std::vector<uint8_t> packed = RandomBytes(rows * cols / 2, rng);
-  std::vector<uint8_t> scale(rows * cols / 32);
-  for (uint64_t r = 0; r < rows; ++r) {
-    const uint8_t base = static_cast<uint8_t>(119 + rng() % 5);
-    for (uint64_t g = 0; g < cols / 32; ++g) {
-      const uint64_t x = rng();
-      scale[r * (cols / 32) + g] = static_cast<uint8_t>(base + x % 8);
-      if ((x >> 32) % 1000 == 0) {  // an all-zero group with an out-of-window scale
-        std::memset(&packed[r * cols / 2 + g * 16], 0, 16);
-        scale[r * (cols / 32) + g] = 1;
-      }
-    }
-  }
-  out->push_back(TensorToWrite::Owned(m + ".weight_packed", DType::kU8, {rows, cols / 2},
-                                      std::move(packed)));
-  out->push_back(TensorToWrite::Owned(m + ".weight_scale", DType::kU8, {rows, cols / 32},
-                                      std::move(scale)));
-}
-
-void WriteSource(const fs::path& dir, int layers) {
-  fs::create_directories(dir);
-  json weight_map = json::object();
-  uint64_t total = 0;
-  std::mt19937_64 rng(42);
-  for (int l = 0; l < layers; ++l) {
-    std::vector<TensorToWrite> tensors;
-    const std::string prefix = "model.layers." + std::to_string(l) + ".";
-    // A small dense tensor per layer: verified by digest.
-    tensors.push_back(TensorToWrite::Owned(prefix + "self_attn.o_proj.weight", DType::kBF16,
-                                           {1024, 1024}, RandomBytes(2u << 20, rng)));
-    for (uint64_t e = 0; e < kExperts; ++e) {
-      const std::string m = prefix + "block_sparse_moe.experts." + std::to_string(e) + ".";
-      AddMatrix(m + "w1", kInter, kLatent, rng, &tensors);
-      AddMatrix(m + "w2", kLatent, kInter, rng, &tensors);
-      AddMatrix(m + "w3", kInter, kLatent, rng, &tensors);
-    }
-    const std::string shard = "model-" + std::to_string(100001 + l).substr(1) + "-of-" +
-                              std::to_string(100000 + layers).substr(1) + ".safetensors";
-    for (const TensorToWrite& t : tensors) {
-      weight_map[t.name] = shard;
-      total += t.data().size();
-    }
-    if (absl::Status s = WriteSafetensors((dir / shard).string(), std::move(tensors), {{"format", "pt"}});
-        !s.ok()) {
-      Die(s);
-    }
-  }
-  const json q = {{"quant_method", "compressed-tensors"},
-                  {"format", "mxfp4-pack-quantized"},
-                  {"ignore", {"re:.*self_attn.*"}},
-                  {"config_groups",
-                   {{"group_0",
-                     {{"targets", {"re:.*block_sparse_moe\\.experts\\.\\d+\\.w[123]$"}},
-                      {"input_activations", nullptr},
-                      {"weights",
-                       {{"num_bits", 4}, {"type", "float"}, {"group_size", 32},
-                        {"strategy", "group"}, {"symmetric", true}}}}}}}};
-  const json config = {{"model_type", "kimi_k3"},
-                       {"quantization_config", q},
-                       {"text_config",
-                        {{"quantization_config", q},
-                         {"moe_intermediate_size", kInter},
-                         {"moe_latent_size", kLatent},
-                         {"n_routed_experts", kExperts},
-                         {"num_hidden_layers", layers}}}};
-  std::ofstream(dir / "config.json") << config.dump(2);
-  std::ofstream(dir / "model.safetensors.index.json")
-      << json({{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}).dump(2);
 }
 
 uint64_t ReadPass(std::span<const uint8_t> b) {
@@ -184,8 +99,7 @@ int Main(int argc, char** argv) {
   app.add_flag("--keep", keep, "keep the generated pair (a later run with --dir reuses it)");
   CLI11_PARSE(app, argc, argv);
   if (threads == 0) threads = DefaultThreads();
-  const uint64_t layer_bytes = kExperts * 3 * (kInter * kLatent / 2 + kInter * kLatent / 32);
-  const int layers = std::max(1, static_cast<int>(size_gib * (1ull << 30) / layer_bytes + 0.5));
+  const int layers = bench::LayersFor(size_gib);
   fs::path root = dir.empty() ? fs::temp_directory_path() / ("bench-policy-" + std::to_string(::getpid()))
                               : fs::path(dir);
   std::printf("machine: %s, %u hardware threads; using %u threads\n", CpuModel().c_str(),
@@ -194,8 +108,12 @@ int Main(int argc, char** argv) {
   // A pair kept by an earlier --keep run in --dir is reused as is.
   const bool reuse = fs::exists(root / "src") && fs::exists(root / "nvfp4");
   auto t0 = std::chrono::steady_clock::now();
-  if (!reuse) WriteSource(root / "src", layers);
-  auto src = Checkpoint::Open((root / "src").string());
+  if (!reuse) {
+    if (absl::Status s = bench::WriteSyntheticSource(root / "src", layers); !s.ok()) Die(s);
+  }
+  ReadOptions read = Checkpoint::ReadOnly();
+  read.memory_window = ~0ull;  // the bench holds both trees in memory by design
+  auto src = Checkpoint::Open((root / "src").string(), read);
   if (!src.ok()) Die(src.status());
   const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   t0 = std::chrono::steady_clock::now();
@@ -206,7 +124,7 @@ int Main(int argc, char** argv) {
     if (!tr.ok()) Die(tr.status());
   }
   const double transcode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  auto dst = Checkpoint::Open((root / "nvfp4").string());
+  auto dst = Checkpoint::Open((root / "nvfp4").string(), read);
   if (!dst.ok()) Die(dst.status());
   const uint64_t src_bytes = (*src)->total_tensor_bytes(), dst_bytes = (*dst)->total_tensor_bytes();
   if (reuse) {

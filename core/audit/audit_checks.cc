@@ -168,71 +168,133 @@ std::vector<evidence::Subject> SubjectsOf(const Fingerprint& fp) {
   return subjects;
 }
 
+namespace {
+
+// One tree, read once: its image and fingerprint.
+struct ReadRoot {
+  std::shared_ptr<const TreeImage> image;
+  Fingerprint fingerprint;
+};
+
+absl::StatusOr<ReadRoot> Read(const std::string& path, std::shared_ptr<const io::Directory> dir,
+                              const AuditOptions& options, uint64_t window, Progress& progress) {
+  if (dir == nullptr) {
+    absl::StatusOr<std::unique_ptr<io::Directory>> opened = io::RealFileSystem().OpenRoot(path);
+    if (!opened.ok()) return opened.status();
+    dir = *std::move(opened);
+  }
+  const TreeWalkOptions walk;
+  absl::StatusOr<TreeListing> listing = ListTree(std::move(dir), walk);
+  if (!listing.ok()) return listing.status();
+  ReadOptions read;
+  read.threads = options.threads;
+  read.memory_window = window;
+  absl::StatusOr<std::shared_ptr<const TreeImage>> image =
+      ReadTree(*std::move(listing), read, progress);
+  if (!image.ok()) return image.status();
+  return ReadRoot{*image, FingerprintOf(**image, walk.ignore_paths)};
+}
+
+// A checkpoint the strict reader refused, as a finding: the message names the file, the
+// tensor and the offset.
+ojson Unreadable(const absl::Status& s) {
+  return {{"code", "unreadable-checkpoint"},
+          {"status", absl::StatusCodeToString(s.code())},
+          {"message", std::string(s.message())}};
+}
+
+}  // namespace
+
 absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
                                                   Progress& progress) {
   auto policy = PolicyByName(options.policy);
   if (!policy.ok()) return policy.status();
-  auto root = RealPath(options.root);
-  if (!root.ok()) return root.status();
   evidence::EvidenceRecord rec;
   rec.started_at = evidence::Rfc3339Now();
   rec.environment = evidence::CollectEnvironment();
-  rec.root = *root;
   rec.policy = PolicyRefOf(*policy);
+  rec.refs = options.refs;
+  rec.invoker = options.invoker;
 
-  FingerprintOptions fopt;
-  fopt.threads = options.threads;
-  auto fp = FingerprintTree(*root, fopt, progress);
-  if (!fp.ok()) return fp.status();
-  rec.subjects = SubjectsOf(*fp);
-  rec.checks.push_back(FingerprintCheck(*fp));
+  auto derived = Read(options.root, options.root_dir, options, options.memory_window, progress);
+  if (!derived.ok()) return derived.status();
+  rec.root = derived->image->root;
+  rec.subjects = SubjectsOf(derived->fingerprint);
+  rec.checks.push_back(FingerprintCheck(derived->fingerprint));
+  uint64_t bytes_read = derived->image->bytes_read;
+  std::optional<ReadRoot> source;
+  if (!options.source.empty() || options.source_dir != nullptr) {
+    const uint64_t kept = derived->image->kept_bytes;
+    const uint64_t left = options.memory_window > kept ? options.memory_window - kept : 0;
+    auto s = Read(options.source, options.source_dir, options, left, progress);
+    if (!s.ok()) return s.status();
+    source = *std::move(s);
+    bytes_read += source->image->bytes_read;
+    std::vector<evidence::Subject> files = SubjectsOf(source->fingerprint);
+    files.pop_back();  // the manifest ROOT has its own field
+    rec.source = evidence::SourceBinding{source->image->root,
+                                         source->fingerprint.manifest.RootHex(),
+                                         std::move(files)};
+  }
+
+  // Storage bytes read by the whole audit (both trees): each byte once.
+  rec.checks.front().counts["bytes_read"] = static_cast<int64_t>(bytes_read);
 
   CheckResult structure;
   structure.name = "checkpoint_structure";
-  auto ckpt = Checkpoint::Open(*root);
+  auto ckpt = Checkpoint::Open(derived->image);
   if (!ckpt.ok()) {
     structure.verdict = evidence::Verdict::kFail;
-    structure.findings.push_back({{"code", "unreadable-checkpoint"},
-                                  {"status", absl::StatusCodeToString(ckpt.status().code())},
-                                  {"message", std::string(ckpt.status().message())}});
+    structure.findings.push_back(Unreadable(ckpt.status()));
     rec.checks.push_back(structure);
-    rec.finished_at = evidence::Rfc3339Now();
-    return rec;
+  } else {
+    structure.counts["shards"] = static_cast<int64_t>((*ckpt)->shards().size());
+    structure.counts["tensors"] = static_cast<int64_t>((*ckpt)->TensorNames().size());
+    structure.counts["tensor_bytes"] = static_cast<int64_t>((*ckpt)->total_tensor_bytes());
+    structure.details = {{"layout", std::string(LayoutName((*ckpt)->layout()))}};
+    rec.checks.push_back(structure);
+
+    auto window = quant::ScaleWindowPolicy(*policy).Check(**ckpt, progress, options.threads);
+    if (!window.ok()) return window.status();
+    rec.checks.push_back(ScaleWindowCheck(*window));
   }
-  structure.counts["shards"] = static_cast<int64_t>((*ckpt)->shards().size());
-  structure.counts["tensors"] = static_cast<int64_t>((*ckpt)->TensorNames().size());
-  structure.counts["tensor_bytes"] = static_cast<int64_t>((*ckpt)->total_tensor_bytes());
-  structure.details = {{"layout", std::string(LayoutName((*ckpt)->layout()))}};
-  rec.checks.push_back(structure);
 
-  auto window = quant::ScaleWindowPolicy(*policy).Check(**ckpt, progress, options.threads);
-  if (!window.ok()) return window.status();
-  rec.checks.push_back(ScaleWindowCheck(*window));
-
-  if (!options.source.empty()) {
-    auto source_root = RealPath(options.source);
-    if (!source_root.ok()) return source_root.status();
-    rec.source_root = *source_root;
-    auto source = Checkpoint::Open(*source_root);
-    if (!source.ok()) return source.status();
+  std::unique_ptr<Checkpoint> source_ckpt;
+  if (source) {
+    auto opened = Checkpoint::Open(source->image);
+    if (!opened.ok()) {
+      CheckResult pair;
+      pair.name = "pair_verify";
+      pair.verdict = evidence::Verdict::kFail;
+      ojson f = Unreadable(opened.status());
+      f["code"] = "unreadable-source";
+      pair.findings.push_back(f);
+      rec.checks.push_back(pair);
+    } else {
+      source_ckpt = *std::move(opened);
+    }
+  }
+  if (ckpt.ok() && source_ckpt != nullptr) {
     quant::PairVerifyOptions popt;
     popt.threads = options.threads;
-    auto pair = quant::VerifyPair(**source, **ckpt, popt, progress);
+    auto pair = quant::VerifyPair(*source_ckpt, **ckpt, popt, progress);
     if (!pair.ok()) return pair.status();
     rec.checks.push_back(PairCheck(*pair));
     rec.pair_audit = Ordered(pair->ToJson());
   }
-  if (options.forward_layer >= 0) {
+  if (ckpt.ok() && options.forward_layer >= 0) {
     forward::ForwardAuditOptions fopt;
-    fopt.root = *root;
-    fopt.source = rec.source_root;
     fopt.layer = options.forward_layer;
-    auto fwd = forward::RunForwardAudit(fopt, forward::CpuDevice());
+    auto fwd = forward::RunForwardAudit(**ckpt, source_ckpt.get(), fopt, forward::CpuDevice());
     if (!fwd.ok()) return fwd.status();
     rec.checks.push_back(ForwardCheck(*fwd));
     rec.block_forward = Ordered(fwd->report);
   }
-  if (auto s = (*ckpt)->CheckUnchanged(); !s.ok()) return s;
+  // Every verdict above was computed from the bytes read; the names must still lead to them.
+  if (auto s = derived->image->CheckUnchanged(); !s.ok()) return s;
+  if (source) {
+    if (auto s = source->image->CheckUnchanged(); !s.ok()) return s;
+  }
   rec.finished_at = evidence::Rfc3339Now();
   return rec;
 }

@@ -2,8 +2,8 @@
 // evidence::CheckResult, assembled into an (unsigned) evidence record.
 //
 // Checks: `fingerprint` (file digests, OMS manifest ROOT: the record's subjects),
-// `checkpoint_structure` (the strict reader and root rules), `scale_window` (the named policy)
-// with a source checkpoint, `pair_verify` (lossless re-encoding), and with a layer,
+// `checkpoint_structure` (the strict reader and root rules), `scale_window` (the named policy),
+// with a source checkpoint `pair_verify` (lossless re-encoding), and with a layer,
 // `block_forward` (the CPU reference block on derived vs source). Adding a check means
 // adding one adapter here; the record, signing and log do not change.
 #ifndef CKPT_CORE_AUDIT_AUDIT_CHECKS_H_
@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "core/evidence/record.h"
 #include "core/fingerprint/fingerprint.h"
+#include "core/io/tree_image.h"
 #include "core/forward/forward_audit.h"
 #include "core/progress.h"
 #include "core/quant/pair_verify.h"
@@ -27,9 +28,15 @@ inline constexpr char kDefaultPolicy[] = "scale-window";
 struct AuditOptions {
   std::string root;
   std::string source;  // empty: no pair audit
+  // When set, the audit reads through these already-opened directories (the daemon opens and
+  // checks a root when a job is submitted) and `root` / `source` are not resolved again.
+  std::shared_ptr<const io::Directory> root_dir, source_dir;
   std::string policy = kDefaultPolicy;
   int forward_layer = -1;  // >= 0: run the block forward audit on this layer (CPU reference)
   unsigned threads = 0;
+  uint64_t memory_window = kDefaultMemoryWindow;  // bytes of both trees kept at once
+  evidence::ExternalRefs refs;
+  std::string invoker;
 };
 
 // Policies by name: "scale-window" (max span 17, exactly what E4M3 represents) and
@@ -46,8 +53,11 @@ evidence::CheckResult ScaleWindowCheck(const quant::ScaleWindowResult& r);
 evidence::CheckResult PairCheck(const quant::PairVerifyResult& r);
 evidence::CheckResult ForwardCheck(const forward::ForwardAuditResult& r);
 
-// Errors only when the audit cannot run at all (missing root, unknown policy, I/O); a
-// checkpoint that breaks the rules gives a record with failing checks.
+// One read of the root (and of the source) feeds every check: the record's digests are the
+// digests of the bytes the verdicts were computed from (docs/audit-engine.md). Errors only
+// when the audit cannot run at all (missing root, unknown policy, over the memory window) or
+// when a file changed, shrank or could not be read during the audit (DATA_LOSS: nothing may
+// be signed); a checkpoint that breaks the rules gives a record with failing checks.
 absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
                                                   Progress& progress);
 

@@ -72,7 +72,7 @@ absl::StatusOr<std::string> RecordPayload(const EvidenceRecord& r) {
   ojson predicate = {
       {"schema_version", kEvidenceSchemaVersion},
       {"root", r.root},
-      {"source_root", r.source_root.empty() ? ojson() : ojson(r.source_root)},
+      {"source", ojson()},
       {"policy", {{"name", r.policy.name}, {"version", r.policy.version},
                   {"thresholds", r.policy.thresholds}}},
       {"verdict", VerdictName(r.OverallVerdict())},
@@ -83,6 +83,21 @@ absl::StatusOr<std::string> RecordPayload(const EvidenceRecord& r) {
       {"started_at", r.started_at},
       {"finished_at", r.finished_at},
   };
+  if (r.source) {
+    auto files = SubjectsJson(r.source->files);
+    if (!files.ok()) return files.status();
+    predicate["source"] = {{"root", r.source->root},
+                           {"manifest_root", r.source->manifest_root},
+                           {"files", *files}};
+  }
+  ojson refs = ojson::object();
+  for (const auto& [key, value] : {std::pair{"model_ref", &r.refs.model_ref},
+                                   std::pair{"source_ref", &r.refs.source_ref},
+                                   std::pair{"image_digest", &r.refs.image_digest}}) {
+    if (!value->empty()) refs[key] = *value;
+  }
+  if (!refs.empty()) predicate["refs"] = refs;
+  if (!r.invoker.empty()) predicate["invoker"] = r.invoker;
   ojson statement = {{"_type", "https://in-toto.io/Statement/v1"},
                      {"subject", *subjects},
                      {"predicateType", kEvidencePredicateType},
@@ -144,6 +159,15 @@ absl::StatusOr<RecordIndex> IndexPayload(const std::string& payload) {
       idx.policy = p.at("policy").at("name").get<std::string>();
       idx.verdict = p.at("verdict").get<std::string>();
       idx.time = p.at("finished_at").get<std::string>();
+      if (p.contains("source") && p.at("source").is_object()) {
+        const auto& src = p.at("source");
+        for (const auto& f : src.at("files")) {
+          idx.source_subjects.push_back(
+              {f.at("name").get<std::string>(), f.at("digest").at("sha256").get<std::string>()});
+        }
+        idx.source_subjects.push_back(
+            {kManifestRootSubject, src.at("manifest_root").get<std::string>()});
+      }
     } else if (idx.predicate_type == kVerificationSummaryType) {
       std::string uri = p.at("resourceUri").get<std::string>();
       idx.root = uri.rfind("file://", 0) == 0 ? uri.substr(7) : uri;

@@ -22,7 +22,7 @@
 namespace ckpt::evidence {
 
 inline constexpr char kEvidencePredicateType[] = "https://ckpt-audit.dev/evidence/v1";
-inline constexpr int kEvidenceSchemaVersion = 1;
+inline constexpr int kEvidenceSchemaVersion = 2;
 inline constexpr char kVerificationSummaryType[] = "https://slsa.dev/verification_summary/v1";
 // The subject name that carries the OMS manifest ROOT digest.
 inline constexpr char kManifestRootSubject[] = "oms-manifest-root";
@@ -57,9 +57,26 @@ struct PolicyRef {
   nlohmann::ordered_json thresholds = nlohmann::ordered_json::object();
 };
 
+// The source of a pair audit, bound by content: what the derived checkpoint was proved
+// lossless against (in-toto resolvedDependencies style; docs/evidence.md "Source binding").
+struct SourceBinding {
+  std::string root;           // real path of the source directory as opened
+  std::string manifest_root;  // its OMS manifest ROOT (hex)
+  std::vector<Subject> files;  // every file's SHA-256, as in subjects
+};
+
+// Strings the caller vouches for, recorded exactly as given (empty: not recorded).
+struct ExternalRefs {
+  std::string model_ref;     // e.g. a Hugging Face repo@revision of the audited checkpoint
+  std::string source_ref;    // the same for the source
+  std::string image_digest;  // the container image the audit ran in
+};
+
 struct EvidenceRecord {
-  std::string root;         // realpath of the audited checkpoint
-  std::string source_root;  // realpath of the source in a pair audit, else empty
+  std::string root;  // real path of the audited checkpoint directory as opened
+  std::optional<SourceBinding> source;  // pair audits only
+  ExternalRefs refs;
+  std::string invoker;  // who caused the audit (the daemon's authenticated caller), if known
   std::vector<Subject> subjects;
   PolicyRef policy;
   std::vector<CheckResult> checks;
@@ -93,6 +110,8 @@ struct RecordIndex {
   std::string verdict;  // "pass" / "fail"
   std::string time;     // finished_at (or timeVerified)
   std::vector<Subject> subjects;
+  // A pair audit's bound source: its files and, under kManifestRootSubject, its OMS ROOT.
+  std::vector<Subject> source_subjects;
 };
 // INVALID_ARGUMENT if the payload is not a Statement v1 with one of our predicate types.
 absl::StatusOr<RecordIndex> IndexPayload(const std::string& payload);

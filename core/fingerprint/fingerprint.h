@@ -6,11 +6,9 @@
 //   fp->files[i].sha256      // == `sha256sum` of the file == its Hugging Face LFS oid
 //   fp->manifest.RootHex()   // the model_signing subject digest
 //
-// Files are mapped read-only (no copies) and hashed on a bounded pool. The whole-file digest is
-// one sequential SHA-256 per file, so it runs on one thread per file while the other threads
-// hash tensors and shard ranges of the same mapped bytes, paced to stay within a readahead
-// window of it so those pages are read from disk once. Every file is re-stat'ed after hashing:
-// a file changed during the run is DATA_LOSS, not a digest of bytes no longer on disk.
+// Every digest comes from the one read of each file (core/io/tree_image.h): files are read in
+// parallel, each front to back once, and every digest of a file is taken from the same bytes.
+// A file changed during the run is DATA_LOSS, not a digest of bytes no longer on disk.
 #ifndef CKPT_CORE_FINGERPRINT_FINGERPRINT_H_
 #define CKPT_CORE_FINGERPRINT_FINGERPRINT_H_
 
@@ -21,7 +19,8 @@
 
 #include "absl/status/statusor.h"
 #include "core/fingerprint/oms_manifest.h"
-#include "core/fingerprint/tree_walk.h"
+#include "core/io/tree_image.h"
+#include "core/io/tree_walk.h"
 #include "core/progress.h"
 #include "core/sha256.h"
 
@@ -42,8 +41,6 @@ struct FingerprintOptions {
   bool file_digests = true;
   // SHA-256 of each tensor's bytes in every `*.safetensors` file (which must then parse).
   bool tensor_digests = true;
-  // How far (bytes) range hashing may run ahead of a file's whole-file digest.
-  uint64_t readahead_window = 256ull << 20;
   TreeWalkOptions walk;
   // With count > 1, only this part's files are hashed (files mode only); the manifest then
   // covers just those files, and MergeFingerprintParts builds the whole tree's.
@@ -77,6 +74,10 @@ struct Fingerprint {
 absl::StatusOr<Fingerprint> FingerprintTree(const std::string& root,
                                             const FingerprintOptions& options,
                                             Progress& progress);
+
+// The fingerprint of a tree already read with file digests (files mode) and tensor digests.
+// A safetensors file whose header did not parse has no tensor digests.
+Fingerprint FingerprintOf(const TreeImage& image, const std::vector<std::string>& ignore_paths);
 
 }  // namespace ckpt
 

@@ -4,7 +4,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "core/fingerprint/tree_walk.h"
+#include "core/io/tree_walk.h"
 
 namespace ckpt {
 namespace {

@@ -133,10 +133,10 @@ absl::StatusOr<Fingerprint> MergeFingerprintParts(const std::string& root,
   std::vector<bool> seen_index(count, false);
   std::map<std::string, std::pair<const FileFingerprint*, unsigned>> by_path;
   for (const ParsedPart& p : parts) {
-    if (p.spec.count != count || p.root != tree->root) {
+    if (p.spec.count != count || p.root != tree->root_dir->label()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "fingerprint part ", p.spec.index, "/", p.spec.count, " of ", p.root,
-          " does not belong with part 0.. of ", count, " parts of ", tree->root));
+          " does not belong with part 0.. of ", count, " parts of ", tree->root_dir->label()));
     }
     if (seen_index[p.spec.index]) {
       return absl::InvalidArgumentError(absl::StrCat("fingerprint part ", p.spec.index,
@@ -159,7 +159,7 @@ absl::StatusOr<Fingerprint> MergeFingerprintParts(const std::string& root,
     }
   }
   Fingerprint fp;
-  fp.root = tree->root;
+  fp.root = tree->root_dir->label();
   std::vector<OmsResource> resources;
   for (const TreeFile& f : tree->files) {
     auto it = by_path.find(f.path);
@@ -191,7 +191,7 @@ absl::StatusOr<Fingerprint> MergeFingerprintParts(const std::string& root,
                    [&](const TensorFingerprint& a, const TensorFingerprint& b) {
                      return file_rank[a.file] < file_rank[b.file];
                    });
-  std::string name = tree->root.substr(tree->root.find_last_of('/') + 1);
+  std::string name = tree->root_dir->label().substr(tree->root_dir->label().find_last_of('/') + 1);
   fp.manifest = BuildOmsManifest(OmsMode::kFiles, 0, name, walk.ignore_paths,
                                  std::move(resources));
   return fp;

@@ -11,23 +11,23 @@
 namespace ckpt::forward {
 namespace {
 
+// The expert spans in `weights` point into the checkpoint's bytes, which outlive the audit.
 struct LoadedBlock {
-  std::unique_ptr<Checkpoint> ckpt;  // owns the mappings the expert spans point into
+  const Checkpoint* ckpt = nullptr;
   BlockConfig config;
   BlockWeights weights;
 };
 
-absl::StatusOr<LoadedBlock> Load(const std::string& root, int layer) {
+absl::StatusOr<LoadedBlock> Load(const Checkpoint& ckpt, int layer) {
   LoadedBlock b;
-  auto c = Checkpoint::Open(root);
-  if (!c.ok()) return c.status();
-  b.ckpt = std::move(*c);
-  auto cfg = ParseBlockConfig(b.ckpt->text_config(), layer);
+  b.ckpt = &ckpt;
+  auto cfg = ParseBlockConfig(ckpt.text_config(), layer);
   if (!cfg.ok()) {
-    return absl::Status(cfg.status().code(), absl::StrCat(root, ": ", cfg.status().message()));
+    return absl::Status(cfg.status().code(),
+                        absl::StrCat(ckpt.root(), ": ", cfg.status().message()));
   }
   b.config = *cfg;
-  auto w = LoadBlockWeights(*b.ckpt, b.config, layer);
+  auto w = LoadBlockWeights(ckpt, b.config, layer);
   if (!w.ok()) return w.status();
   b.weights = std::move(*w);
   return b;
@@ -62,7 +62,22 @@ ForwardDevice CpuDevice() {
 
 absl::StatusOr<ForwardAuditResult> RunForwardAudit(const ForwardAuditOptions& o,
                                                    const ForwardDevice& device) {
-  auto derived = Load(o.root, o.layer);
+  auto derived = Checkpoint::Open(o.root);
+  if (!derived.ok()) return derived.status();
+  std::unique_ptr<Checkpoint> source;
+  if (!o.source.empty()) {
+    auto s = Checkpoint::Open(o.source);
+    if (!s.ok()) return s.status();
+    source = *std::move(s);
+  }
+  return RunForwardAudit(**derived, source.get(), o, device);
+}
+
+absl::StatusOr<ForwardAuditResult> RunForwardAudit(const Checkpoint& derived_ckpt,
+                                                   const Checkpoint* source_ckpt,
+                                                   const ForwardAuditOptions& o,
+                                                   const ForwardDevice& device) {
+  auto derived = Load(derived_ckpt, o.layer);
   if (!derived.ok()) return derived.status();
   const BlockConfig& config = derived->config;
 
@@ -104,12 +119,13 @@ absl::StatusOr<ForwardAuditResult> RunForwardAudit(const ForwardAuditOptions& o,
   };
   bool passed = determinism.bitwise_equal();
 
-  if (!o.source.empty()) {
-    auto source = Load(o.source, o.layer);
+  if (source_ckpt != nullptr) {
+    auto source = Load(*source_ckpt, o.layer);
     if (!source.ok()) return source.status();
     if (!SameShape(source->config, config)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          o.source, " and ", o.root, ": layer ", o.layer, " blocks differ in shape or family"));
+      return absl::InvalidArgumentError(absl::StrCat(source_ckpt->root(), " and ",
+                                                     derived_ckpt.root(), ": layer ", o.layer,
+                                                     " blocks differ in shape or family"));
     }
     auto src = device.run(source->config, source->weights, input, o.precision);
     if (!src.ok()) return src.status();
@@ -148,7 +164,7 @@ absl::StatusOr<ForwardAuditResult> RunForwardAudit(const ForwardAuditOptions& o,
     if (!s.ok()) return s;
     report["output_file"] = o.output_path;
   }
-  report["verdict"] = o.source.empty() ? (passed ? "deterministic" : "nondeterministic")
+  report["verdict"] = source_ckpt == nullptr ? (passed ? "deterministic" : "nondeterministic")
                       : passed         ? "bit-identical"
                                        : "different";
   return ForwardAuditResult{std::move(report), passed};

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/checkpoint.h"
 #include "core/forward/block_forward.h"
 #include "nlohmann/json.hpp"
 
@@ -50,6 +51,12 @@ struct ForwardAuditResult {
 // Errors (a checkpoint, config or input that cannot be used) are statuses; a difference is a
 // result with passed = false.
 absl::StatusOr<ForwardAuditResult> RunForwardAudit(const ForwardAuditOptions& options,
+                                                   const ForwardDevice& device);
+// The same on checkpoints already read (an audit's one read); `source` may be null. The
+// options' root and source paths are not used.
+absl::StatusOr<ForwardAuditResult> RunForwardAudit(const Checkpoint& derived,
+                                                   const Checkpoint* source,
+                                                   const ForwardAuditOptions& options,
                                                    const ForwardDevice& device);
 
 }  // namespace ckpt::forward

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
 #include <regex>
 #include <set>
@@ -274,9 +273,8 @@ void CheckX4T(const Checkpoint& ckpt, const json& q, const std::string& method,
   }
   // manifest.json and build-contract.json both carry schema, codec and family.
   json contract;
-  absl::StatusOr<std::string> cpath = ResolveInsideRoot(ckpt.root(), "build-contract.json");
-  if (cpath.ok()) {
-    absl::StatusOr<json> c = ReadJsonFile(*cpath);
+  if (auto bytes = ckpt.image().Content("build-contract.json"); bytes.ok()) {
+    absl::StatusOr<json> c = ParseJsonDocument(*bytes, ckpt.root() + "/build-contract.json");
     if (c.ok()) contract = *std::move(c);
   }
   for (const auto& [file, doc] : {std::pair<std::string, const json*>{"manifest", &ckpt.manifest()},
@@ -310,26 +308,21 @@ void CheckX4T(const Checkpoint& ckpt, const json& q, const std::string& method,
   CheckExperts(ckpt, modules, r);
 }
 
-// Container A: every `x4t-layer-*.safetensors` in the root, opened (inside the root only) and
-// checked against its contract.
+// Container A: every `x4t-layer-*.safetensors` at the top of the root (from the same read as
+// the checkpoint), checked against its contract.
 void CheckSidecars(const Checkpoint& ckpt, FormatReport* r) {
-  std::error_code ec;
-  std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(ckpt.root(), ec)) {
-    const std::string n = e.path().filename().string();
-    if (absl::StartsWith(n, "x4t-layer-") && absl::EndsWith(n, ".safetensors")) names.push_back(n);
-  }
-  std::sort(names.begin(), names.end());
-  for (const std::string& n : names) {
-    ++r->x4t_sidecars;
-    absl::StatusOr<std::string> path = ResolveInsideRoot(ckpt.root(), n);
-    absl::StatusOr<std::unique_ptr<SafetensorsFile>> f =
-        path.ok() ? SafetensorsFile::Open(*path) : absl::StatusOr<std::unique_ptr<SafetensorsFile>>(path.status());
-    if (!f.ok()) {
-      Add(r, "sidecar-unreadable", n, std::string(f.status().message()));
+  for (const ImageFile& f : ckpt.image().files) {
+    const std::string& n = f.path;
+    if (!absl::StartsWith(n, "x4t-layer-") || !absl::EndsWith(n, ".safetensors") ||
+        n.find('/') != std::string::npos) {
       continue;
     }
-    CheckX4TSidecar(**f, ckpt.text_config(), &r->findings);
+    ++r->x4t_sidecars;
+    if (!f.header_status.ok()) {
+      Add(r, "sidecar-unreadable", n, std::string(f.header_status.message()));
+      continue;
+    }
+    CheckX4TSidecar(*f.safetensors, ckpt.text_config(), &r->findings);
   }
 }
 

@@ -52,6 +52,10 @@ absl::StatusOr<float> ReadScalarF32(const TensorRef& t) {
   if (t.info->dtype != DType::kF32 || t.info->num_elements() != 1) {
     return Bad(t.info->name, *t.info, "F32 [1]");
   }
+  if (t.bytes().size() != 4) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(t.file->path(), ": tensor '", t.info->name, "': bytes were not read"));
+  }
   float f;
   std::memcpy(&f, t.bytes().data(), 4);
   return f;

@@ -201,7 +201,7 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const Checkpoint& src, const st
     if (!st.ok()) return fail(st);
     result.files.push_back(rel);
     result.bytes_written += shard_bytes;
-    progress.Advance(shard->file().size() - shard->data_start());
+    progress.Advance(shard->file_size() - shard->data_start());
   }
   progress.End();
 
@@ -220,15 +220,18 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const Checkpoint& src, const st
     st = WriteText(tmp + "/model.safetensors.index.json", index.dump(2));
     result.files.push_back("model.safetensors.index.json");
   }
-  // Other files of the root (tokenizer, generation config) are carried over unchanged.
-  for (const auto& e : fs::directory_iterator(src.root(), ec)) {
-    const std::string name = e.path().filename().string();
-    if (!st.ok() || !e.is_regular_file() || name == "config.json" ||
+  // Other top-level files of the root (tokenizer, generation config) are carried over
+  // unchanged, from the bytes that were read.
+  for (const ImageFile& f : src.image().files) {
+    const std::string& name = f.path;
+    if (!st.ok() || name.find('/') != std::string::npos || name == "config.json" ||
         name == "model.safetensors.index.json" || absl::EndsWith(name, ".safetensors")) {
       continue;
     }
-    fs::copy_file(e.path(), tmp + "/" + name, ec);
-    if (ec) st = absl::DataLossError(absl::StrCat(name, ": copy failed: ", ec.message()));
+    absl::StatusOr<std::span<const uint8_t>> bytes = src.image().Content(name);
+    st = bytes.ok() ? WriteText(tmp + "/" + name,
+                                std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()))
+                    : bytes.status();
     result.files.push_back(name);
   }
   if (st.ok()) st = src.CheckUnchanged();

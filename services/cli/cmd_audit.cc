@@ -96,6 +96,14 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--forward-layer", a->options.forward_layer,
                   "also run the CPU reference block forward on this layer (vs --source)");
   cmd->add_option("--threads", a->options.threads, "worker threads (0: all cores)");
+  cmd->add_option("--memory-window", a->options.memory_window,
+                  "bytes of checkpoint (and source) kept in memory at most");
+  cmd->add_option("--model-ref", a->options.refs.model_ref,
+                  "recorded as given: where ROOT came from, e.g. a repo@revision");
+  cmd->add_option("--source-ref", a->options.refs.source_ref,
+                  "recorded as given: where --source came from");
+  cmd->add_option("--image-digest", a->options.refs.image_digest,
+                  "recorded as given: the container image this audit runs in");
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->callback([=] { *exit_code = Run(*a); });
 }

@@ -28,7 +28,7 @@ struct Summary {
 };
 
 void AddFile(const SafetensorsFile& f, const std::string& name, Summary* s) {
-  s->files.push_back({name, f.file().size(), f.tensors().size()});
+  s->files.push_back({name, f.file_size(), f.tensors().size()});
   for (const TensorInfo& t : f.tensors()) {
     s->by_dtype[std::string(DTypeName(t.dtype))]++;
     s->tensor_bytes += t.num_bytes();

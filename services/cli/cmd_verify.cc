@@ -29,6 +29,7 @@ struct VerifyArgs {
   std::string db;
   int64_t id = -1;
   std::string root;
+  std::string source;
   std::string trust;
   bool json = false;
 };
@@ -45,11 +46,17 @@ struct Outcome {
   }
 };
 
-void CheckSubjects(const evidence::RecordIndex& idx, const std::string& root, Outcome* out) {
+// `what` ("subject", or "source" for a pair audit's bound source) against the tree at `root`.
+void CheckSubjects(const std::vector<evidence::Subject>& subjects, const std::string& what,
+                   const std::string& root, Outcome* out) {
+  if (subjects.empty()) {
+    out->Add(false, absl::StrCat(what, ": the record binds none"));
+    return;
+  }
   TerminalProgress progress;
   auto fp = FingerprintTree(root, {}, progress);
   if (!fp.ok()) {
-    out->Add(false, absl::StrCat("subjects: cannot fingerprint ", root, ": ",
+    out->Add(false, absl::StrCat(what, ": cannot fingerprint ", root, ": ",
                                  fp.status().message()));
     return;
   }
@@ -59,27 +66,27 @@ void CheckSubjects(const evidence::RecordIndex& idx, const std::string& root, Ou
   }
   disk[evidence::kManifestRootSubject] = fp->manifest.RootHex();
   std::map<std::string, std::string> signed_subjects;
-  for (const auto& s : idx.subjects) signed_subjects[s.name] = s.sha256;
+  for (const auto& s : subjects) signed_subjects[s.name] = s.sha256;
   size_t bad = 0;
   for (const auto& [name, digest] : signed_subjects) {
     auto it = disk.find(name);
     if (it == disk.end()) {
-      out->Add(false, absl::StrCat("subject ", name, ": missing under ", root));
+      out->Add(false, absl::StrCat(what, " ", name, ": missing under ", root));
       ++bad;
     } else if (it->second != digest) {
-      out->Add(false, absl::StrCat("subject ", name, ": digest differs (on disk ", it->second,
+      out->Add(false, absl::StrCat(what, " ", name, ": digest differs (on disk ", it->second,
                                    ", signed ", digest, ")"));
       ++bad;
     }
   }
   for (const auto& [name, _] : disk) {
     if (!signed_subjects.count(name)) {
-      out->Add(false, absl::StrCat("file ", name, " under ", root, " is not a signed subject"));
+      out->Add(false, absl::StrCat("file ", name, " under ", root, " is not signed in ", what));
       ++bad;
     }
   }
   if (bad == 0) {
-    out->Add(true, absl::StrCat("subjects: all ", signed_subjects.size(), " digests match ", root));
+    out->Add(true, absl::StrCat(what, ": all ", signed_subjects.size(), " digests match ", root));
   }
 }
 
@@ -146,7 +153,8 @@ int Verify(const VerifyArgs& a) {
   auto keyid = evidence::VerifyEnvelope(*env, *trust);
   out.Add(keyid.ok(), keyid.ok() ? absl::StrCat("signature: valid, key ", *keyid)
                                  : absl::StrCat("signature: ", keyid.status().message()));
-  if (!a.root.empty()) CheckSubjects(*idx, a.root, &out);
+  if (!a.root.empty()) CheckSubjects(idx->subjects, "subject", a.root, &out);
+  if (!a.source.empty()) CheckSubjects(idx->source_subjects, "source", a.source, &out);
   if (log && idx->predicate_type == evidence::kVerificationSummaryType) {
     // A VSA is not itself logged: it names the logged record it summarizes ("origin#seq") and
     // that record's envelope digest. Check both, then prove that record's inclusion.
@@ -233,6 +241,8 @@ void AddVerifyCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--db", a->db, "evidence database");
   cmd->add_option("--id", a->id, "record id in --db (default: the newest)");
   cmd->add_option("--root", a->root, "checkpoint root whose files must match the subjects");
+  cmd->add_option("--source", a->source,
+                  "source checkpoint whose files must match a pair audit's bound source");
   cmd->add_option("--trust", a->trust, "trust file (default: per-user)");
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->callback([=] { *exit_code = Verify(*a); });

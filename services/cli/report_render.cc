@@ -16,6 +16,12 @@ std::string Str(const ojson& j, const char* key, const std::string& dflt = "") {
   return it->is_string() ? it->get<std::string>() : it->dump();
 }
 
+// The bound source of a pair audit: its root and OMS manifest ROOT.
+std::string SourceLine(const ojson& p) {
+  if (!p.contains("source") || !p["source"].is_object()) return "";
+  return absl::StrCat(Str(p["source"], "root"), " (manifest ROOT ", Str(p["source"], "manifest_root"), ")");
+}
+
 std::string Esc(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -63,7 +69,7 @@ std::string RenderText(const ojson& st, const ReportContext& ctx) {
   const ojson& p = Predicate(st);
   std::string out = absl::StrFormat("Audit record %d: %s\n", ctx.record_id, Str(p, "verdict"));
   absl::StrAppend(&out, "  root       ", Str(p, "root"), "\n");
-  if (!Str(p, "source_root").empty()) absl::StrAppend(&out, "  source     ", Str(p, "source_root"), "\n");
+  if (!SourceLine(p).empty()) absl::StrAppend(&out, "  source     ", SourceLine(p), "\n");
   absl::StrAppend(&out, "  policy     ", Str(p["policy"], "name"), " v", Str(p["policy"], "version"), "\n");
   absl::StrAppend(&out, "  time       ", Str(p, "started_at"), " .. ", Str(p, "finished_at"), "\n");
   absl::StrAppend(&out, "  signature  ", ctx.signature_ok ? "" : "NOT VERIFIED: ", ctx.signature, "\n");
@@ -103,7 +109,7 @@ std::string RenderMarkdown(const ojson& st, const ReportContext& ctx) {
   std::string out = absl::StrFormat("# Audit record %d: **%s**\n\n", ctx.record_id, Str(p, "verdict"));
   absl::StrAppend(&out, "| | |\n| --- | --- |\n");
   absl::StrAppend(&out, "| root | `", Str(p, "root"), "` |\n");
-  if (!Str(p, "source_root").empty()) absl::StrAppend(&out, "| source | `", Str(p, "source_root"), "` |\n");
+  if (!SourceLine(p).empty()) absl::StrAppend(&out, "| source | `", SourceLine(p), "` |\n");
   absl::StrAppend(&out, "| policy | ", Str(p["policy"], "name"), " v", Str(p["policy"], "version"), " |\n");
   absl::StrAppend(&out, "| started | ", Str(p, "started_at"), " |\n| finished | ", Str(p, "finished_at"), " |\n");
   absl::StrAppend(&out, "| signature | ", ctx.signature_ok ? "valid" : "**NOT VERIFIED**", ": ", ctx.signature, " |\n");
@@ -289,8 +295,8 @@ std::string RenderHtml(const ojson& st, const ReportContext& ctx) {
                   "<tr><td>log</td><td>", Esc(ctx.log_origin), " (", Esc(ctx.db), ")</td></tr>\n",
                   "<tr><td>started / finished</td><td>", Esc(Str(p, "started_at")), " / ",
                   Esc(Str(p, "finished_at")), "</td></tr>\n");
-  if (!Str(p, "source_root").empty()) {
-    absl::StrAppend(&out, "<tr><td>source</td><td>", Esc(Str(p, "source_root")), "</td></tr>\n");
+  if (!SourceLine(p).empty()) {
+    absl::StrAppend(&out, "<tr><td>source</td><td>", Esc(SourceLine(p)), "</td></tr>\n");
   }
   for (auto it = env.begin(); it != env.end(); ++it) {
     absl::StrAppend(&out, "<tr><td>", Esc(it.key()), "</td><td>",

@@ -178,12 +178,14 @@ TEST(Fingerprint, MalformedSafetensorsIsNamedUnlessTensorDigestsAreOff) {
 }
 
 // Rewrites the file named `victim` the first time any bytes are reported hashed.
+// Appends to `victim` at the `fire_at`-th progress report.
 class ModifyingProgress final : public Progress {
  public:
-  explicit ModifyingProgress(fs::path victim) : victim_(std::move(victim)) {}
+  explicit ModifyingProgress(fs::path victim, int fire_at = 1)
+      : victim_(std::move(victim)), fire_at_(fire_at) {}
   void Begin(std::string_view, uint64_t) override {}
   void Advance(uint64_t) override {
-    if (done_) return;
+    if (done_ || ++reports_ < fire_at_) return;
     done_ = true;
     std::ofstream out(victim_, std::ios::binary | std::ios::app);
     out << "appended while hashing";
@@ -192,19 +194,38 @@ class ModifyingProgress final : public Progress {
 
  private:
   const fs::path victim_;
+  const int fire_at_;
+  int reports_ = 0;
   bool done_ = false;
 };
 
 TEST(Fingerprint, FileChangedDuringHashingIsDataLoss) {
   TempDir dir;
   fs::path root = CopyFixture("mini-kimi-mxfp4", dir);
-  ModifyingProgress progress(root / "config.json");
+  // One thread reads the largest file first: it is appended to while being hashed.
+  ModifyingProgress progress(root / "model-00001-of-00002.safetensors");
   FingerprintOptions o;
   o.threads = 1;
   auto fp = FingerprintTree(root.string(), o, progress);
   ASSERT_FALSE(fp.ok());
   EXPECT_EQ(fp.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(std::string(fp.status().message()), HasSubstr("config.json"));
+  EXPECT_THAT(std::string(fp.status().message()), HasSubstr("model-00001-of-00002.safetensors"));
+}
+
+TEST(Fingerprint, FileChangedAfterItWasHashedIsDataLoss) {
+  TempDir dir;
+  fs::path root = CopyFixture("mini-kimi-mxfp4", dir);
+  // One thread, largest file first: its length prefix, header and data are three reports; the
+  // fourth comes from the next file, after the first one was read whole and hashed. Only the
+  // end-of-run re-stat can see this change.
+  ModifyingProgress progress(root / "model-00001-of-00002.safetensors", 4);
+  FingerprintOptions o;
+  o.threads = 1;
+  auto fp = FingerprintTree(root.string(), o, progress);
+  ASSERT_FALSE(fp.ok());
+  EXPECT_EQ(fp.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(fp.status().message()), HasSubstr("model-00001-of-00002.safetensors"));
+  EXPECT_THAT(std::string(fp.status().message()), HasSubstr("changed after it was read"));
 }
 
 // Sums what is reported, to check that the bar's total is exactly what gets advanced.
@@ -285,7 +306,6 @@ TEST(Fingerprint, ThreadCountDoesNotChangeAnyDigest) {
     FingerprintOptions one, many;
     one.threads = 1;
     many.threads = 6;
-    many.readahead_window = 1u << 20;  // forces range tasks to wait for the whole-file pass
     one.manifest_mode = many.manifest_mode = mode;
     one.shard_size = many.shard_size = 3u << 20;
     auto a = FingerprintDir(dir / "m", one);

@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "core/fingerprint/fingerprint.h"
-#include "core/fingerprint/tree_walk.h"
+#include "core/io/tree_walk.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"

@@ -150,6 +150,40 @@ TEST_F(CliTest, AuditVerifyQueryAndReport) {
   EXPECT_THAT(changed.out, HasSubstr("subject config.json: digest differs"));
 }
 
+TEST_F(CliTest, PairRecordBindsTheSourceAndItsRefsAndVerifyChecksIt) {
+  MakeKey();
+  fs::path source = CopyFixture("mini-kimi-mxfp4", dir_);
+  Result a = Audit(Fixture("mini-kimi-nvfp4").string(),
+                   "--source " + source.string() +
+                       " --model-ref org/derived@abc --source-ref org/source@def "
+                       "--image-digest sha256:0123");
+  ASSERT_EQ(a.rc, 0) << a.err;
+  Result js = Run("report --db " + Db() + " 0 --format json --trust " + Trust());
+  auto predicate = nlohmann::json::parse(js.out)["statement"]["predicate"];
+  EXPECT_EQ(predicate["refs"]["model_ref"], "org/derived@abc");
+  EXPECT_EQ(predicate["refs"]["source_ref"], "org/source@def");
+  EXPECT_EQ(predicate["refs"]["image_digest"], "sha256:0123");
+  EXPECT_EQ(predicate["source"]["files"].size(), 4u);
+  EXPECT_EQ(predicate["source"]["manifest_root"].get<std::string>().size(), 64u);
+
+  Result ok = Run("verify --db " + Db() + " --id 0 --source " + source.string() + " --trust " +
+                  Trust());
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+  EXPECT_THAT(ok.out, HasSubstr("source: all 5 digests match"));
+  // A source that is not the one the derived checkpoint was proved against does not verify.
+  testing::WriteAll(source / "config.json", std::string("{}"));
+  Result changed = Run("verify --db " + Db() + " --id 0 --source " + source.string() +
+                       " --trust " + Trust());
+  EXPECT_EQ(changed.rc, 1);
+  EXPECT_THAT(changed.out, HasSubstr("source config.json: digest differs"));
+  // A record without a source binds none.
+  ASSERT_EQ(Audit(Fixture("mini-kimi-mxfp4").string()).rc, 0);
+  Result none = Run("verify --db " + Db() + " --id 1 --source " + source.string() +
+                    " --trust " + Trust());
+  EXPECT_EQ(none.rc, 1);
+  EXPECT_THAT(none.out, HasSubstr("source: the record binds none"));
+}
+
 TEST_F(CliTest, VsaFileVerifiesAgainstTheLog) {
   MakeKey();
   std::string vsa = (dir_ / "vsa.json").string();

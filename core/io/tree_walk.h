@@ -5,14 +5,19 @@
 // under a directory) are skipped; model_signing's defaults are `.git`, `.gitattributes`,
 // `.github` and `.gitignore` at the root. Symbolic links and other non-regular entries are
 // refused with an error naming the path, because a link can point outside what is signed.
-#ifndef CKPT_CORE_FINGERPRINT_TREE_WALK_H_
-#define CKPT_CORE_FINGERPRINT_TREE_WALK_H_
+// The walk goes through io::Directory handles (openat, no symlink following), and each file
+// keeps the handle of its parent so it can be opened and re-stat'ed later without resolving
+// its path again.
+#ifndef CKPT_CORE_IO_TREE_WALK_H_
+#define CKPT_CORE_IO_TREE_WALK_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/io/file_system.h"
 
 namespace ckpt {
 
@@ -21,19 +26,23 @@ struct TreeWalkOptions {
 };
 
 struct TreeFile {
-  std::string path;      // POSIX, relative to the root
-  std::string absolute;  // root realpath + "/" + path
+  std::string path;  // POSIX, relative to the root (raw bytes of the names)
   uint64_t size = 0;
+  std::shared_ptr<const io::Directory> parent;
+  std::string name;  // last component of path
 };
 
 struct TreeListing {
-  std::string root;             // realpath of the root, no trailing slash
-  std::vector<TreeFile> files;  // sorted by PosixPathLess
+  std::shared_ptr<const io::Directory> root_dir;
+  std::vector<std::string> directories;  // relative paths of every directory under the root
+  std::vector<TreeFile> files;           // sorted by PosixPathLess
 };
 
-// Errors: NOT_FOUND (no such directory), INVALID_ARGUMENT (a symlink or special file, named).
-absl::StatusOr<TreeListing> ListTree(const std::string& root,
+// Errors: INVALID_ARGUMENT (a symlink or special file, named).
+absl::StatusOr<TreeListing> ListTree(std::shared_ptr<const io::Directory> root,
                                      const TreeWalkOptions& options = {});
+// Opens `root` on the real file system first. NOT_FOUND when it is not a directory.
+absl::StatusOr<TreeListing> ListTree(const std::string& root, const TreeWalkOptions& options = {});
 
 // Path order of model_signing (Python PurePosixPath): component by component, so "a/b" sorts
 // before "a.b" even though '.' < '/' as bytes.
@@ -41,4 +50,4 @@ bool PosixPathLess(const std::string& a, const std::string& b);
 
 }  // namespace ckpt
 
-#endif  // CKPT_CORE_FINGERPRINT_TREE_WALK_H_
+#endif  // CKPT_CORE_IO_TREE_WALK_H_

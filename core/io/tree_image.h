@@ -1,0 +1,104 @@
+// One read of a directory tree into memory the process owns (docs/audit-engine.md).
+//
+// ReadTree opens every listed file once through its parent's io::Directory (openat, no
+// symlinks), reads it front to back with pread, and computes from those same bytes its
+// SHA-256 (the LFS oid), optional fixed-size range digests (OMS shards mode), the strict
+// safetensors header and each tensor's SHA-256. Bytes are kept according to `keep`, so
+// everything later built on the image (Checkpoint, the checks, the record's digests) sees
+// exactly the bytes that were hashed: a file rewritten on disk afterwards cannot change a
+// verdict, and a truncated file is a DATA_LOSS status instead of a SIGBUS.
+//
+// A file whose identity (inode, size, mtime, ctime) differs after its read from what fstat
+// said when it was opened is DATA_LOSS; CheckUnchanged() re-stats every name at the end of an
+// audit, which also catches a file renamed over one that was read. Kept bytes are bounded by
+// `memory_window`: a tree that does not fit is RESOURCE_EXHAUSTED before anything is read.
+// Immutable once built; safe to share between threads.
+#ifndef CKPT_CORE_IO_TREE_IMAGE_H_
+#define CKPT_CORE_IO_TREE_IMAGE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/io/file_system.h"
+#include "core/io/tree_walk.h"
+#include "core/progress.h"
+#include "core/safetensors.h"
+#include "core/sha256.h"
+
+namespace ckpt {
+
+inline constexpr uint64_t kDefaultMemoryWindow = 1536ull << 20;
+
+struct ReadOptions {
+  enum class Keep {
+    kNothing,     // digests only (fingerprint)
+    kMetadata,    // safetensors headers and small non-safetensors files (inspect)
+    kEverything,  // whole files (audits and every check on tensor bytes)
+  };
+  Keep keep = Keep::kEverything;
+  uint64_t memory_window = kDefaultMemoryWindow;
+  unsigned threads = 0;  // files read at once; 0: DefaultThreads()
+  bool file_digests = true;
+  bool tensor_digests = true;
+  uint64_t range_size = 0;  // > 0: a digest of every [k * range_size, (k+1) * range_size)
+  uint64_t max_small_file = 64ull << 20;  // kMetadata keeps non-safetensors files up to this
+  SafetensorsLimits limits;
+};
+
+struct ImageFile {
+  std::string path;  // POSIX, relative to the root, raw bytes
+  std::shared_ptr<const io::Directory> parent;
+  std::string name;
+  io::FileIdentity identity;  // fstat when opened; unchanged after the read
+  std::optional<Digest> sha256;
+  std::vector<Digest> range_digests;  // ReadOptions::range_size
+  // The kept bytes from offset 0: the whole file, a header prefix, or null.
+  std::shared_ptr<const std::vector<uint8_t>> content;
+  // *.safetensors only: the parsed header, or why it did not parse.
+  std::shared_ptr<const SafetensorsFile> safetensors;
+  absl::Status header_status;
+  std::vector<Digest> tensor_digests;  // parallel to safetensors->tensors()
+
+  uint64_t size() const { return identity.size; }
+  bool complete() const { return content && content->size() == identity.size; }
+};
+
+class TreeImage {
+ public:
+  std::string root;  // the real path of the root directory as opened
+  std::shared_ptr<const io::Directory> root_dir;
+  std::vector<std::string> directories;  // PosixPathLess order
+  std::vector<ImageFile> files;          // PosixPathLess order
+  uint64_t bytes_read = 0;               // every byte pread from storage
+  uint64_t kept_bytes = 0;
+
+  const ImageFile* Find(std::string_view path) const;
+  bool IsDirectory(std::string_view path) const;
+  // The whole kept content of a file; NOT_FOUND / FAILED_PRECONDITION (not kept) naming it.
+  absl::StatusOr<std::span<const uint8_t>> Content(std::string_view path) const;
+  // DATA_LOSS naming the first file whose name no longer leads to the inode, size, mtime and
+  // ctime that were read (rewritten, truncated, renamed over or removed since).
+  absl::Status CheckUnchanged() const;
+};
+
+// Errors: INVALID_ARGUMENT (bad options), RESOURCE_EXHAUSTED (over the memory window),
+// NOT_FOUND / PERMISSION_DENIED (a file cannot be opened), DATA_LOSS (a file changed,
+// shrank or could not be read; the message names the file and the offset). A safetensors
+// header that does not parse is not an error here: it is kept in header_status.
+absl::StatusOr<std::shared_ptr<const TreeImage>> ReadTree(TreeListing listing,
+                                                          const ReadOptions& options,
+                                                          Progress& progress);
+
+// Lists and reads `root` on the real file system.
+absl::StatusOr<std::shared_ptr<const TreeImage>> ReadTree(const std::string& root,
+                                                          const ReadOptions& options,
+                                                          const TreeWalkOptions& walk = {});
+
+}  // namespace ckpt
+
+#endif  // CKPT_CORE_IO_TREE_IMAGE_H_

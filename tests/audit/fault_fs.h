@@ -1,0 +1,83 @@
+// A file-system seam for tests (core/io/file_system.h): wraps real directories and runs a hook
+// after every read of a chosen file, so a test can rewrite, truncate or rename files between
+// any two reads of an audit, deterministically, without sleeps.
+#ifndef CKPT_TESTS_AUDIT_FAULT_FS_H_
+#define CKPT_TESTS_AUDIT_FAULT_FS_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/io/file_system.h"
+
+namespace ckpt::testing {
+
+// Called after each successful Read of a file named `name` (last path component), with how
+// many reads of it have completed so far.
+struct ReadHook {
+  std::string name;
+  std::function<void(int reads_done)> after_read;
+};
+
+class FaultFile final : public io::RandomAccessFile {
+ public:
+  FaultFile(std::unique_ptr<io::RandomAccessFile> inner, const ReadHook* hook)
+      : inner_(std::move(inner)), hook_(hook) {}
+  absl::StatusOr<size_t> Read(uint64_t offset, std::span<uint8_t> out) const override {
+    absl::StatusOr<size_t> n = inner_->Read(offset, out);
+    if (n.ok() && hook_ != nullptr) hook_->after_read(++reads_);
+    return n;
+  }
+  absl::StatusOr<io::FileIdentity> Identity() const override { return inner_->Identity(); }
+  void Consumed(uint64_t offset, uint64_t length) const override {
+    inner_->Consumed(offset, length);
+  }
+
+ private:
+  std::unique_ptr<io::RandomAccessFile> inner_;
+  const ReadHook* hook_;
+  mutable int reads_ = 0;
+};
+
+class FaultDirectory final : public io::Directory {
+ public:
+  FaultDirectory(std::unique_ptr<io::Directory> inner, std::shared_ptr<const ReadHook> hook)
+      : inner_(std::move(inner)), hook_(std::move(hook)) {}
+
+  // Opens `path` on the real file system, wrapped.
+  static std::shared_ptr<const io::Directory> Open(const std::string& path, ReadHook hook) {
+    auto dir = io::RealFileSystem().OpenRoot(path);
+    if (!dir.ok()) return nullptr;
+    return std::make_shared<FaultDirectory>(*std::move(dir),
+                                            std::make_shared<const ReadHook>(std::move(hook)));
+  }
+
+  absl::StatusOr<std::unique_ptr<io::RandomAccessFile>> OpenFile(
+      const std::string& name) const override {
+    auto f = inner_->OpenFile(name);
+    if (!f.ok()) return f.status();
+    return std::make_unique<FaultFile>(*std::move(f), name == hook_->name ? hook_.get() : nullptr);
+  }
+  absl::StatusOr<std::unique_ptr<io::Directory>> OpenDirectory(
+      const std::string& name) const override {
+    auto d = inner_->OpenDirectory(name);
+    if (!d.ok()) return d.status();
+    return std::make_unique<FaultDirectory>(*std::move(d), hook_);
+  }
+  absl::StatusOr<std::vector<io::DirEntry>> List() const override { return inner_->List(); }
+  absl::StatusOr<io::FileIdentity> StatAt(const std::string& name) const override {
+    return inner_->StatAt(name);
+  }
+  absl::StatusOr<io::FileIdentity> Identity() const override { return inner_->Identity(); }
+  const std::string& label() const override { return inner_->label(); }
+
+ private:
+  std::unique_ptr<io::Directory> inner_;
+  std::shared_ptr<const ReadHook> hook_;
+};
+
+}  // namespace ckpt::testing
+
+#endif  // CKPT_TESTS_AUDIT_FAULT_FS_H_
