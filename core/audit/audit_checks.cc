@@ -51,7 +51,6 @@ CheckResult FingerprintCheck(const Fingerprint& fp) {
   uint64_t bytes = 0;
   for (const FileFingerprint& f : fp.files) bytes += f.size;
   c.counts["files"] = static_cast<int64_t>(fp.files.size());
-  c.counts["tensors"] = static_cast<int64_t>(fp.tensors.size());
   c.counts["file_bytes"] = static_cast<int64_t>(bytes);
   c.counts["hashed_bytes"] = static_cast<int64_t>(fp.hashed_bytes);
   c.details = {{"manifest_algorithm", fp.manifest.Algorithm()},
@@ -189,6 +188,7 @@ absl::StatusOr<ReadRoot> Read(const std::string& path, std::shared_ptr<const io:
   ReadOptions read;
   read.threads = options.threads;
   read.memory_window = window;
+  read.tensor_digests = false;  // the record names files and the manifest ROOT, not tensors
   absl::StatusOr<std::shared_ptr<const TreeImage>> image =
       ReadTree(*std::move(listing), read, progress);
   if (!image.ok()) return image.status();
