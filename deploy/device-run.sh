@@ -4,6 +4,8 @@
 #   bash deploy/device-run.sh --pack   # here: build, collect binaries + their shared libraries
 #                                      # into .device-bin/ (ignored; carried to the device)
 #   bash deploy/device-run.sh          # on the device: run everything, logs into $OUT
+#   bash deploy/device-run.sh --audit-bench  # on the device: GPU tests, then bench_audit
+#                                            # instead of the forward benchmarks
 #
 # The device has no Debian packages, so the Abseil/OpenSSL/libstdc++ libraries the binaries
 # were linked against travel in .device-bin/lib; the CUDA runtime is linked statically.
@@ -12,10 +14,11 @@ cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = "--pack" ]; then
   build=${BUILD_DIR:-build-fwd}
-  ninja -C "$build" -j2 cuda_forward_test moe_bench || exit 2
+  ninja -C "$build" -j2 cuda_forward_test moe_bench bench_audit || exit 2
   ninja -C "$build" -j2 ckpt-audit || echo "ckpt-audit did not build; packing without it"
   rm -rf .device-bin && mkdir -p .device-bin/lib
-  for b in tests/gpu/cuda_forward_test bench/forward/moe_bench services/cli/ckpt-audit; do
+  for b in tests/gpu/cuda_forward_test bench/forward/moe_bench bench/audit/bench_audit \
+           services/cli/ckpt-audit; do
     [ -x "$build/$b" ] && strip -o ".device-bin/$(basename "$b")" "$build/$b"
   done
   for b in .device-bin/*; do [ -f "$b" ] && ldd "$b"; done | awk '/=> \// {print $3}' | sort -u |
@@ -39,6 +42,10 @@ if [ -x .device-bin/ckpt-audit ]; then
       --layer 1 --tokens 8 --seed 3 --device cuda --json
     echo "exit code $?"
   done > "$OUT/forward_cuda.log" 2>&1
+fi
+if [ "${1:-}" = "--audit-bench" ]; then  # only the pair-audit benchmark (docs/PERFORMANCE.md)
+  .device-bin/bench_audit --size-gib 2 --threads "$(nproc)" --dir /tmp/bench-audit 2>&1 | tee "$OUT/bench_audit.log"
+  exit 0
 fi
 .device-bin/moe_bench --iters 20 > "$OUT/bench.json" 2> "$OUT/bench.err"
 echo "moe_bench exit code $?" >> "$OUT/bench.err"
