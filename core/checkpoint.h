@@ -83,7 +83,9 @@ absl::StatusOr<std::string> RealPath(const std::string& path);
 absl::StatusOr<std::string> ResolveInsideRoot(const std::string& root,
                                               const std::string& relative);
 
-// Reads a whole small JSON file (config, index, manifest) with a size cap.
+// Reads a whole small JSON file (config, index, manifest) with a size cap, in one bounded pass
+// (core/text/json_parse.h): nesting over 64 levels, a duplicate key or a byte-order mark is
+// INVALID_ARGUMENT naming the file.
 absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path,
                                             uint64_t max_bytes = 64ull << 20);
 

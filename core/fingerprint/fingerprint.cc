@@ -10,6 +10,7 @@
 #include "core/mapped_file.h"
 #include "core/parallel.h"
 #include "core/safetensors.h"
+#include "core/text/name_encoding.h"
 
 namespace ckpt {
 namespace {
@@ -167,7 +168,7 @@ std::vector<Task> PlanTasks(const std::vector<OpenedFile>& files,
     if (options.manifest_mode == OmsMode::kShards) {
       for (auto [start, end] : OmsShardRanges(f.entry.size, options.shard_size)) {
         ranges.push_back({Task::kShard, i, start, end, shards->size(), 0});
-        shards->push_back({f.entry.path, start, end, {}});
+        shards->push_back({f.entry.name, start, end, {}});
       }
     }
   }
@@ -232,17 +233,17 @@ absl::Status HashBatch(std::vector<TreeFile> batch, const FingerprintOptions& op
 
   for (size_t i = 0; i < files.size(); ++i) {
     const OpenedFile& f = files[i];
-    FileFingerprint out{f.entry.path, f.entry.size, std::nullopt, f.tensors.size()};
+    FileFingerprint out{f.entry.name, f.entry.size, std::nullopt, f.tensors.size()};
     if (options.file_digests) {
       out.sha256 = file_digests[i];
       if (options.manifest_mode == OmsMode::kFiles) {
-        resources->push_back({f.entry.path, 0, f.entry.size, file_digests[i]});
+        resources->push_back({f.entry.name, 0, f.entry.size, file_digests[i]});
       }
     }
     fp->files.push_back(std::move(out));
     for (size_t k = 0; k < f.tensors.size(); ++k) {
-      fp->tensors.push_back({f.entry.path, f.tensors[k].name, f.tensors[k].num_bytes(),
-                             tensor_digests[f.first_tensor + k]});
+      fp->tensors.push_back({f.entry.name, EncodeName(f.tensors[k].name),
+                             f.tensors[k].num_bytes(), tensor_digests[f.first_tensor + k]});
     }
   }
   resources->insert(resources->end(), shards.begin(), shards.end());
@@ -283,7 +284,8 @@ absl::StatusOr<Fingerprint> FingerprintTree(const std::string& root,
     }
   }
   progress.End();
-  fp.manifest = BuildOmsManifest(options.manifest_mode, options.shard_size, BaseName(fp.root),
+  fp.manifest = BuildOmsManifest(options.manifest_mode, options.shard_size,
+                                 EncodeName(BaseName(fp.root)),
                                  options.walk.ignore_paths, std::move(resources));
   return fp;
 }

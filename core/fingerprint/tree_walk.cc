@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/text/name_encoding.h"
 
 namespace ckpt {
 namespace {
@@ -57,7 +58,8 @@ absl::Status Walk(const std::string& root, const std::string& rel,
     if (S_ISDIR(st.st_mode)) {
       if (absl::Status s = Walk(root, child_rel, options, out); !s.ok()) return s;
     } else if (S_ISREG(st.st_mode)) {
-      out->push_back({child_rel, child, static_cast<uint64_t>(st.st_size)});
+      out->push_back(
+          {child_rel, child, static_cast<uint64_t>(st.st_size), EncodeName(child_rel)});
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat(child, ": not a regular file or directory"));
@@ -89,8 +91,14 @@ absl::StatusOr<TreeListing> ListTree(const std::string& root,
   }
   TreeListing listing{buf, {}};
   if (absl::Status s = Walk(listing.root, "", options, &listing.files); !s.ok()) return s;
+  std::vector<std::string> paths;
+  paths.reserve(listing.files.size());
+  for (const TreeFile& f : listing.files) paths.push_back(f.path);
+  if (absl::Status s = CheckNoEncodingCollisions(paths); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(EncodeName(listing.root), ": ", s.message()));
+  }
   std::sort(listing.files.begin(), listing.files.end(),
-            [](const TreeFile& a, const TreeFile& b) { return PosixPathLess(a.path, b.path); });
+            [](const TreeFile& a, const TreeFile& b) { return PosixPathLess(a.name, b.name); });
   return listing;
 }
 
