@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/text/json_parse.h"
 
 namespace ckpt {
 namespace {
@@ -107,27 +108,13 @@ absl::StatusOr<json> ParseJsonDocument(std::span<const uint8_t> bytes, const std
                                                    " bytes is over the ", max_bytes,
                                                    "-byte limit for JSON files"));
   }
-  // nlohmann parses iteratively but compares, copies and dumps recursively: a deeply nested
-  // config (an input run through fuzz_checkpoint_open) overflowed the stack in the
-  // quantization_config comparison. Real configs nest about 6 levels.
-  constexpr int kMaxDepth = 64;
-  bool too_deep = false;
-  auto depth_cap = [&](int depth, json::parse_event_t event, json&) {
-    if ((event == json::parse_event_t::object_start ||
-         event == json::parse_event_t::array_start) && depth >= kMaxDepth) {
-      too_deep = true;
-    }
-    return !too_deep;
-  };
-  json j = json::parse(bytes.begin(), bytes.end(), depth_cap, /*allow_exceptions=*/false);
-  if (too_deep) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": JSON nested deeper than ", kMaxDepth, " levels"));
-  }
-  if (j.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
-  }
-  return j;
+  // nlohmann compares, copies and dumps recursively: a config nested 200,000 deep (an input
+  // run through fuzz_checkpoint_open) overflowed the stack in the quantization_config
+  // comparison. Real configs nest about 6 levels.
+  JsonLimits limits;
+  limits.max_depth = 64;
+  return ParseBoundedJson(
+      std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path, limits);
 }
 
 ReadOptions Checkpoint::ReadOnly() {
@@ -183,9 +170,9 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
     for (auto& [tensor, file] : *wm) weight_map.emplace(tensor, "tensors/" + file);
     std::vector<std::string> meta;
     for (const ImageFile& f : img.files) {
-      if (absl::StartsWith(f.path, "metadata/") && f.path.find('/', 9) == std::string::npos &&
-          absl::EndsWith(f.path, ".safetensors")) {
-        meta.push_back(f.path);
+      if (absl::StartsWith(f.name, "metadata/") && f.name.find('/', 9) == std::string::npos &&
+          absl::EndsWith(f.name, ".safetensors")) {
+        meta.push_back(f.name);
       }
     }
     std::sort(meta.begin(), meta.end());

@@ -86,8 +86,9 @@ class Checkpoint {
 // realpath(path); NOT_FOUND naming the path and the reason when it cannot be resolved.
 absl::StatusOr<std::string> RealPath(const std::string& path);
 
-// Parses a small JSON document (config, index, manifest) with a size and depth cap; `label`
-// names it in errors.
+// Parses a small JSON document (config, index, manifest) with a size cap, in one bounded pass
+// (core/text/json_parse.h): nesting over 64 levels, a duplicate key or a byte-order mark is
+// INVALID_ARGUMENT; `label` names the document in errors.
 absl::StatusOr<nlohmann::json> ParseJsonDocument(std::span<const uint8_t> bytes,
                                                  const std::string& label,
                                                  uint64_t max_bytes = 64ull << 20);

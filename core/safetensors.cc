@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "core/io/file_system.h"
+#include "core/text/json_parse.h"
+#include "core/text/name_encoding.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt {
@@ -23,11 +23,6 @@ constexpr std::array<std::pair<std::string_view, DType>, 22> kDTypes = {{
     {"U64", DType::kU64}, {"F64", DType::kF64}, {"C64", DType::kC64}, {"F4", DType::kF4},
     {"F6_E2M3", DType::kF6_E2M3}, {"F6_E3M2", DType::kF6_E3M2},
 }};
-
-// Raised from inside the JSON parser callback to stop parsing at the first structural problem.
-struct HeaderRejected {
-  std::string why;
-};
 
 absl::Status Invalid(const std::string& label, const std::string& msg) {
   return absl::InvalidArgumentError(absl::StrCat(label, ": ", msg));
@@ -48,60 +43,12 @@ bool CheckedMul(uint64_t a, uint64_t b, uint64_t* out) {
   return !__builtin_mul_overflow(a, b, out);
 }
 
-absl::StatusOr<json> ParseStrictJson(std::string_view text, const std::string& label,
-                                     const SafetensorsLimits& limits) {
-  // nlohmann skips a UTF-8 byte-order mark; the reference reader does not.
-  if (text.size() >= 3 && std::memcmp(text.data(), "\xEF\xBB\xBF", 3) == 0) {
-    return Invalid(label, "header JSON starts with a byte-order mark (offset 8)");
-  }
-  std::vector<std::set<std::string>> keys_per_object;
-  size_t top_level_keys = 0;
-  auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        if (depth >= limits.max_json_depth) {
-          throw HeaderRejected{absl::StrCat("header JSON nested deeper than ",
-                                            limits.max_json_depth, " levels")};
-        }
-        if (event == json::parse_event_t::object_start) keys_per_object.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        keys_per_object.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        const std::string& key = parsed.get_ref<const std::string&>();
-        if (!keys_per_object.back().insert(key).second) {
-          throw HeaderRejected{absl::StrCat("duplicate JSON key '", key, "' in header")};
-        }
-        if (depth == 1 && ++top_level_keys > limits.max_entries + 1) {
-          throw HeaderRejected{absl::StrCat("more than ", limits.max_entries, " entries")};
-        }
-        break;
-      }
-      default:
-        break;
-    }
-    return true;
-  };
-  try {
-    return json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true,
-                       /*ignore_comments=*/false);
-  } catch (const HeaderRejected& e) {
-    return Invalid(label, e.why);
-  } catch (const json::exception& e) {
-    return Invalid(label, absl::StrCat("invalid JSON in header: ", e.what()));
-  }
-}
-
-absl::StatusOr<TensorInfo> ParseEntry(const std::string& name, const json& j,
-                                      const std::string& label) {
+absl::StatusOr<TensorInfo> ParseEntry(std::string name, const json& j, const std::string& label) {
   auto bad = [&](const std::string& what) {
     return Invalid(label, absl::StrCat("tensor '", name, "': ", what));
   };
   if (!j.is_object()) return bad("entry is not a JSON object");
   TensorInfo t;
-  t.name = name;
   auto dt = j.find("dtype");
   if (dt == j.end() || !dt->is_string()) return bad("missing or non-string dtype");
   std::optional<DType> dtype = ParseDType(dt->get_ref<const std::string&>());
@@ -118,6 +65,7 @@ absl::StatusOr<TensorInfo> ParseEntry(const std::string& name, const json& j,
   }
   t.begin = offs[0];
   t.end = offs[1];
+  t.name = std::move(name);
   return t;
 }
 
@@ -143,6 +91,21 @@ absl::Status CheckSize(const TensorInfo& t, const std::string& label) {
                                        DTypeName(t.dtype), " shape implies ", bits / 8));
   }
   return absl::OkStatus();
+}
+
+// Tensor names are recorded in the name encoding (docs/evidence.md, "Name encoding"), where
+// "a\u0000b" records as "a%00b": a header holding both names would be ambiguous in a record.
+// The JSON lexer has already checked UTF-8, so only a NUL makes a name need escaping.
+absl::Status CheckRecordedNames(const std::vector<TensorInfo>& tensors, const std::string& label) {
+  const bool any_nul = std::any_of(tensors.begin(), tensors.end(), [](const TensorInfo& t) {
+    return t.name.find('\0') != std::string::npos;
+  });
+  if (!any_nul) return absl::OkStatus();
+  std::vector<std::string> names;
+  names.reserve(tensors.size());
+  for (const TensorInfo& t : tensors) names.push_back(t.name);
+  absl::Status s = CheckNoEncodingCollisions(names);
+  return s.ok() ? s : Invalid(label, absl::StrCat("tensor names: ", s.message()));
 }
 
 }  // namespace
@@ -200,28 +163,33 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t
     return absl::InternalError(absl::StrCat(label, ": caller passed a truncated header"));
   }
   std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, n);
-  absl::StatusOr<json> doc = ParseStrictJson(text, label, limits);
-  if (!doc.ok()) return doc.status();
-  if (!doc->is_object()) return Invalid(label, "header JSON is not an object");
-
+  JsonLimits json_limits;
+  json_limits.max_depth = limits.max_json_depth;
+  json_limits.max_top_level_entries = limits.max_entries + 1;  // the tensors and __metadata__
   SafetensorsHeader header;
   header.header_len = n;
-  for (const auto& [key, value] : doc->items()) {
-    if (key == "__metadata__") {
-      if (!value.is_object()) return Invalid(label, "__metadata__ is not a JSON object");
-      for (const auto& [mk, mv] : value.items()) {
-        if (!mv.is_string()) {
-          return Invalid(label, absl::StrCat("__metadata__ value for '", mk,
-                                             "' is not a string"));
+  // Entries are checked as they are read: the header never exists as one JSON document.
+  absl::Status parsed = ParseBoundedJsonObject(
+      text, absl::StrCat(label, ": header"), json_limits,
+      [&](std::string key, json value) -> absl::Status {
+        if (key != "__metadata__") {
+          absl::StatusOr<TensorInfo> t = ParseEntry(std::move(key), value, label);
+          if (!t.ok()) return t.status();
+          header.tensors.push_back(*std::move(t));
+          return absl::OkStatus();
         }
-        header.metadata.emplace(mk, mv.get<std::string>());
-      }
-      continue;
-    }
-    absl::StatusOr<TensorInfo> t = ParseEntry(key, value, label);
-    if (!t.ok()) return t.status();
-    header.tensors.push_back(*std::move(t));
-  }
+        if (!value.is_object()) return Invalid(label, "__metadata__ is not a JSON object");
+        for (auto& [mk, mv] : value.get_ref<json::object_t&>()) {
+          if (!mv.is_string()) {
+            return Invalid(label, absl::StrCat("__metadata__ value for '", mk,
+                                               "' is not a string"));
+          }
+          header.metadata.emplace(mk, std::move(mv.get_ref<std::string&>()));
+        }
+        return absl::OkStatus();
+      });
+  if (!parsed.ok()) return parsed;
+  if (absl::Status s = CheckRecordedNames(header.tensors, label); !s.ok()) return s;
   std::sort(header.tensors.begin(), header.tensors.end(),
             [](const TensorInfo& a, const TensorInfo& b) {
               return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);

@@ -1,8 +1,10 @@
 // A strict reader of one safetensors file (format rules: docs/formats.md §1).
 //
 // It accepts exactly what the reference Rust reader (safetensors 0.8) accepts, except that
-// duplicate JSON keys are always rejected. Header numbers are validated against the file size
-// before anything is sized by them; entry count and JSON depth are capped. Every error is
+// duplicate JSON keys are always rejected, and so are two tensor names with one recorded form
+// (core/text/name_encoding.h). Header numbers are validated against the file size before
+// anything is sized by them; entry count and JSON depth are capped, and the header is read in
+// one linear pass, entry by entry (core/text/json_parse.h). Every error is
 // INVALID_ARGUMENT (malformed header) or DATA_LOSS (data region inconsistent with the header)
 // and its message starts with the file path and names the tensor and the rule broken.
 #ifndef CKPT_CORE_SAFETENSORS_H_

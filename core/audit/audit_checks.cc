@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "core/checkpoint.h"
 #include "core/evidence/environment.h"
+#include "core/text/json_dump.h"
 
 namespace ckpt::audit {
 namespace {
@@ -15,7 +16,7 @@ using evidence::CheckResult;
 using evidence::Verdict;
 using ojson = nlohmann::ordered_json;
 
-ojson Ordered(const nlohmann::json& j) { return ojson::parse(j.dump()); }
+ojson Ordered(const nlohmann::json& j) { return ojson::parse(DumpJson(j)); }
 
 void AddFindings(const quant::FindingList& list, CheckResult* c) {
   for (const quant::Finding& f : list.kept()) c->findings.push_back(Ordered(f.ToJson()));

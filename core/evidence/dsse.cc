@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/evidence/base64.h"
+#include "core/text/json_dump.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::evidence {
@@ -21,7 +22,7 @@ std::string SignEnvelope(const std::string& payload, const std::string& payload_
   env["payloadType"] = payload_type;
   env["signatures"] = nlohmann::ordered_json::array(
       {{{"keyid", key.public_key().KeyId()}, {"sig", Base64Encode(sig)}}});
-  return env.dump();
+  return DumpJson(env);
 }
 
 absl::StatusOr<Envelope> ParseEnvelope(const std::string& json_text) {

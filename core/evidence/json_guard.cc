@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/text/json_dump.h"
 
 namespace ckpt::evidence {
 namespace {
@@ -22,8 +23,8 @@ template <typename Json>
 absl::Status Walk(const Json& j, const std::string& pointer) {
   if (j.is_number_float()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "signed JSON must not contain floats: ", pointer.empty() ? "/" : pointer, " = ", j.dump(),
-        " (write it as a decimal string)"));
+        "signed JSON must not contain floats: ", pointer.empty() ? "/" : pointer, " = ",
+        DumpJson(j), " (write it as a decimal string)"));
   }
   if (j.is_object()) {
     for (auto it = j.begin(); it != j.end(); ++it) {

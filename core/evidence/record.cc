@@ -3,6 +3,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/evidence/json_guard.h"
+#include "core/text/json_dump.h"
+#include "core/text/name_encoding.h"
 
 namespace ckpt::evidence {
 namespace {
@@ -31,7 +33,7 @@ absl::StatusOr<ojson> SubjectsJson(const std::vector<Subject>& subjects) {
 
 absl::StatusOr<std::string> Finish(const ojson& statement) {
   if (auto s = RejectFloats(statement); !s.ok()) return s;
-  return statement.dump();
+  return DumpJson(statement);
 }
 
 }  // namespace
@@ -71,7 +73,7 @@ absl::StatusOr<std::string> RecordPayload(const EvidenceRecord& r) {
   for (const CheckResult& c : r.checks) checks.push_back(c.ToJson());
   ojson predicate = {
       {"schema_version", kEvidenceSchemaVersion},
-      {"root", r.root},
+      {"root", EncodeName(r.root)},
       {"source", ojson()},
       {"policy", {{"name", r.policy.name}, {"version", r.policy.version},
                   {"thresholds", r.policy.thresholds}}},
@@ -86,7 +88,7 @@ absl::StatusOr<std::string> RecordPayload(const EvidenceRecord& r) {
   if (r.source) {
     auto files = SubjectsJson(r.source->files);
     if (!files.ok()) return files.status();
-    predicate["source"] = {{"root", r.source->root},
+    predicate["source"] = {{"root", EncodeName(r.source->root)},
                            {"manifest_root", r.source->manifest_root},
                            {"files", *files}};
   }
@@ -116,7 +118,7 @@ absl::StatusOr<std::string> VerificationSummaryPayload(const EvidenceRecord& r,
       {"verifier", {{"id", verifier_id},
                     {"version", {{r.environment.tool, r.environment.tool_version}}}}},
       {"timeVerified", r.finished_at},
-      {"resourceUri", absl::StrCat("file://", r.root)},
+      {"resourceUri", absl::StrCat("file://", EncodeName(r.root))},
       {"policy", {{"uri", absl::StrCat("ckpt-audit:policy/", r.policy.name, "@",
                                        r.policy.version)}}},
       {"inputAttestations", ojson::array({{{"uri", input_uri},

@@ -5,7 +5,8 @@
 // with its verdict, counts and first findings, optional pair-audit and block-forward results,
 // the environment and the start/finish times. Each check contributes one CheckResult; the rest
 // of the pipeline does not need to know what a check does. Payloads are float-free (see
-// json_guard.h) and are signed as exact bytes in a DSSE envelope.
+// json_guard.h) and are signed as exact bytes in a DSSE envelope. Roots are recorded in the
+// name encoding (core/text/name_encoding.h); subject names arrive encoded from the fingerprint.
 #ifndef CKPT_CORE_EVIDENCE_RECORD_H_
 #define CKPT_CORE_EVIDENCE_RECORD_H_
 

@@ -1,6 +1,7 @@
 #include "core/fingerprint/fingerprint.h"
 
 #include "core/fingerprint/partition.h"
+#include "core/text/name_encoding.h"
 
 namespace ckpt {
 namespace {
@@ -33,20 +34,20 @@ Fingerprint Collect(const TreeImage& image, const FingerprintOptions& o,
   fp.root = image.root;
   for (const ImageFile& f : image.files) {
     const size_t tensors = f.tensor_digests.size();
-    fp.files.push_back({f.path, f.size(), f.sha256, tensors});
+    fp.files.push_back({f.name, f.size(), f.sha256, tensors});
     if (f.sha256) fp.hashed_bytes += f.size();
     if (o.manifest_mode == OmsMode::kShards) {
       fp.hashed_bytes += f.size();
       auto ranges = OmsShardRanges(f.size(), o.shard_size);
       for (size_t k = 0; k < ranges.size() && k < f.range_digests.size(); ++k) {
-        resources->push_back({f.path, ranges[k].first, ranges[k].second, f.range_digests[k]});
+        resources->push_back({f.name, ranges[k].first, ranges[k].second, f.range_digests[k]});
       }
     } else if (f.sha256) {
-      resources->push_back({f.path, 0, f.size(), *f.sha256});
+      resources->push_back({f.name, 0, f.size(), *f.sha256});
     }
     for (size_t k = 0; k < tensors; ++k) {
       const TensorInfo& t = f.safetensors->tensors()[k];
-      fp.tensors.push_back({f.path, t.name, t.num_bytes(), f.tensor_digests[k]});
+      fp.tensors.push_back({f.name, EncodeName(t.name), t.num_bytes(), f.tensor_digests[k]});
       fp.hashed_bytes += t.num_bytes();
     }
   }
@@ -59,7 +60,7 @@ Fingerprint FingerprintOf(const TreeImage& image, const std::vector<std::string>
   FingerprintOptions o;
   std::vector<OmsResource> resources;
   Fingerprint fp = Collect(image, o, &resources);
-  fp.manifest = BuildOmsManifest(OmsMode::kFiles, o.shard_size, BaseName(fp.root), ignore_paths,
+  fp.manifest = BuildOmsManifest(OmsMode::kFiles, o.shard_size, EncodeName(BaseName(fp.root)), ignore_paths,
                                  std::move(resources));
   return fp;
 }
@@ -89,7 +90,7 @@ absl::StatusOr<Fingerprint> FingerprintTree(const std::string& root,
   }
   std::vector<OmsResource> resources;
   Fingerprint fp = Collect(**image, options, &resources);
-  fp.manifest = BuildOmsManifest(options.manifest_mode, options.shard_size, BaseName(fp.root),
+  fp.manifest = BuildOmsManifest(options.manifest_mode, options.shard_size, EncodeName(BaseName(fp.root)),
                                  options.walk.ignore_paths, std::move(resources));
   return fp;
 }

@@ -47,6 +47,7 @@ struct FingerprintOptions {
   PartSpec part;
 };
 
+// Names are recorded names (TreeFile::name, EncodeName of tensor names): valid UTF-8.
 struct FileFingerprint {
   std::string path;  // POSIX, relative to the root
   uint64_t size = 0;
@@ -62,7 +63,7 @@ struct TensorFingerprint {
 };
 
 struct Fingerprint {
-  std::string root;                       // realpath
+  std::string root;                       // realpath (raw bytes)
   std::vector<FileFingerprint> files;     // PosixPathLess order
   std::vector<TensorFingerprint> tensors; // by file, then by offset in the file
   OmsManifest manifest;

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "core/text/name_encoding.h"
 
 namespace ckpt {
 namespace {
@@ -99,7 +100,7 @@ std::vector<TreeFile> FilesOfPart(const std::vector<TreeFile>& tree, const PartS
 
 json FingerprintToJson(const Fingerprint& fp, const PartSpec* part) {
   json j;
-  j["root"] = fp.root;
+  j["root"] = EncodeName(fp.root);
   if (part != nullptr) j["part"] = {{"index", part->index}, {"count", part->count}};
   j["hashed_bytes"] = fp.hashed_bytes;
   j["files"] = json::array();
@@ -133,10 +134,10 @@ absl::StatusOr<Fingerprint> MergeFingerprintParts(const std::string& root,
   std::vector<bool> seen_index(count, false);
   std::map<std::string, std::pair<const FileFingerprint*, unsigned>> by_path;
   for (const ParsedPart& p : parts) {
-    if (p.spec.count != count || p.root != tree->root_dir->label()) {
+    if (p.spec.count != count || p.root != EncodeName(tree->root_dir->label())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "fingerprint part ", p.spec.index, "/", p.spec.count, " of ", p.root,
-          " does not belong with part 0.. of ", count, " parts of ", tree->root_dir->label()));
+          " does not belong with part 0.. of ", count, " parts of ", EncodeName(tree->root_dir->label())));
     }
     if (seen_index[p.spec.index]) {
       return absl::InvalidArgumentError(absl::StrCat("fingerprint part ", p.spec.index,
@@ -162,18 +163,18 @@ absl::StatusOr<Fingerprint> MergeFingerprintParts(const std::string& root,
   fp.root = tree->root_dir->label();
   std::vector<OmsResource> resources;
   for (const TreeFile& f : tree->files) {
-    auto it = by_path.find(f.path);
+    auto it = by_path.find(f.name);
     if (it == by_path.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("file ", f.path, " is in no part"));
+      return absl::InvalidArgumentError(absl::StrCat("file ", f.name, " is in no part"));
     }
     const FileFingerprint& got = *it->second.first;
     if (got.size != f.size) {
-      return absl::InvalidArgumentError(absl::StrCat("file ", f.path, " is ", f.size,
+      return absl::InvalidArgumentError(absl::StrCat("file ", f.name, " is ", f.size,
                                                      " bytes but part ", it->second.second,
                                                      " hashed ", got.size));
     }
     fp.files.push_back(got);
-    resources.push_back({f.path, 0, f.size, *got.sha256});
+    resources.push_back({f.name, 0, f.size, *got.sha256});
     by_path.erase(it);
   }
   if (!by_path.empty()) {
@@ -191,7 +192,7 @@ absl::StatusOr<Fingerprint> MergeFingerprintParts(const std::string& root,
                    [&](const TensorFingerprint& a, const TensorFingerprint& b) {
                      return file_rank[a.file] < file_rank[b.file];
                    });
-  std::string name = tree->root_dir->label().substr(tree->root_dir->label().find_last_of('/') + 1);
+  std::string name = EncodeName(tree->root_dir->label().substr(tree->root_dir->label().find_last_of('/') + 1));
   fp.manifest = BuildOmsManifest(OmsMode::kFiles, 0, name, walk.ignore_paths,
                                  std::move(resources));
   return fp;

@@ -7,6 +7,7 @@
 #include "core/forward/result_diff.h"
 #include "core/quant/codecs.h"
 #include "core/safetensors.h"
+#include "core/text/json_dump.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::forward {
@@ -85,7 +86,7 @@ absl::Status WriteBlockResult(const std::string& path, const BlockConfig& config
                       {"data_offsets", {offset, offset + e.bytes.size()}}};
     offset += e.bytes.size();
   }
-  std::string h = header.dump();
+  std::string h = DumpJson(header);
   h.append((8 - h.size() % 8) % 8, ' ');  // keep the data buffer 8-byte aligned
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   const uint64_t n = h.size();

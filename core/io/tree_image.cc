@@ -116,7 +116,7 @@ class FileReader {
   // Reads `f` once; fills its digests, header and kept content. Returns the bytes read.
   absl::StatusOr<uint64_t> Read(ImageFile* f) {
     const std::string label = absl::StrCat(root_, "/", f->path);
-    absl::StatusOr<std::unique_ptr<io::RandomAccessFile>> opened = f->parent->OpenFile(f->name);
+    absl::StatusOr<std::unique_ptr<io::RandomAccessFile>> opened = f->parent->OpenFile(f->leaf);
     if (!opened.ok()) return opened.status();
     const io::RandomAccessFile& file = **opened;
     absl::StatusOr<io::FileIdentity> id = file.Identity();
@@ -211,12 +211,12 @@ class FileReader {
 
 }  // namespace
 
-const ImageFile* TreeImage::Find(std::string_view path) const {
-  const std::string p(path);
-  auto it = std::lower_bound(files.begin(), files.end(), p, [](const ImageFile& f, const std::string& v) {
-    return PosixPathLess(f.path, v);
+const ImageFile* TreeImage::Find(std::string_view name) const {
+  const std::string n(name);
+  auto it = std::lower_bound(files.begin(), files.end(), n, [](const ImageFile& f, const std::string& v) {
+    return PosixPathLess(f.name, v);
   });
-  return it != files.end() && it->path == p ? &*it : nullptr;
+  return it != files.end() && it->name == n ? &*it : nullptr;
 }
 
 bool TreeImage::IsDirectory(std::string_view path) const {
@@ -236,7 +236,7 @@ absl::StatusOr<std::span<const uint8_t>> TreeImage::Content(std::string_view pat
 
 absl::Status TreeImage::CheckUnchanged() const {
   for (const ImageFile& f : files) {
-    absl::StatusOr<io::FileIdentity> now = f.parent->StatAt(f.name);
+    absl::StatusOr<io::FileIdentity> now = f.parent->StatAt(f.leaf);
     if (!now.ok()) {
       return absl::DataLossError(
           absl::StrCat(root, "/", f.path, ": disappeared after it was read"));
@@ -264,8 +264,9 @@ absl::StatusOr<std::shared_ptr<const TreeImage>> ReadTree(TreeListing listing,
   for (TreeFile& t : listing.files) {
     ImageFile f;
     f.path = std::move(t.path);
-    f.parent = std::move(t.parent);
     f.name = std::move(t.name);
+    f.parent = std::move(t.parent);
+    f.leaf = std::move(t.leaf);
     f.identity.size = t.size;
     total += HashesEverything(options) ? t.size : 0;
     kept += KeepsWhole(f, options) ? t.size : 0;

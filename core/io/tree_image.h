@@ -52,8 +52,9 @@ struct ReadOptions {
 
 struct ImageFile {
   std::string path;  // POSIX, relative to the root, raw bytes
+  std::string name;  // EncodeName(path): what records and lookups use
   std::shared_ptr<const io::Directory> parent;
-  std::string name;
+  std::string leaf;  // last component, raw
   io::FileIdentity identity;  // fstat when opened; unchanged after the read
   std::optional<Digest> sha256;
   std::vector<Digest> range_digests;  // ReadOptions::range_size
@@ -73,11 +74,12 @@ class TreeImage {
   std::string root;  // the real path of the root directory as opened
   std::shared_ptr<const io::Directory> root_dir;
   std::vector<std::string> directories;  // PosixPathLess order
-  std::vector<ImageFile> files;          // PosixPathLess order
+  std::vector<ImageFile> files;          // PosixPathLess order of `name`
   uint64_t bytes_read = 0;               // every byte pread from storage
   uint64_t kept_bytes = 0;
 
-  const ImageFile* Find(std::string_view path) const;
+  // By recorded name (equal to the path for every valid UTF-8 path).
+  const ImageFile* Find(std::string_view name) const;
   bool IsDirectory(std::string_view path) const;
   // The whole kept content of a file; NOT_FOUND / FAILED_PRECONDITION (not kept) naming it.
   absl::StatusOr<std::span<const uint8_t>> Content(std::string_view path) const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/text/name_encoding.h"
 
 namespace ckpt {
 namespace {
@@ -44,7 +45,7 @@ absl::Status Walk(const std::shared_ptr<const io::Directory>& dir, const std::st
       case io::EntryType::kRegular: {
         absl::StatusOr<io::FileIdentity> id = dir->StatAt(e.name);
         if (!id.ok()) return id.status();
-        out->files.push_back({child_rel, id->size, dir, e.name});
+        out->files.push_back({child_rel, EncodeName(child_rel), id->size, dir, e.name});
         break;
       }
       case io::EntryType::kOther:
@@ -72,8 +73,13 @@ absl::StatusOr<TreeListing> ListTree(std::shared_ptr<const io::Directory> root,
                                      const TreeWalkOptions& options) {
   TreeListing listing{root, {}, {}};
   if (absl::Status s = Walk(root, root->label(), "", options, &listing); !s.ok()) return s;
+  std::vector<std::string> paths;
+  for (const TreeFile& f : listing.files) paths.push_back(f.path);
+  if (absl::Status s = CheckNoEncodingCollisions(paths); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(EncodeName(root->label()), ": ", s.message()));
+  }
   std::sort(listing.files.begin(), listing.files.end(),
-            [](const TreeFile& a, const TreeFile& b) { return PosixPathLess(a.path, b.path); });
+            [](const TreeFile& a, const TreeFile& b) { return PosixPathLess(a.name, b.name); });
   std::sort(listing.directories.begin(), listing.directories.end(), PosixPathLess);
   return listing;
 }

@@ -26,19 +26,21 @@ struct TreeWalkOptions {
 };
 
 struct TreeFile {
-  std::string path;  // POSIX, relative to the root (raw bytes of the names)
+  std::string path;  // POSIX, relative to the root: the raw bytes of the names
+  std::string name;  // EncodeName(path) (core/text/name_encoding.h): what records call it
   uint64_t size = 0;
   std::shared_ptr<const io::Directory> parent;
-  std::string name;  // last component of path
+  std::string leaf;  // last component of path, raw: opened under `parent`
 };
 
 struct TreeListing {
   std::shared_ptr<const io::Directory> root_dir;
   std::vector<std::string> directories;  // relative paths of every directory under the root
-  std::vector<TreeFile> files;           // sorted by PosixPathLess
+  std::vector<TreeFile> files;           // sorted by PosixPathLess of `name`
 };
 
-// Errors: INVALID_ARGUMENT (a symlink or special file, named).
+// Errors: INVALID_ARGUMENT (a symlink or special file, named; two paths with the same recorded
+// name).
 absl::StatusOr<TreeListing> ListTree(std::shared_ptr<const io::Directory> root,
                                      const TreeWalkOptions& options = {});
 // Opens `root` on the real file system first. NOT_FOUND when it is not a directory.

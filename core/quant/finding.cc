@@ -1,12 +1,13 @@
 #include "core/quant/finding.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/text/name_encoding.h"
 
 namespace ckpt::quant {
 
 nlohmann::json Finding::ToJson() const {
   nlohmann::json j = {{"code", code}, {"message", message}};
-  if (!tensor.empty()) j["tensor"] = tensor;
+  if (!tensor.empty()) j["tensor"] = EncodeName(tensor);
   if (row >= 0) j["row"] = row;
   if (group >= 0) j["group"] = group;
   for (const auto& [k, v] : numbers) j[k] = v;
@@ -14,7 +15,7 @@ nlohmann::json Finding::ToJson() const {
 }
 
 std::string Finding::ToText() const {
-  std::string where = tensor;
+  std::string where = EncodeName(tensor);
   if (row >= 0) absl::StrAppend(&where, where.empty() ? "" : " ", "row ", row);
   if (group >= 0) absl::StrAppend(&where, " group ", group);
   for (const auto& [k, v] : numbers) absl::StrAppend(&where, " ", k, "=", v);

@@ -15,7 +15,8 @@ namespace ckpt::quant {
 
 struct Finding {
   std::string code;     // stable kebab-case name, e.g. "over-span", "packed-bytes-differ"
-  std::string tensor;   // tensor or module name; empty for checkpoint-level findings
+  std::string tensor;   // tensor or module name, empty for checkpoint-level findings; raw
+                        // here, written in the name encoding (core/text/name_encoding.h)
   int64_t row = -1;     // -1 when not about one row
   int64_t group = -1;   // scale group (32 for MXFP4, 16-block for NVFP4); -1 when n/a
   std::string message;  // one line for people

@@ -312,7 +312,7 @@ void CheckX4T(const Checkpoint& ckpt, const json& q, const std::string& method,
 // the checkpoint), checked against its contract.
 void CheckSidecars(const Checkpoint& ckpt, FormatReport* r) {
   for (const ImageFile& f : ckpt.image().files) {
-    const std::string& n = f.path;
+    const std::string& n = f.name;
     if (!absl::StartsWith(n, "x4t-layer-") || !absl::EndsWith(n, ".safetensors") ||
         n.find('/') != std::string::npos) {
       continue;

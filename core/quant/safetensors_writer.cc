@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/text/json_dump.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::quant {
@@ -59,7 +60,7 @@ absl::Status WriteSafetensors(const std::string& path, std::vector<TensorToWrite
   // Built by hand: the reference header keeps "dtype, shape, data_offsets" in that order, and
   // nlohmann would sort the keys.
   std::string header = "{";
-  if (!metadata.empty()) header += "\"__metadata__\":" + nlohmann::json(metadata).dump() + ",";
+  if (!metadata.empty()) header += "\"__metadata__\":" + DumpJson(nlohmann::json(metadata)) + ",";
   uint64_t offset = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorToWrite& t = tensors[i];
@@ -72,8 +73,8 @@ absl::Status WriteSafetensors(const std::string& path, std::vector<TensorToWrite
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", t.name, " has ",
                                                      t.data().size(), " bytes for its shape"));
     }
-    absl::StrAppend(&header, i ? "," : "", nlohmann::json(t.name).dump(), ":{\"dtype\":\"",
-                    DTypeName(t.dtype), "\",\"shape\":", nlohmann::json(t.shape).dump(),
+    absl::StrAppend(&header, i ? "," : "", DumpJson(nlohmann::json(t.name)), ":{\"dtype\":\"",
+                    DTypeName(t.dtype), "\",\"shape\":", DumpJson(nlohmann::json(t.shape)),
                     ",\"data_offsets\":[", offset, ",", offset + t.data().size(), "]}");
     offset += t.data().size();
   }

@@ -15,6 +15,7 @@
 #include "core/quant/codecs.h"
 #include "core/quant/quant_weight.h"
 #include "core/quant/safetensors_writer.h"
+#include "core/text/json_dump.h"
 
 namespace ckpt::quant {
 namespace {
@@ -213,23 +214,23 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const Checkpoint& src, const st
     config["text_config"]["quantization_config"] =
         Nvfp4QuantizationConfig(config["text_config"]["quantization_config"]);
   }
-  absl::Status st = WriteText(tmp + "/config.json", config.dump(2));
+  absl::Status st = WriteText(tmp + "/config.json", DumpJson(config, 2));
   result.files.push_back("config.json");
   if (st.ok() && src.layout() == CheckpointLayout::kSharded) {
     nlohmann::json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
-    st = WriteText(tmp + "/model.safetensors.index.json", index.dump(2));
+    st = WriteText(tmp + "/model.safetensors.index.json", DumpJson(index, 2));
     result.files.push_back("model.safetensors.index.json");
   }
   // Other top-level files of the root (tokenizer, generation config) are carried over
   // unchanged, from the bytes that were read.
   for (const ImageFile& f : src.image().files) {
-    const std::string& name = f.path;
+    const std::string& name = f.name;
     if (!st.ok() || name.find('/') != std::string::npos || name == "config.json" ||
         name == "model.safetensors.index.json" || absl::EndsWith(name, ".safetensors")) {
       continue;
     }
     absl::StatusOr<std::span<const uint8_t>> bytes = src.image().Content(name);
-    st = bytes.ok() ? WriteText(tmp + "/" + name,
+    st = bytes.ok() ? WriteText(tmp + "/" + f.path,
                                 std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()))
                     : bytes.status();
     result.files.push_back(name);

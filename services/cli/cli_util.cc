@@ -6,13 +6,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "core/text/name_encoding.h"
 
 namespace ckpt::cli {
 
 int ReportError(const absl::Status& status) {
   std::fprintf(stderr, "ckpt-audit: %s: %s\n",
                absl::StatusCodeToString(status.code()).c_str(),
-               std::string(status.message()).c_str());
+               EncodeName(std::string(status.message())).c_str());
   return kExitError;
 }
 

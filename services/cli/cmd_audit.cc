@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/evidence/dsse.h"
 #include "core/audit/audit_checks.h"
+#include "core/text/json_dump.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
@@ -69,7 +70,7 @@ int Run(const AuditArgs& a) {
     for (const auto& c : rec->checks) {
       j["checks"].push_back({{"name", c.name}, {"verdict", evidence::VerdictName(c.verdict)}});
     }
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
     for (const auto& c : rec->checks) {
       std::printf("  %-22s %s\n", c.name.c_str(), evidence::VerdictName(c.verdict).c_str());

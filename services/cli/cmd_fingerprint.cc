@@ -9,6 +9,8 @@
 #include "absl/strings/str_format.h"
 #include "core/fingerprint/fingerprint.h"
 #include "core/fingerprint/partition.h"
+#include "core/text/json_dump.h"
+#include "core/text/name_encoding.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 
@@ -56,7 +58,7 @@ absl::StatusOr<Fingerprint> Merge(const FingerprintArgs& args) {
 void PrintText(const Fingerprint& fp) {
   uint64_t bytes = 0;
   for (const FileFingerprint& f : fp.files) bytes += f.size;
-  std::printf("%s: %zu files, %s, %zu tensors\n", fp.root.c_str(), fp.files.size(),
+  std::printf("%s: %zu files, %s, %zu tensors\n", EncodeName(fp.root).c_str(), fp.files.size(),
               HumanBytes(bytes).c_str(), fp.tensors.size());
   for (const FileFingerprint& f : fp.files) {
     std::printf("  %s  %12s  %6zu tensors  %s\n",
@@ -89,10 +91,10 @@ int Run(const FingerprintArgs& args) {
       args.merge.empty() ? FingerprintTree(args.root, options, progress) : Merge(args);
   if (!fp.ok()) return ReportError(fp.status());
   if (args.statement) {
-    std::printf("%s\n", OmsInTotoStatement(fp->manifest).dump(2).c_str());
+    std::printf("%s\n", DumpJson(OmsInTotoStatement(fp->manifest), 2).c_str());
   } else if (args.json) {
     const PartSpec* part = options.part.count > 1 ? &options.part : nullptr;
-    std::printf("%s\n", FingerprintToJson(*fp, part).dump(2).c_str());
+    std::printf("%s\n", DumpJson(FingerprintToJson(*fp, part), 2).c_str());
   } else {
     PrintText(*fp);
   }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/forward/forward_audit.h"
+#include "core/text/json_dump.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #ifdef CKPT_HAVE_CUDA
@@ -101,7 +102,7 @@ void AddForwardCommand(CLI::App& app, int* exit_code) {
       return;
     }
     if (a->json) {
-      std::printf("%s\n", r->report.dump(2).c_str());
+      std::printf("%s\n", DumpJson(r->report, 2).c_str());
     } else {
       PrintText(r->report);
     }

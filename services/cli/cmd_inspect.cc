@@ -7,6 +7,8 @@
 #include "absl/strings/str_format.h"
 #include "core/checkpoint.h"
 #include "core/quant/format.h"
+#include "core/text/json_dump.h"
+#include "core/text/name_encoding.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 
@@ -28,7 +30,7 @@ struct Summary {
 };
 
 void AddFile(const SafetensorsFile& f, const std::string& name, Summary* s) {
-  s->files.push_back({name, f.file_size(), f.tensors().size()});
+  s->files.push_back({EncodeName(name), f.file_size(), f.tensors().size()});
   for (const TensorInfo& t : f.tensors()) {
     s->by_dtype[std::string(DTypeName(t.dtype))]++;
     s->tensor_bytes += t.num_bytes();
@@ -48,7 +50,7 @@ absl::StatusOr<Summary> Summarize(const std::string& path) {
   auto ckpt = Checkpoint::Open(path);
   if (!ckpt.ok()) return ckpt.status();
   s.kind = absl::StrFormat("checkpoint root (%s) %s", LayoutName((*ckpt)->layout()),
-                           (*ckpt)->root());
+                           EncodeName((*ckpt)->root()));
   const quant::FormatReport format = quant::DetectFormat(**ckpt);
   s.quantization = format.Describe();
   if (format.findings.total() > 0) {
@@ -84,7 +86,7 @@ void PrintJson(const Summary& s) {
   for (const FileSummary& f : s.files) {
     j["files"].push_back({{"path", f.path}, {"bytes", f.bytes}, {"tensors", f.tensors}});
   }
-  std::printf("%s\n", j.dump(2).c_str());
+  std::printf("%s\n", DumpJson(j, 2).c_str());
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/evidence/ed25519.h"
 #include "core/evidence/trust_store.h"
+#include "core/text/json_dump.h"
 #include "nlohmann/json.hpp"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
@@ -28,7 +29,7 @@ void PrintKey(const evidence::PublicKey& pub, const std::string& path, const std
                         {"keyid", pub.KeyId()},
                         {"public_key_pem", pub.ToPem()},
                         {"trust_line", evidence::TrustStore::Line(pub, name)}};
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", DumpJson(j, 2).c_str());
     return;
   }
   std::printf("key    %s\nkeyid  %s\ntrust  %s%s", path.c_str(), pub.KeyId().c_str(),

@@ -9,6 +9,8 @@
 #include "core/checkpoint.h"
 #include "core/quant/format.h"
 #include "core/quant/scale_window.h"
+#include "core/text/json_dump.h"
+#include "core/text/name_encoding.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 
@@ -57,9 +59,9 @@ int Run(const QuantCheckArgs& a) {
                         {"format", format.ToJson()},
                         {"scale_window", sw->ToJson()},
                         {"passed", !failed}};
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
-    std::printf("%s\nformat: %s, %llu quantized tensors\n", (*ckpt)->root().c_str(),
+    std::printf("%s\nformat: %s, %llu quantized tensors\n", EncodeName((*ckpt)->root()).c_str(),
                 format.Describe().c_str(),
                 static_cast<unsigned long long>(format.quantized_modules));
     PrintList("contract findings", format.findings);

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <memory>
 
+#include "core/text/json_dump.h"
+#include "core/text/name_encoding.h"
 #include "nlohmann/json.hpp"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
@@ -20,7 +22,9 @@ struct QueryArgs {
 int Run(const QueryArgs& a) {
   auto log = storage::EvidenceLog::Open(a.db, /*create=*/false);
   if (!log.ok()) return ReportError(log.status());
-  auto page = (*log)->Query(a.filter);
+  storage::QueryFilter filter = a.filter;
+  filter.root = EncodeName(filter.root);  // records name roots in the name encoding
+  auto page = (*log)->Query(filter);
   if (!page.ok()) return ReportError(page.status());
   if (a.json) {
     nlohmann::ordered_json j = {{"records", nlohmann::ordered_json::array()}};
@@ -34,13 +38,13 @@ int Run(const QueryArgs& a) {
                               {"predicate_type", e.predicate_type}});
     }
     j["next_page_token"] = page->next_page_token;
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", DumpJson(j, 2).c_str());
     return kExitOk;
   }
   std::printf("%-8s %-24s %-7s %-14s %s\n", "ID", "TIME", "VERDICT", "POLICY", "ROOT");
   for (const auto& e : page->entries) {
     std::printf("%-8llu %-24s %-7s %-14s %s\n", static_cast<unsigned long long>(e.seq),
-                e.time.c_str(), e.verdict.c_str(), e.policy.c_str(), e.root.c_str());
+                e.time.c_str(), e.verdict.c_str(), e.policy.c_str(), EncodeName(e.root).c_str());
   }
   if (!page->next_page_token.empty()) {
     std::printf("more: --page-token %s\n", page->next_page_token.c_str());

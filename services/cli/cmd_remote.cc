@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "ckpt_audit/v1/audit.grpc.pb.h"
+#include "core/text/json_dump.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "services/cli/cli_util.h"
@@ -77,7 +78,7 @@ int Submit(const RemoteArgs& a) {
   if (a.json) {
     nlohmann::json j = {{"job", job.id()}, {"verdict", job.verdict()},
                         {"record_id", job.record_id()}, {"server", a.server}};
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
     std::printf("verdict %s: record %lld on %s\n", job.verdict().c_str(),
                 static_cast<long long>(job.record_id()), a.server.c_str());
@@ -100,7 +101,7 @@ int Gate(const RemoteArgs& a) {
                         {"record_id", resp.record_id()},
                         {"decision_id", resp.decision_id()},
                         {"manifest_root", resp.manifest_root()}};
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
     std::printf("gate %s for %s (content %s)\n", resp.pass() ? "PASS" : "FAIL",
                 a.root.c_str(), resp.manifest_root().c_str());

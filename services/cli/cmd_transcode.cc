@@ -7,6 +7,7 @@
 
 #include "core/checkpoint.h"
 #include "core/quant/transcode.h"
+#include "core/text/json_dump.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 
@@ -40,7 +41,7 @@ int Run(const TranscodeArgs& a) {
     nlohmann::json j = r->ToJson();
     j["source"] = (*src)->root();
     j["destination"] = a.dst;
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
     std::printf("wrote %s: %llu tensors in %zu files (%s), %llu modules transcoded losslessly, "
                 "%llu all-zero groups canonicalized to scale +0 (policy %s)\n",

@@ -14,6 +14,8 @@
 #include "core/evidence/dsse.h"
 #include "core/evidence/record.h"
 #include "core/fingerprint/fingerprint.h"
+#include "core/text/json_dump.h"
+#include "core/text/name_encoding.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
@@ -48,13 +50,14 @@ struct Outcome {
 
 // `what` ("subject", or "source" for a pair audit's bound source) against the tree at `root`.
 void CheckSubjects(const std::vector<evidence::Subject>& subjects, const std::string& what,
-                   const std::string& root, Outcome* out) {
+                   const std::string& raw_root, Outcome* out) {
   if (subjects.empty()) {
     out->Add(false, absl::StrCat(what, ": the record binds none"));
     return;
   }
   TerminalProgress progress;
-  auto fp = FingerprintTree(root, {}, progress);
+  auto fp = FingerprintTree(raw_root, {}, progress);
+  const std::string root = EncodeName(raw_root);
   if (!fp.ok()) {
     out->Add(false, absl::StrCat(what, ": cannot fingerprint ", root, ": ",
                                  fp.status().message()));
@@ -192,7 +195,7 @@ int Verify(const VerifyArgs& a) {
                                 {"checks", nlohmann::ordered_json::array()}};
     if (seq >= 0) j["record_id"] = seq;
     for (const auto& [good, what] : out.lines) j["checks"].push_back({{"ok", good}, {"what", what}});
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
     for (const auto& [good, what] : out.lines) {
       std::printf("[%s] %s\n", good ? "ok" : "FAIL", what.c_str());
@@ -219,7 +222,7 @@ int VerifyLogCommand(const VerifyArgs& a) {
                                 {"signatures_verified", v.signatures_verified},
                                 {"root", v.root_hex},
                                 {"problems", v.problems}};
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
     std::printf("%s: %llu entries, %llu signatures verified, %llu checkpoints, root %s\n",
                 a.db.c_str(), static_cast<unsigned long long>(v.entries),

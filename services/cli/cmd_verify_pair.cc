@@ -7,6 +7,7 @@
 
 #include "core/checkpoint.h"
 #include "core/quant/pair_verify.h"
+#include "core/text/json_dump.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 
@@ -67,7 +68,7 @@ int Run(const VerifyPairArgs& a) {
     nlohmann::json j = r->ToJson();
     j["source"] = (*source)->root();
     j["derived"] = (*derived)->root();
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
     PrintText(a, *r);
   }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/text/json_dump.h"
 
 namespace ckpt::cli {
 namespace {
@@ -38,7 +39,7 @@ std::string Esc(const std::string& s) {
 
 // A finding as one line: "code: tensor row R group G: message" from whatever fields it has.
 std::string FindingLine(const ojson& f) {
-  if (!f.is_object()) return f.dump();
+  if (!f.is_object()) return DumpJson(f);
   std::string line = Str(f, "code", "finding");
   if (f.contains("tensor") && !Str(f, "tensor").empty()) absl::StrAppend(&line, ": ", Str(f, "tensor"));
   if (f.contains("row") && f["row"].is_number_integer() && f["row"].get<int64_t>() >= 0) {
@@ -82,7 +83,7 @@ std::string RenderText(const ojson& st, const ReportContext& ctx) {
     absl::StrAppend(&out, "\n[", Str(c, "verdict"), "] ", Str(c, "name"), "\n");
     if (c.contains("counts")) {
       for (auto it = c["counts"].begin(); it != c["counts"].end(); ++it) {
-        absl::StrAppend(&out, "    ", it.key(), " = ", it.value().dump(), "\n");
+        absl::StrAppend(&out, "    ", it.key(), " = ", DumpJson(it.value()), "\n");
       }
     }
     const ojson& fs = c.contains("findings") ? c["findings"] : ojson::array();
@@ -101,7 +102,7 @@ std::string RenderJson(const ojson& st, const ReportContext& ctx) {
              {"signature_ok", ctx.signature_ok},
              {"signature", ctx.signature},
              {"statement", st}};
-  return j.dump(2) + "\n";
+  return DumpJson(j, 2) + "\n";
 }
 
 std::string RenderMarkdown(const ojson& st, const ReportContext& ctx) {
@@ -123,7 +124,7 @@ std::string RenderMarkdown(const ojson& st, const ReportContext& ctx) {
     if (c.contains("counts") && !c["counts"].empty()) {
       absl::StrAppend(&out, "| count | value |\n| --- | --- |\n");
       for (auto it = c["counts"].begin(); it != c["counts"].end(); ++it) {
-        absl::StrAppend(&out, "| ", it.key(), " | ", it.value().dump(), " |\n");
+        absl::StrAppend(&out, "| ", it.key(), " | ", DumpJson(it.value()), " |\n");
       }
     }
     if (c.contains("findings")) {
@@ -276,7 +277,8 @@ std::string RenderHtml(const ojson& st, const ReportContext& ctx) {
     if (c.contains("counts") && !c["counts"].empty()) {
       absl::StrAppend(&out, "<table>");
       for (auto it = c["counts"].begin(); it != c["counts"].end(); ++it) {
-        absl::StrAppend(&out, "<tr><td>", Esc(it.key()), "</td><td>", it.value().dump(), "</td></tr>");
+        absl::StrAppend(&out, "<tr><td>", Esc(it.key()), "</td><td>", Esc(DumpJson(it.value())),
+                        "</td></tr>");
       }
       absl::StrAppend(&out, "</table>\n");
     }
@@ -300,7 +302,8 @@ std::string RenderHtml(const ojson& st, const ReportContext& ctx) {
   }
   for (auto it = env.begin(); it != env.end(); ++it) {
     absl::StrAppend(&out, "<tr><td>", Esc(it.key()), "</td><td>",
-                    Esc(it.value().is_string() ? it.value().get<std::string>() : it.value().dump()),
+                    Esc(it.value().is_string() ? it.value().get<std::string>()
+                                               : DumpJson(it.value())),
                     "</td></tr>\n");
   }
   absl::StrAppend(&out, "</table></div>\n<div class=\"card\"><h2>Subjects</h2><table>\n");

@@ -7,6 +7,7 @@
 #include "core/evidence/dsse.h"
 #include "core/evidence/record.h"
 #include "core/fingerprint/fingerprint.h"
+#include "core/text/json_dump.h"
 
 namespace ckpt::daemon {
 namespace {
@@ -22,7 +23,7 @@ std::vector<std::string> FailureReasons(const std::string& payload) {
     if (c.value("verdict", "") != "fail") continue;
     std::string reason = absl::StrCat("check ", c.value("name", "?"), " failed");
     const auto& findings = c.value("findings", nlohmann::json::array());
-    if (!findings.empty()) absl::StrAppend(&reason, ": ", findings[0].dump());
+    if (!findings.empty()) absl::StrAppend(&reason, ": ", DumpJson(findings[0]));
     reasons.push_back(std::move(reason));
   }
   return reasons;

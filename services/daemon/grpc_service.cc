@@ -1,14 +1,22 @@
 #include "services/daemon/grpc_service.h"
 
+#include "core/text/name_encoding.h"
+
 namespace ckpt::daemon {
 namespace {
 
 namespace pb = ckpt_audit::v1;
 
+// proto3 `string` fields must hold valid UTF-8 or the peer refuses the message, and roots,
+// error messages and (from a tampered log) stored fields can carry any bytes. Every string this
+// adapter sends that is not a fixed literal goes through Text: the name encoding, a no-op for
+// valid UTF-8 (docs/evidence.md, "Name encoding").
+std::string Text(absl::string_view s) { return EncodeName(std::string_view(s.data(), s.size())); }
+
 // absl and gRPC share the canonical code numbering.
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), Text(s.message()));
 }
 
 pb::JobState ToProto(JobState s) {
@@ -24,24 +32,25 @@ pb::JobState ToProto(JobState s) {
 void FillJob(const JobSnapshot& s, pb::Job* out) {
   out->set_id(s.id);
   out->set_state(ToProto(s.state));
-  out->set_root(s.spec.root);
-  out->set_source_root(s.spec.source_root);
-  out->set_policy(s.spec.policy);
+  out->set_root(Text(s.spec.root));
+  out->set_source_root(Text(s.spec.source_root));
+  out->set_policy(Text(s.spec.policy));
   out->set_verdict(s.outcome.verdict);
   out->set_record_id(s.outcome.record_id);
   out->set_error_code(static_cast<int32_t>(s.error.code()));
-  out->set_error_message(std::string(s.error.message()));
+  out->set_error_message(Text(s.error.message()));
   out->set_created_at(s.created_at);
   out->set_finished_at(s.finished_at);
 }
 
 void FillSummary(const storage::LogEntry& e, pb::AuditSummary* out) {
   out->set_id(static_cast<int64_t>(e.seq));
-  out->set_root(e.root);
-  out->set_policy(e.policy);
-  out->set_verdict(e.verdict);
-  out->set_time(e.time);
-  out->set_predicate_type(e.predicate_type);
+  // Stored fields: the log file may have been edited.
+  out->set_root(Text(e.root));
+  out->set_policy(Text(e.policy));
+  out->set_verdict(Text(e.verdict));
+  out->set_time(Text(e.time));
+  out->set_predicate_type(Text(e.predicate_type));
 }
 
 std::string HashBytes(const storage::Hash& h) {
@@ -66,10 +75,10 @@ grpc::Status GrpcAuditService::WatchJob(grpc::ServerContext* ctx,
   absl::Status s = backend_.jobs().Watch(req->id(), [&](const JobEvent& e) {
     if (ctx->IsCancelled()) return false;
     pb::JobEvent msg;
-    msg.set_phase(e.phase);
+    msg.set_phase(Text(e.phase));
     msg.set_done_units(e.done_units);
     msg.set_total_units(e.total_units);
-    msg.set_message(e.message);
+    msg.set_message(Text(e.message));
     msg.set_done(e.done);
     if (e.done) {
       auto snapshot = backend_.jobs().Get(req->id());
@@ -93,7 +102,7 @@ grpc::Status GrpcAuditService::Gate(grpc::ServerContext*, const pb::GateRequest*
   auto d = backend_.Gate(req->root(), req->policy(), NoProgress());
   if (!d.ok()) return ToGrpc(d.status());
   out->set_pass(d->pass);
-  for (const auto& r : d->reasons) out->add_reasons(r);
+  for (const auto& r : d->reasons) out->add_reasons(Text(r));
   out->set_record_id(d->record_id);
   out->set_decision_id(d->decision_id);
   out->set_manifest_root(d->manifest_root);
@@ -137,7 +146,7 @@ grpc::Status GrpcAuditService::VerifyLog(grpc::ServerContext*, const pb::VerifyL
   out->set_ok(v->ok());
   out->set_entries(static_cast<int64_t>(v->entries));
   out->set_checkpoints(static_cast<int64_t>(v->checkpoints));
-  for (const auto& p : v->problems) out->add_problems(p);
+  for (const auto& p : v->problems) out->add_problems(Text(p));
   return grpc::Status::OK;
 }
 
@@ -151,7 +160,7 @@ grpc::Status GrpcAuditService::GetInclusionProof(grpc::ServerContext*,
   out->set_tree_size(static_cast<int64_t>(p->tree_size));
   for (const auto& h : p->hashes) out->add_hashes(HashBytes(h));
   out->set_root_hash(HashBytes(p->root));
-  out->set_checkpoint(p->checkpoint);
+  out->set_checkpoint(Text(p->checkpoint));  // stored: a tampered one then fails to verify
   return grpc::Status::OK;
 }
 

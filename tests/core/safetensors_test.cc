@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -126,6 +127,72 @@ TEST(SafetensorsHeader, TrailingBytesAreDataLoss) {
 TEST(SafetensorsHeader, InvalidUtf8IsRejected) {
   std::string header = "{\"a\xff\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
   EXPECT_FALSE(Parse(header, 1).ok());
+}
+
+// 100,000 entries listed in reverse offset order (the callback parser took seconds for 40k).
+TEST(SafetensorsHeader, ParsesAHundredThousandTensors) {
+  constexpr int kTensors = 100'000;
+  std::string header = R"({"__metadata__":{"format":"pt"})";
+  for (int i = kTensors - 1; i >= 0; --i) {
+    absl::StrAppend(&header, ",\"layers.", i, ".w\":{\"dtype\":\"F32\",\"shape\":[2],",
+                    "\"data_offsets\":[", 8 * i, ",", 8 * i + 8, "]}");
+  }
+  header += "}";
+  auto h = Parse(header, 8 * kTensors);
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_EQ(h->tensors.size(), static_cast<size_t>(kTensors));
+  EXPECT_EQ(h->metadata.at("format"), "pt");
+  for (int i = 0; i < kTensors; ++i) {
+    const TensorInfo& t = h->tensors[i];
+    ASSERT_EQ(t.begin, 8u * i) << i;
+    ASSERT_EQ(t.end, 8u * i + 8) << i;
+    ASSERT_EQ(t.name, absl::StrCat("layers.", i, ".w"));
+  }
+  EXPECT_EQ(h->tensors.back().shape, (std::vector<uint64_t>{2}));
+}
+
+TEST(SafetensorsHeader, DuplicateKeysAreRejectedAtEveryDepth) {
+  const std::string entry = R"("a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]})";
+  for (const std::string& header : std::vector<std::string>{
+           R"({"__metadata__":{"k":"x","k":"y"},)" + entry + "}",
+           R"({"a":{"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
+           R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":{"y":[{"z":1,"z":1}]}}})",
+       }) {
+    SCOPED_TRACE(header);
+    auto h = Parse(header, 1);
+    ASSERT_FALSE(h.ok());
+    EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(h.status().message()), ::testing::HasSubstr("duplicate JSON key"));
+  }
+  auto deep = Parse(
+      R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":{"y":[{"z":1,"z":1}]}}})", 1);
+  EXPECT_THAT(std::string(deep.status().message()), ::testing::HasSubstr("at /a/x/y/0"));
+}
+
+TEST(SafetensorsHeader, DeepNestingIsInvalidArgumentNotAStackOverflow) {
+  const std::string deep(200'000, '[');
+  for (const std::string& header : {R"({"__metadata__":)" + deep + std::string(200'000, ']') + "}",
+                                    R"({"__metadata__":)" + deep}) {
+    auto h = Parse(header, 0);
+    ASSERT_FALSE(h.ok());
+    EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(h.status().message()),
+                ::testing::HasSubstr("nested deeper than 8 levels"));
+  }
+}
+
+// "a\u0000b" is recorded as "a%00b" (docs/evidence.md, "Name encoding"): both in one header
+// would be two tensors with one recorded name.
+TEST(SafetensorsHeader, TensorNamesWithTheSameRecordedNameAreRejected) {
+  auto alone = Parse(R"({"a\u0000b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(alone->tensors[0].name, std::string("a\0b", 3));
+  auto both = Parse(R"({"a\u0000b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+                    R"("a%00b":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
+                    2);
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(both.status().message()), ::testing::HasSubstr("\"a%00b\""));
 }
 
 TEST(DType, RoundTripsEveryName) {

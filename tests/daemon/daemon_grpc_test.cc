@@ -4,6 +4,8 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "core/evidence/dsse.h"
 #include "core/safetensors.h"
 #include "services/daemon/grpc_service.h"
 #include "storage/merkle.h"
@@ -224,6 +226,59 @@ TEST_F(DaemonTest, UnknownJobAndRecordAreNotFound) {
   grpc::ClientContext ctx2;
   EXPECT_EQ(stub_->GetInclusionProof(&ctx2, pr, &proof).error_code(),
             grpc::StatusCode::NOT_FOUND);
+}
+
+// Roots reached through symlinks whose real paths are not UTF-8, holding a file whose name is
+// not UTF-8 either. proto3 strings must be UTF-8 and the record is JSON: the job's root and
+// error message and the signed record carry the name encoding, and the daemon keeps answering.
+// Before the encoding the worker died in nlohmann's dump() and took the daemon with it.
+TEST_F(DaemonTest, NamesThatAreNotUtf8AreAuditedOverGrpc) {
+  const fs::path odd = dir_ / "nv-\xFF";
+  fs::rename(dst_, odd);
+  testing::WriteAll(odd / "notes-\xFF.txt", std::string("operator notes\n"));
+  fs::create_directory_symlink(odd, dir_ / "nv-link");
+  int events = 0;
+  pb::Job job = AuditAndWait(dir_ / "nv-link", src_, &events);
+  ASSERT_EQ(job.state(), pb::JOB_STATE_SUCCEEDED) << job.error_message();
+  EXPECT_EQ(job.verdict(), "pass");
+  EXPECT_THAT(job.root(), ::testing::EndsWith("/nv-%FF"));
+
+  pb::GetRecordRequest rr;
+  rr.set_id(job.record_id());
+  pb::Record rec;
+  grpc::ClientContext rctx;
+  ASSERT_TRUE(stub_->GetRecord(&rctx, rr, &rec).ok());
+  EXPECT_THAT(rec.summary().root(), ::testing::EndsWith("/nv-%FF"));
+  auto envelope = evidence::ParseEnvelope(rec.envelope());
+  ASSERT_TRUE(envelope.ok()) << envelope.status();
+  auto statement = nlohmann::json::parse(envelope->payload);
+  std::vector<std::string> subjects;
+  for (const auto& s : statement["subject"]) subjects.push_back(s["name"]);
+  EXPECT_THAT(subjects, ::testing::Contains("notes-%FF.txt"));
+  EXPECT_THAT(statement["predicate"]["root"].get<std::string>(),
+              ::testing::EndsWith("/nv-%FF"));
+
+  // A job that fails on such a path reports the path encoded in its error message.
+  const fs::path bad = dir_ / "bad-\xFF";
+  fs::create_directory(bad);
+  testing::WriteAll(bad / "config.json", std::string("{}"));
+  fs::create_symlink("/etc/hostname", bad / "model.safetensors");
+  fs::create_directory_symlink(bad, dir_ / "bad-link");
+  pb::Job failed = AuditAndWait(dir_ / "bad-link", fs::path(), &events);
+  ASSERT_EQ(failed.state(), pb::JOB_STATE_FAILED);
+  EXPECT_THAT(failed.error_message(), HasSubstr("/bad-%FF/model.safetensors"));
+
+  // Still answering.
+  pb::GetJobRequest get;
+  get.set_id(job.id());
+  pb::Job again;
+  grpc::ClientContext gctx;
+  ASSERT_TRUE(stub_->GetJob(&gctx, get, &again).ok());
+  EXPECT_EQ(again.root(), job.root());
+  pb::VerifyLogResponse log;
+  grpc::ClientContext vctx;
+  ASSERT_TRUE(stub_->VerifyLog(&vctx, pb::VerifyLogRequest(), &log).ok());
+  EXPECT_TRUE(log.ok());
 }
 
 }  // namespace
