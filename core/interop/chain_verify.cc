@@ -14,14 +14,12 @@
 #include "core/evidence/record.h"
 #include "core/interop/transcode_provenance.h"
 #include "core/interop/tree_subjects.h"
-#include "nlohmann/json.hpp"
 #include "storage/merkle.h"
 #include "storage/tlog_checkpoint.h"
 
 namespace ckpt::interop {
 namespace {
 
-using json = nlohmann::json;
 using SubjectMapT = std::map<std::string, std::string>;
 
 constexpr size_t kMaxListed = 10;
@@ -126,37 +124,17 @@ std::string PairAuditProblem(const storage::LogEntry& e, const SubjectMapT& deri
   if (idx->verdict != "pass") return absl::StrCat("verdict ", idx->verdict);
   std::vector<std::string> diffs = SubjectDifferences(SubjectMap(idx->subjects), derived_disk);
   if (!diffs.empty()) return absl::StrCat("subjects differ from the derived tree: ", Listed(diffs));
-  auto j = json::parse(env->payload, nullptr, /*allow_exceptions=*/false);
-  const json* source = nullptr;
-  if (j.is_object() && j.contains("predicate") && j["predicate"].is_object() &&
-      j["predicate"].contains("source") && j["predicate"]["source"].is_object()) {
-    source = &j["predicate"]["source"];
+  if (idx->source_subjects.empty()) {
+    return "binds no source (predicate.source): not a pair audit";
   }
-  if (source == nullptr || !source->contains("manifest_root") ||
-      !(*source)["manifest_root"].is_string()) {
-    return "binds no source (predicate.source.manifest_root): not a pair audit";
+  const SubjectMapT bound = SubjectMap(idx->source_subjects);
+  const SubjectMapT wanted = SubjectMap(prov.source);
+  if (RootOf(bound) != RootOf(wanted)) {
+    return absl::StrCat("audited against source OMS ROOT ", RootOf(bound), ", not the provenance's ",
+                        RootOf(wanted));
   }
-  SubjectMapT prov_source = SubjectMap(prov.source);
-  const std::string want = RootOf(prov_source);
-  const std::string got = (*source)["manifest_root"].get<std::string>();
-  if (got != want) {
-    return absl::StrCat("audited against source OMS ROOT ", got, ", not the provenance's ", want);
-  }
-  if (source->contains("files")) {
-    SubjectMapT files;
-    const json& list = (*source)["files"];
-    if (!list.is_array()) return "predicate.source.files is not an array";
-    for (const json& f : list) {
-      if (!f.is_object() || !f.contains("name") || !f["name"].is_string() ||
-          !f.contains("sha256") || !f["sha256"].is_string()) {
-        return "predicate.source.files holds an entry without name and sha256";
-      }
-      files[f["name"].get<std::string>()] = f["sha256"].get<std::string>();
-    }
-    prov_source.erase(evidence::kManifestRootSubject);
-    std::vector<std::string> d = SubjectDifferences(files, prov_source);
-    if (!d.empty()) return absl::StrCat("bound source files differ: ", Listed(d));
-  }
+  std::vector<std::string> d = SubjectDifferences(bound, wanted);
+  if (!d.empty()) return absl::StrCat("bound source files differ: ", Listed(d));
   return "";
 }
 

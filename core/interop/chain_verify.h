@@ -8,8 +8,8 @@
 // 3. with --source: its resolved dependencies equal the source tree on disk exactly;
 // 4. the log holds an evidence record, signed by a trusted key and included under the log's
 //    signed checkpoint, whose subjects equal the derived tree exactly, whose verdict is pass and
-//    whose bound source (predicate.source.manifest_root, and its files when listed) is exactly
-//    the provenance's source. Docs: docs/interop.md, "Provenance and verify-chain".
+//    whose bound source (predicate.source: OMS ROOT and every file) is exactly the
+//    provenance's source. Docs: docs/interop.md, "Provenance and verify-chain".
 #ifndef CKPT_CORE_INTEROP_CHAIN_VERIFY_H_
 #define CKPT_CORE_INTEROP_CHAIN_VERIFY_H_
 

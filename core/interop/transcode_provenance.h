@@ -1,7 +1,8 @@
-// A transcode that knows where its output came from: the source tree is fingerprinted before
-// transcoding and its files re-stat'ed afterwards (a source changed meanwhile is DATA_LOSS, so the
-// provenance never names bytes the transcode did not read), the output is fingerprinted, and both
-// become an SLSA Provenance v1 statement (core/evidence/provenance.h; docs/interop.md).
+// A transcode that knows where its output came from: the source tree is read once
+// (core/io/tree_image.h) and the transcode runs on those bytes, so the source digests the
+// provenance names are the digests of exactly what was transcoded; the output is fingerprinted
+// after it is written, and both become an SLSA Provenance v1 statement
+// (core/evidence/provenance.h; docs/interop.md).
 #ifndef CKPT_CORE_INTEROP_TRANSCODE_PROVENANCE_H_
 #define CKPT_CORE_INTEROP_TRANSCODE_PROVENANCE_H_
 
@@ -19,8 +20,9 @@ struct ProvenancedTranscode {
   evidence::TranscodeProvenance provenance;  // unsigned
 };
 
-// Errors as quant::TranscodeToNvfp4 (FAILED_PRECONDITION: the policy refused the source), plus
-// DATA_LOSS when the source changed during the transcode.
+// Errors as quant::TranscodeToNvfp4 (FAILED_PRECONDITION: the policy refused the source) and as
+// ReadTree (DATA_LOSS: a source file changed while it was read; RESOURCE_EXHAUSTED: the source
+// does not fit the memory window).
 absl::StatusOr<ProvenancedTranscode> TranscodeWithProvenance(const std::string& source,
                                                              const std::string& output,
                                                              const quant::TranscodeOptions& options,

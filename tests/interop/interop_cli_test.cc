@@ -129,8 +129,8 @@ TEST_F(InteropCli, SignWithAGeneratedKeyThenVerify) {
   EXPECT_EQ(Run("sign " + model.string() + " --key " + Key() + " --signature " + sig).rc, 2);
 }
 
-// A pair-audit record as the lead's engine will write it: the derived tree's subjects and the
-// bound source in predicate.source {manifest_root, files}.
+// A pair-audit record (schema 2: the source bound in predicate.source) over the trees on disk,
+// with a chosen verdict and, optionally, a different bound source ROOT.
 std::string PairAuditEnvelope(const fs::path& derived, const fs::path& source,
                               const evidence::SigningKey& key, const std::string& verdict,
                               const std::string& source_root_override = "") {
@@ -139,28 +139,24 @@ std::string PairAuditEnvelope(const fs::path& derived, const fs::path& source,
   EXPECT_TRUE(d.ok() && s.ok());
   evidence::EvidenceRecord r;
   r.root = derived.string();
-  r.source_root = source.string();
   r.subjects = *d;
+  evidence::SourceBinding binding;
+  binding.root = source.string();
+  for (const auto& sub : *s) {
+    if (sub.name == evidence::kManifestRootSubject) {
+      binding.manifest_root = source_root_override.empty() ? sub.sha256 : source_root_override;
+    } else {
+      binding.files.push_back(sub);
+    }
+  }
+  r.source = binding;
   r.policy = {"scale-window", "1", {}};
   evidence::CheckResult pair;
   pair.name = "pair_verify";
   pair.verdict = verdict == "pass" ? evidence::Verdict::kPass : evidence::Verdict::kFail;
   r.checks.push_back(pair);
   r.started_at = r.finished_at = "2026-01-01T00:00:00.000Z";
-  json j = json::parse(*evidence::RecordPayload(r));
-  json files = json::array();
-  std::string root;
-  for (const auto& sub : *s) {
-    if (sub.name == evidence::kManifestRootSubject) {
-      root = sub.sha256;
-    } else {
-      files.push_back({{"name", sub.name}, {"sha256", sub.sha256}});
-    }
-  }
-  j["predicate"]["source"] = {
-      {"manifest_root", source_root_override.empty() ? root : source_root_override},
-      {"files", files}};
-  return evidence::SignEnvelope(j.dump(), evidence::kInTotoPayloadType, key);
+  return evidence::SignEnvelope(*evidence::RecordPayload(r), evidence::kInTotoPayloadType, key);
 }
 
 class ChainCli : public InteropCli {
@@ -243,6 +239,24 @@ TEST_F(ChainCli, VerifiesEndToEndWithAPassingPairAudit) {
   EXPECT_EQ(oj["pair_audit_id"], 1);
 }
 
+// The whole chain with nothing constructed by hand: transcode, then `audit --source`.
+TEST_F(ChainCli, RealPairAuditCompletesTheChain) {
+  Result audit = Run("audit " + derived_.string() + " --source " + source_.string() + " --db " +
+                     Db() + " --key " + Key() + " --json");
+  ASSERT_EQ(audit.rc, 0) << audit.out << audit.err;
+  EXPECT_EQ(json::parse(audit.out)["record_id"], 1);
+  Result ok = Chain("--source " + source_.string());
+  EXPECT_EQ(ok.rc, 0) << ok.out << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("[ok] pair audit: record 1"));
+  EXPECT_THAT(ok.out, HasSubstr("CHAIN VERIFIED"));
+  // A single-checkpoint audit of the same content binds no source and does not count.
+  Result single = Run("audit " + derived_.string() + " --db " + Db() + " --key " + Key());
+  ASSERT_EQ(single.rc, 0) << single.err;
+  Result still = Chain();
+  EXPECT_EQ(still.rc, 0) << still.out;
+  EXPECT_THAT(still.out, HasSubstr("[ok] pair audit: record 1"));
+}
+
 TEST_F(ChainCli, EveryBrokenLinkFails) {
   AppendRecord(PairAuditEnvelope(derived_, source_, *key_, "pass"));
   ASSERT_EQ(Chain().rc, 0);
@@ -288,12 +302,12 @@ TEST_F(ChainCli, PairAuditsThatDoNotFitAreRejectedWithReasons) {
   EXPECT_THAT(r.out, HasSubstr("record 1: verdict fail"));
   EXPECT_THAT(r.out, HasSubstr("record 2: audited against source OMS ROOT ffff"));
   EXPECT_THAT(r.out, HasSubstr("record 3: DSSE envelope signed only by untrusted keys"));
-  // A record of this content without a bound source (today's single-checkpoint audit).
+  // A record of this content without a bound source (a single-checkpoint audit).
   Result audit = Run("audit " + derived_.string() + " --db " + Db() + " --key " + Key());
   ASSERT_EQ(audit.rc, 0) << audit.err;
   Result again = Chain();
   EXPECT_EQ(again.rc, 1);
-  EXPECT_THAT(again.out, HasSubstr("binds no source"));
+  EXPECT_THAT(again.out, HasSubstr("record 4: binds no source"));
 }
 
 TEST_F(InteropCli, AuditLogsATestResultAndExportBundlesThem) {
