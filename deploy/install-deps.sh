@@ -12,4 +12,5 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libabsl-dev libcli11-dev nlohmann-json3-dev libssl-dev openssl libsqlite3-dev sqlite3 \
   libgtest-dev libgmock-dev libbenchmark-dev \
   clang libclang-rt-14-dev \
+  golang-go golang-golang-x-mod-dev \
   chromium fonts-dejavu-core zlib1g-dev

@@ -5,6 +5,8 @@
 #include "core/evidence/json_guard.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
+#include "core/evidence/provenance.h"
+#include "core/evidence/test_result.h"
 
 namespace ckpt::evidence {
 namespace {
@@ -176,6 +178,10 @@ absl::StatusOr<RecordIndex> IndexPayload(const std::string& payload) {
       idx.policy = p.at("policy").at("uri").get<std::string>();
       idx.verdict = p.at("verificationResult").get<std::string>() == "PASSED" ? "pass" : "fail";
       idx.time = p.at("timeVerified").get<std::string>();
+    } else if (idx.predicate_type == kTestResultPredicateType) {
+      if (auto s = IndexTestResult(p, &idx); !s.ok()) return bad(std::string(s.message()));
+    } else if (idx.predicate_type == kSlsaProvenanceType) {
+      if (auto s = IndexProvenance(p, &idx); !s.ok()) return bad(std::string(s.message()));
     } else {
       return bad(absl::StrCat("unknown predicateType ", idx.predicate_type));
     }

@@ -114,7 +114,9 @@ struct RecordIndex {
   // A pair audit's bound source: its files and, under kManifestRootSubject, its OMS ROOT.
   std::vector<Subject> source_subjects;
 };
-// INVALID_ARGUMENT if the payload is not a Statement v1 with one of our predicate types.
+// INVALID_ARGUMENT if the payload is not a Statement v1 with one of our predicate types
+// (evidence, verification summary, test result: core/evidence/test_result.h, provenance:
+// core/evidence/provenance.h).
 absl::StatusOr<RecordIndex> IndexPayload(const std::string& payload);
 
 }  // namespace ckpt::evidence

@@ -1,5 +1,6 @@
 // `ckpt-audit audit ROOT`: runs every check this build supports, appends one signed evidence
-// record to the log and prints the verdict and the record id. Exit 0 pass, 1 fail, 2 error.
+// record and its in-toto test result to the log (core/interop/publish.h) and prints the verdict
+// and the record id. Exit 0 pass, 1 fail, 2 error.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -8,6 +9,7 @@
 #include "core/evidence/dsse.h"
 #include "core/audit/audit_checks.h"
 #include "core/text/json_dump.h"
+#include "core/interop/publish.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
@@ -25,10 +27,10 @@ struct AuditArgs {
 };
 
 absl::Status WriteSummary(const evidence::EvidenceRecord& rec, const storage::EvidenceLog& log,
-                          const storage::AppendResult& appended, const std::string& envelope,
+                          uint64_t record_id, const std::string& envelope,
                           const evidence::SigningKey& key, const std::string& path) {
   auto payload = evidence::VerificationSummaryPayload(
-      rec, "https://ckpt-audit.dev/cli", absl::StrCat(log.origin(), "#", appended.seq),
+      rec, "https://ckpt-audit.dev/cli", interop::EntryUri(log, record_id),
       ToHex(Sha256Of(evidence::AsBytes(envelope))));
   if (!payload.ok()) return payload.status();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -48,24 +50,23 @@ int Run(const AuditArgs& a) {
   TerminalProgress progress;
   auto rec = audit::RunAudit(a.options, progress);
   if (!rec.ok()) return ReportError(rec.status());
-  auto payload = evidence::RecordPayload(*rec);
-  if (!payload.ok()) return ReportError(payload.status());
-  std::string envelope =
-      evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, setup->key);
-  auto appended = (*log)->Append(envelope, setup->key);
-  if (!appended.ok()) return ReportError(appended.status());
+  auto published = interop::PublishAudit(*rec, setup->key, **log);
+  if (!published.ok()) return ReportError(published.status());
   if (!a.vsa.empty()) {
-    auto s = WriteSummary(*rec, **log, *appended, envelope, setup->key, a.vsa);
+    auto s = WriteSummary(*rec, **log, published->record_id, published->record_envelope,
+                          setup->key, a.vsa);
     if (!s.ok()) return ReportError(s);
   }
+  const storage::AppendResult& tree = published->last;
   std::string verdict = evidence::VerdictName(rec->OverallVerdict());
   if (a.json) {
     nlohmann::ordered_json j = {{"verdict", verdict},
-                                {"record_id", appended->seq},
+                                {"record_id", published->record_id},
+                                {"test_result_id", published->test_result_id},
                                 {"db", setup->db_path},
                                 {"keyid", setup->key.public_key().KeyId()},
-                                {"tree_size", appended->tree_size},
-                                {"tree_root", ToHex(appended->root)},
+                                {"tree_size", tree.tree_size},
+                                {"tree_root", ToHex(tree.root)},
                                 {"checks", nlohmann::ordered_json::array()}};
     for (const auto& c : rec->checks) {
       j["checks"].push_back({{"name", c.name}, {"verdict", evidence::VerdictName(c.verdict)}});
@@ -75,9 +76,10 @@ int Run(const AuditArgs& a) {
     for (const auto& c : rec->checks) {
       std::printf("  %-22s %s\n", c.name.c_str(), evidence::VerdictName(c.verdict).c_str());
     }
-    std::printf("verdict %s: record %llu in %s (tree size %llu)\n", verdict.c_str(),
-                static_cast<unsigned long long>(appended->seq), setup->db_path.c_str(),
-                static_cast<unsigned long long>(appended->tree_size));
+    std::printf("verdict %s: record %llu (test result %llu) in %s (tree size %llu)\n",
+                verdict.c_str(), static_cast<unsigned long long>(published->record_id),
+                static_cast<unsigned long long>(published->test_result_id),
+                setup->db_path.c_str(), static_cast<unsigned long long>(tree.tree_size));
   }
   return rec->OverallVerdict() == evidence::Verdict::kFail ? kExitCheckFailed : kExitOk;
 }

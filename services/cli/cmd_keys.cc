@@ -1,9 +1,12 @@
 // `ckpt-audit keys generate|show`: Ed25519 signing keys for evidence records and the trust-file
-// line that lets verifiers accept them (format: core/evidence/trust_store.h).
+// line that lets verifiers accept them (format: core/evidence/trust_store.h); with --db, the
+// log's C2SP note verifier key (storage/note_key.h); ECDSA keys for OpenSSF model signing
+// (`--type ecdsa-p256|p384|p521`, core/evidence/ecdsa.h).
 #include <cstdio>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "core/evidence/ecdsa.h"
 #include "core/evidence/ed25519.h"
 #include "core/evidence/trust_store.h"
 #include "core/text/json_dump.h"
@@ -11,47 +14,107 @@
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
+#include "services/cli/read_file.h"
+#include "storage/evidence_log.h"
+#include "storage/note_key.h"
 
 namespace ckpt::cli {
 namespace {
 
 struct KeyArgs {
   std::string key;
+  std::string type = "ed25519";
   std::string trust;
   std::string name;
+  std::string db;
   bool json = false;
 };
 
+// `vkey` is the log's note verifier key for this key (empty without --db).
 void PrintKey(const evidence::PublicKey& pub, const std::string& path, const std::string& name,
-              bool json) {
+              const std::string& vkey, bool json) {
   if (json) {
     nlohmann::json j = {{"key", path},
+                        {"type", "ed25519"},
                         {"keyid", pub.KeyId()},
                         {"public_key_pem", pub.ToPem()},
                         {"trust_line", evidence::TrustStore::Line(pub, name)}};
+    if (!vkey.empty()) j["note_verifier_key"] = vkey;
     std::printf("%s\n", DumpJson(j, 2).c_str());
     return;
   }
-  std::printf("key    %s\nkeyid  %s\ntrust  %s%s", path.c_str(), pub.KeyId().c_str(),
-              evidence::TrustStore::Line(pub, name).c_str(), pub.ToPem().c_str());
+  std::printf("key    %s\nkeyid  %s\ntrust  %s", path.c_str(), pub.KeyId().c_str(),
+              evidence::TrustStore::Line(pub, name).c_str());
+  if (!vkey.empty()) std::printf("vkey   %s\n", vkey.c_str());
+  std::printf("%s", pub.ToPem().c_str());
+}
+
+void PrintEcdsaKey(const evidence::EcdsaPublicKey& pub, const std::string& path, bool json) {
+  std::string type = evidence::EcKeyType(pub.curve());
+  if (json) {
+    nlohmann::json j = {{"key", path},
+                        {"type", type},
+                        {"hint", pub.Hint()},
+                        {"public_key_pem", pub.PublicPem()}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("key    %s\ntype   %s\nhint   %s\n%s", path.c_str(), type.c_str(),
+              pub.Hint().c_str(), pub.PublicPem().c_str());
+}
+
+// The note verifier key of `pub` under the name of the log at `db`; empty without a db.
+absl::StatusOr<std::string> LogVerifierKey(const std::string& db, const evidence::PublicKey& pub) {
+  if (db.empty()) return std::string();
+  auto log = storage::EvidenceLog::Open(db, /*create=*/false);
+  if (!log.ok()) return log.status();
+  return storage::FormatNoteVerifierKey((*log)->origin(), pub);
+}
+
+void WritePublicPem(const std::string& path, const std::string& pem) {
+  if (FILE* f = std::fopen(path.c_str(), "wx"); f != nullptr) {
+    std::fputs(pem.c_str(), f);
+    std::fclose(f);
+  }
+}
+
+int GenerateEcdsa(const KeyArgs& a) {
+  auto curve = evidence::EcCurveFromKeyType(a.type);
+  if (!curve.ok()) return ReportError(curve.status());
+  auto key = evidence::EcdsaSigningKey::Generate(*curve);
+  if (!key.ok()) return ReportError(key.status());
+  if (auto s = key->Save(a.key); !s.ok()) return ReportError(s);
+  WritePublicPem(a.key + ".pub", key->public_key().PublicPem());
+  PrintEcdsaKey(key->public_key(), a.key, a.json);
+  return kExitOk;
 }
 
 int Generate(const KeyArgs& a) {
+  if (a.type != "ed25519") {
+    if (!a.trust.empty()) {
+      return ReportError(absl::InvalidArgumentError(
+          "--trust lists Ed25519 evidence keys; an ECDSA key signs model signatures only"));
+    }
+    return GenerateEcdsa(a);
+  }
   auto key = evidence::SigningKey::Generate();
   if (!key.ok()) return ReportError(key.status());
   if (auto s = key->Save(a.key); !s.ok()) return ReportError(s);
-  std::string pub_path = a.key + ".pub";
-  if (FILE* f = std::fopen(pub_path.c_str(), "wx"); f != nullptr) {
-    std::fputs(key->public_key().ToPem().c_str(), f);
-    std::fclose(f);
-  }
+  WritePublicPem(a.key + ".pub", key->public_key().ToPem());
   if (!a.trust.empty()) {
     if (auto s = evidence::TrustStore::AppendToFile(a.trust, key->public_key(), a.name);
         !s.ok()) {
       return ReportError(s);
     }
   }
-  PrintKey(key->public_key(), a.key, a.name, a.json);
+  PrintKey(key->public_key(), a.key, a.name, "", a.json);
+  return kExitOk;
+}
+
+int ShowEd25519(const evidence::PublicKey& pub, const std::string& path, const KeyArgs& a) {
+  auto vkey = LogVerifierKey(a.db, pub);
+  if (!vkey.ok()) return ReportError(vkey.status());
+  PrintKey(pub, path, a.name, *vkey, a.json);
   return kExitOk;
 }
 
@@ -63,31 +126,32 @@ int Show(const KeyArgs& a) {
     path = *def;
   }
   auto key = evidence::SigningKey::Load(path);
-  if (key.ok()) {
-    PrintKey(key->public_key(), path, a.name, a.json);
+  if (key.ok()) return ShowEd25519(key->public_key(), path, a);
+  if (auto ec = evidence::EcdsaSigningKey::Load(path); ec.ok()) {
+    PrintEcdsaKey(ec->public_key(), path, a.json);
     return kExitOk;
   }
   // A public key PEM works too: showing the trust line does not need the private key.
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (f == nullptr) return ReportError(key.status());
-  std::string pem;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) pem.append(buf, n);
-  std::fclose(f);
-  auto pub = evidence::PublicKey::FromPem(pem);
-  if (!pub.ok()) return ReportError(key.status());
-  PrintKey(*pub, path, a.name, a.json);
-  return kExitOk;
+  auto pem = ReadSmallFile(path, 1 << 20);
+  if (!pem.ok()) return ReportError(key.status());
+  if (auto pub = evidence::PublicKey::FromPem(*pem); pub.ok()) return ShowEd25519(*pub, path, a);
+  if (auto pub = evidence::EcdsaPublicKey::FromPem(*pem); pub.ok()) {
+    PrintEcdsaKey(*pub, path, a.json);
+    return kExitOk;
+  }
+  return ReportError(key.status());
 }
 
 }  // namespace
 
 void AddKeysCommand(CLI::App& app, int* exit_code) {
-  auto* keys = app.add_subcommand("keys", "Manage Ed25519 evidence signing keys");
+  auto* keys = app.add_subcommand("keys", "Manage evidence (Ed25519) and model signing (ECDSA) keys");
   keys->require_subcommand(1);
   auto args = std::make_shared<KeyArgs>();
   auto* gen = keys->add_subcommand("generate", "Create a new key file (mode 0600) and KEY.pub");
   gen->add_option("--out,KEY", args->key, "private key file to create")->required();
+  gen->add_option("--type", args->type,
+                  "ed25519 (evidence, default), ecdsa-p256, ecdsa-p384, ecdsa-p521 (model signing)");
   gen->add_option("--trust", args->trust, "also append the public key to this trust file");
   gen->add_option("--name", args->name, "name written after the key in the trust line");
   gen->add_flag("--json", args->json, "machine-readable output");
@@ -95,6 +159,7 @@ void AddKeysCommand(CLI::App& app, int* exit_code) {
   auto* show = keys->add_subcommand("show", "Print a key's id, trust-file line and public PEM");
   show->add_option("--key,KEY", args->key, "private or public key file (default: per-user key)");
   show->add_option("--name", args->name, "name written after the key in the trust line");
+  show->add_option("--db", args->db, "also print this log's note verifier key (C2SP vkey)");
   show->add_flag("--json", args->json, "machine-readable output");
   show->callback([=] { *exit_code = Show(*args); });
 }

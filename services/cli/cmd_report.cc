@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/evidence/dsse.h"
+#include "core/evidence/record.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
@@ -28,6 +29,11 @@ int Run(const ReportArgs& a) {
   if (!log.ok()) return ReportError(log.status());
   auto entry = (*log)->Get(a.id);
   if (!entry.ok()) return ReportError(entry.status());
+  if (entry->predicate_type != evidence::kEvidencePredicateType) {
+    return ReportError(absl::InvalidArgumentError(absl::StrCat(
+        "record ", a.id, " is a ", entry->predicate_type, " statement; report renders evidence "
+        "records (see `verify --id` or `export --id`)")));
+  }
   auto env = evidence::ParseEnvelope(entry->envelope);
   if (!env.ok()) return ReportError(env.status());
   auto statement = nlohmann::ordered_json::parse(env->payload, nullptr, false);

@@ -1,15 +1,24 @@
 // `ckpt-audit transcode --to nvfp4 SRC DST`: lossless MXFP4 -> NVFP4A16, or a failure naming
-// every over-span tensor/row/group (nothing written). Exit 0 written, 1 policy refused the
-// source, 2 invalid input or error.
+// every over-span tensor/row/group (nothing written). A finished transcode also writes a signed
+// SLSA Provenance v1 statement beside DST (DST.intoto.jsonl, or --provenance FILE) naming the
+// derived files and the source files by digest, and appends it to the log with --db
+// (core/interop/transcode_provenance.h). Exit 0 written, 1 policy refused the source, 2 invalid
+// input or error.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
-#include "core/checkpoint.h"
-#include "core/quant/transcode.h"
+#include "absl/strings/str_cat.h"
+#include "core/audit/audit_checks.h"
+#include "core/evidence/dsse.h"
+#include "core/interop/transcode_provenance.h"
 #include "core/text/json_dump.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
+#include "services/cli/evidence_paths.h"
+#include "services/cli/read_file.h"
+#include "storage/evidence_log.h"
 
 namespace ckpt::cli {
 namespace {
@@ -17,6 +26,11 @@ namespace {
 struct TranscodeArgs {
   std::string to = "nvfp4";
   std::string src, dst;
+  std::string policy = audit::kDefaultPolicy;
+  std::string source_ref;
+  std::string provenance;
+  std::string db;
+  std::string key;
   bool json = false;
   unsigned threads = 0;
 };
@@ -25,31 +39,64 @@ int Run(const TranscodeArgs& a) {
   if (a.to != "nvfp4") {
     return ReportError(absl::InvalidArgumentError("--to: only nvfp4 is supported"));
   }
-  auto src = Checkpoint::Open(a.src);
-  if (!src.ok()) return ReportError(src.status());
+  auto policy = audit::PolicyByName(a.policy);
+  if (!policy.ok()) return ReportError(policy.status());
+  const std::string provenance_path =
+      a.provenance.empty() ? interop::DefaultProvenancePath(a.dst) : a.provenance;
+  std::error_code ec;
+  if (std::filesystem::exists(provenance_path, ec)) {
+    return ReportError(absl::InvalidArgumentError(
+        absl::StrCat(provenance_path, ": already exists; not overwriting")));
+  }
+  auto setup = ResolveEvidenceSetup(a.db, a.key);  // before any work: a bad key stops here
+  if (!setup.ok()) return ReportError(setup.status());
+  if (a.key.empty()) {
+    std::fprintf(stderr, "ckpt-audit: provenance signed with the per-user key %s\n",
+                 setup->key_path.c_str());
+  }
   quant::TranscodeOptions options;
   options.threads = a.threads;
+  options.policy = *policy;
   TerminalProgress progress;
-  absl::StatusOr<quant::TranscodeResult> r =
-      quant::TranscodeToNvfp4(**src, a.dst, options, progress);
+  auto r = interop::TranscodeWithProvenance(a.src, a.dst, options, a.source_ref, progress);
   if (!r.ok()) {
     ReportError(r.status());
     return r.status().code() == absl::StatusCode::kFailedPrecondition ? kExitCheckFailed
                                                                       : kExitError;
   }
+  auto payload = evidence::ProvenancePayload(r->provenance);
+  if (!payload.ok()) return ReportError(payload.status());
+  std::string envelope =
+      evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, setup->key);
+  if (auto s = WriteFileAtomically(provenance_path, envelope + "\n"); !s.ok()) {
+    return ReportError(s);
+  }
+  std::optional<uint64_t> logged;
+  if (!a.db.empty()) {
+    auto log = storage::EvidenceLog::Open(a.db, /*create=*/true);
+    if (!log.ok()) return ReportError(log.status());
+    auto appended = (*log)->Append(envelope, setup->key);
+    if (!appended.ok()) return ReportError(appended.status());
+    logged = appended->seq;
+  }
+  const quant::TranscodeResult& t = r->result;
   if (a.json) {
-    nlohmann::json j = r->ToJson();
-    j["source"] = (*src)->root();
-    j["destination"] = a.dst;
+    nlohmann::json j = t.ToJson();
+    j["source"] = r->provenance.source_path;
+    j["destination"] = r->provenance.output_path;
+    j["provenance"] = provenance_path;
+    if (logged) j["provenance_record_id"] = *logged;
     std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
     std::printf("wrote %s: %llu tensors in %zu files (%s), %llu modules transcoded losslessly, "
                 "%llu all-zero groups canonicalized to scale +0 (policy %s)\n",
-                a.dst.c_str(), static_cast<unsigned long long>(r->tensors_written),
-                r->files.size(), HumanBytes(r->bytes_written).c_str(),
-                static_cast<unsigned long long>(r->modules_transcoded),
-                static_cast<unsigned long long>(r->zero_groups_canonicalized),
-                r->policy.config.id().c_str());
+                a.dst.c_str(), static_cast<unsigned long long>(t.tensors_written),
+                t.files.size(), HumanBytes(t.bytes_written).c_str(),
+                static_cast<unsigned long long>(t.modules_transcoded),
+                static_cast<unsigned long long>(t.zero_groups_canonicalized),
+                t.policy.config.id().c_str());
+    std::printf("provenance %s%s\n", provenance_path.c_str(),
+                logged ? absl::StrCat(" (record ", *logged, " in ", a.db, ")").c_str() : "");
   }
   return kExitOk;
 }
@@ -63,6 +110,12 @@ void AddTranscodeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--to", a->to, "target format (nvfp4)")->required();
   cmd->add_option("SRC", a->src, "compressed-tensors MXFP4 checkpoint root")->required();
   cmd->add_option("DST", a->dst, "output directory (must not exist)")->required();
+  cmd->add_option("--policy", a->policy, "scale-window (default) or marlin-safe");
+  cmd->add_option("--source-ref", a->source_ref,
+                  "where the source came from (e.g. hf://org/model@revision), recorded");
+  cmd->add_option("--provenance", a->provenance, "provenance file (default DST.intoto.jsonl)");
+  cmd->add_option("--db", a->db, "also append the provenance to this evidence log");
+  cmd->add_option("--key", a->key, "signing key PEM (default: per-user, generated)");
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->add_option("--threads", a->threads, "worker threads (0 = all cores)");
   cmd->callback([=] { *exit_code = Run(*a); });

@@ -19,6 +19,12 @@ void AddVerifyCommands(CLI::App& app, int* exit_code);  // verify, verify-log
 void AddQueryCommand(CLI::App& app, int* exit_code);
 void AddReportCommand(CLI::App& app, int* exit_code);
 void AddRemoteCommands(CLI::App& app, int* exit_code);  // submit, gate (ckpt-auditd)
+// The ecosystem's formats (docs/interop.md).
+void AddSignCommand(CLI::App& app, int* exit_code);
+void AddVerifySignatureCommand(CLI::App& app, int* exit_code);
+void AddProofCommands(CLI::App& app, int* exit_code);  // proof, verify-proof
+void AddExportCommand(CLI::App& app, int* exit_code);
+void AddVerifyChainCommand(CLI::App& app, int* exit_code);
 
 }  // namespace ckpt::cli
 

@@ -20,6 +20,11 @@ int main(int argc, char** argv) {
   ckpt::cli::AddQueryCommand(app, &exit_code);
   ckpt::cli::AddReportCommand(app, &exit_code);
   ckpt::cli::AddRemoteCommands(app, &exit_code);
+  ckpt::cli::AddSignCommand(app, &exit_code);
+  ckpt::cli::AddVerifySignatureCommand(app, &exit_code);
+  ckpt::cli::AddProofCommands(app, &exit_code);
+  ckpt::cli::AddExportCommand(app, &exit_code);
+  ckpt::cli::AddVerifyChainCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,6 +8,7 @@
 #include "core/evidence/record.h"
 #include "core/fingerprint/fingerprint.h"
 #include "core/text/json_dump.h"
+#include "core/interop/publish.h"
 
 namespace ckpt::daemon {
 namespace {
@@ -96,13 +97,14 @@ absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, Progress& p
   options.threads = options_.threads_per_audit;
   auto record = audit::RunAudit(options, progress);
   if (!record.ok()) return record.status();
-  auto payload = evidence::RecordPayload(*record);
-  if (!payload.ok()) return payload.status();
-  auto appended =
-      Append(evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, key_));
-  if (!appended.ok()) return appended.status();
+  absl::StatusOr<interop::PublishedAudit> published;
+  {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    published = interop::PublishAudit(*record, key_, *log_);
+  }
+  if (!published.ok()) return published.status();
   return JobOutcome{evidence::VerdictName(record->OverallVerdict()),
-                    static_cast<int64_t>(appended->seq)};
+                    static_cast<int64_t>(published->record_id)};
 }
 
 absl::StatusOr<GateDecision> AuditBackend::Gate(const std::string& root,

@@ -110,7 +110,7 @@ TEST_F(DaemonTest, PairAuditThenGatePassesAndProofVerifies) {
   pb::QueryAuditsResponse page;
   grpc::ClientContext qctx;
   ASSERT_TRUE(stub_->QueryAudits(&qctx, q, &page).ok());
-  ASSERT_EQ(page.audits_size(), 2);  // the audit record and the gate decision
+  ASSERT_EQ(page.audits_size(), 3);  // the audit record, its test result, the gate decision
 
   // An inclusion proof of the audit record verifies against the signed checkpoint's root.
   pb::GetRecordRequest rr;
@@ -145,7 +145,7 @@ TEST_F(DaemonTest, PairAuditThenGatePassesAndProofVerifies) {
   grpc::ClientContext vctx;
   ASSERT_TRUE(stub_->VerifyLog(&vctx, pb::VerifyLogRequest(), &v).ok());
   EXPECT_TRUE(v.ok()) << (v.problems_size() ? v.problems(0) : "");
-  EXPECT_EQ(v.entries(), 2);
+  EXPECT_EQ(v.entries(), 3);  // the audit record, its test result, the gate decision
 }
 
 TEST_F(DaemonTest, GateFailsForContentNeverAudited) {

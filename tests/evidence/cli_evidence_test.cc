@@ -99,7 +99,8 @@ TEST_F(CliTest, AuditVerifyQueryAndReport) {
                       "--source " + Fixture("mini-kimi-mxfp4").string() + " --forward-layer 1");
   ASSERT_EQ(pair.rc, 0) << pair.err;
   auto pj = nlohmann::json::parse(pair.out);
-  EXPECT_EQ(pj["record_id"], 1);
+  EXPECT_EQ(pj["record_id"], 2);  // each audit logs its record and then its test result
+  EXPECT_EQ(pj["test_result_id"], 3);
   ASSERT_EQ(pj["checks"].size(), 5u);
   EXPECT_EQ(pj["checks"][3]["name"], "pair_verify");
   EXPECT_EQ(pj["checks"][3]["verdict"], "pass");
@@ -113,39 +114,41 @@ TEST_F(CliTest, AuditVerifyQueryAndReport) {
 
   Result vlog = Run("verify-log --db " + Db() + " --trust " + Trust());
   EXPECT_EQ(vlog.rc, 0) << vlog.out;
-  EXPECT_THAT(vlog.out, HasSubstr("3 entries, 3 signatures verified"));
+  EXPECT_THAT(vlog.out, HasSubstr("6 entries, 6 signatures verified"));
 
   Result q = Run("query --db " + Db() + " --verdict fail --json");
   ASSERT_EQ(q.rc, 0) << q.err;
   auto qj = nlohmann::json::parse(q.out);
-  ASSERT_EQ(qj["records"].size(), 1u);
-  EXPECT_EQ(qj["records"][0]["id"], 2);
+  ASSERT_EQ(qj["records"].size(), 2u);  // the failing record and its test result
+  EXPECT_EQ(qj["records"][0]["id"], 5);
+  EXPECT_EQ(qj["records"][0]["predicate_type"], "https://in-toto.io/attestation/test-result/v0.1");
+  EXPECT_EQ(qj["records"][1]["id"], 4);
   Result page = Run("query --db " + Db() + " --limit 2 --json");
   auto page_j = nlohmann::json::parse(page.out);
   EXPECT_EQ(page_j["records"].size(), 2u);
   Result rest = Run("query --db " + Db() + " --limit 2 --json --page-token " +
                     page_j["next_page_token"].get<std::string>());
-  EXPECT_EQ(nlohmann::json::parse(rest.out)["records"][0]["id"], 0);
+  EXPECT_EQ(nlohmann::json::parse(rest.out)["records"][0]["id"], 3);
 
   // The failing record names the tensor, row and group; the report shows them.
-  Result md = Run("report --db " + Db() + " 2 --format md --trust " + Trust());
+  Result md = Run("report --db " + Db() + " 4 --format md --trust " + Trust());
   ASSERT_EQ(md.rc, 0) << md.err;
   EXPECT_THAT(md.out, HasSubstr("over-span"));
   EXPECT_THAT(md.out, HasSubstr("layers.1.block_sparse_moe.experts.0.w1"));
   EXPECT_THAT(md.out, HasSubstr("signature | valid"));
-  Result js = Run("report --db " + Db() + " 1 --format json --trust " + Trust());
+  Result js = Run("report --db " + Db() + " 2 --format json --trust " + Trust());
   auto predicate = nlohmann::json::parse(js.out)["statement"]["predicate"];
   EXPECT_EQ(predicate["verdict"], "pass");
   EXPECT_EQ(predicate["pair_audit"]["verdict"], "lossless");
   EXPECT_EQ(predicate["block_forward"]["layer"], 1);
 
   // verify: signature, subjects against the disk, inclusion under the signed checkpoint.
-  Result ok = Run("verify --db " + Db() + " --id 2 --root " + bad.string() + " --trust " + Trust());
+  Result ok = Run("verify --db " + Db() + " --id 4 --root " + bad.string() + " --trust " + Trust());
   EXPECT_EQ(ok.rc, 0) << ok.out;
-  EXPECT_THAT(ok.out, HasSubstr("included in the signed tree head of size 3"));
+  EXPECT_THAT(ok.out, HasSubstr("included in the signed tree head of size 6"));
   testing::WriteAll(bad / "config.json", std::string("{}"));
   Result changed =
-      Run("verify --db " + Db() + " --id 2 --root " + bad.string() + " --trust " + Trust());
+      Run("verify --db " + Db() + " --id 4 --root " + bad.string() + " --trust " + Trust());
   EXPECT_EQ(changed.rc, 1);
   EXPECT_THAT(changed.out, HasSubstr("subject config.json: digest differs"));
 }
@@ -176,9 +179,9 @@ TEST_F(CliTest, PairRecordBindsTheSourceAndItsRefsAndVerifyChecksIt) {
                        " --trust " + Trust());
   EXPECT_EQ(changed.rc, 1);
   EXPECT_THAT(changed.out, HasSubstr("source config.json: digest differs"));
-  // A record without a source binds none.
+  // A record without a source binds none (record 2: record 1 is the first audit's test result).
   ASSERT_EQ(Audit(Fixture("mini-kimi-mxfp4").string()).rc, 0);
-  Result none = Run("verify --db " + Db() + " --id 1 --source " + source.string() +
+  Result none = Run("verify --db " + Db() + " --id 2 --source " + source.string() +
                     " --trust " + Trust());
   EXPECT_EQ(none.rc, 1);
   EXPECT_THAT(none.out, HasSubstr("source: the record binds none"));
@@ -232,7 +235,7 @@ TEST_F(CliTest, DefaultDatabaseAndKeyAreAnnouncedOnce) {
   // Default trust file was written with the generated key, so verify-log needs no --trust.
   Result v = Run("verify-log --db " + (home / "evidence.db").string());
   EXPECT_EQ(v.rc, 0) << v.out;
-  EXPECT_THAT(v.out, HasSubstr("2 entries"));
+  EXPECT_THAT(v.out, HasSubstr("4 entries"));
 }
 
 TEST_F(CliTest, HtmlReportRendersInHeadlessChromium) {

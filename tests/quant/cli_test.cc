@@ -23,9 +23,11 @@ using ::ckpt::testing::TempDir;
 using CliRun = ::ckpt::testing::CliResult;
 
 // Runs `ckpt-audit ARGS`: exit code (rc), stdout and stderr.
+// XDG_DATA_HOME in the scratch directory: transcode signs its provenance with the per-user key.
 CliRun Cli(const std::string& args) {
   static const TempDir scratch;
-  return ::ckpt::testing::RunCli("" + args, scratch.path());
+  return ::ckpt::testing::RunCli(args, scratch.path(),
+                                 "XDG_DATA_HOME='" + (scratch / "xdg").string() + "'");
 }
 
 const std::string kSrc = Fixture("mini-kimi-mxfp4").string();
