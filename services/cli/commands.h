@@ -19,6 +19,7 @@ void AddVerifyCommands(CLI::App& app, int* exit_code);  // verify, verify-log
 void AddQueryCommand(CLI::App& app, int* exit_code);
 void AddReportCommand(CLI::App& app, int* exit_code);
 void AddRemoteCommands(CLI::App& app, int* exit_code);  // submit, gate (ckpt-auditd)
+void AddTokensCommand(CLI::App& app, int* exit_code);   // tokens add (ckpt-auditd --tokens)
 
 }  // namespace ckpt::cli
 

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   ckpt::cli::AddQueryCommand(app, &exit_code);
   ckpt::cli::AddReportCommand(app, &exit_code);
   ckpt::cli::AddRemoteCommands(app, &exit_code);
+  ckpt::cli::AddTokensCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
