@@ -6,6 +6,7 @@
 // docs/PERFORMANCE.md ("Daemon under load") records runs.
 //
 //   build/bench/daemon/bench_daemon_load [--clients 64] [--calls 200] [--seconds 30]
+//                                        [--methods QueryAudits,GetRecord,...]
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -77,6 +78,11 @@ int main(int argc, char** argv) {
   app.add_option("--clients", clients, "concurrent clients, one connection each");
   app.add_option("--calls", calls, "calls per client (upper bound)");
   app.add_option("--seconds", seconds, "time limit for the load phase (upper bound)");
+  std::vector<std::string> methods = {"QueryAudits", "GetRecord", "GetInclusionProof", "GetJob",
+                                      "Gate"};
+  app.add_option("--methods", methods, "the methods each client calls in turn")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"QueryAudits", "GetRecord", "GetInclusionProof", "GetJob", "Gate"}));
   CLI11_PARSE(app, argc, argv);
 
   const fs::path dir =
@@ -166,7 +172,6 @@ int main(int argc, char** argv) {
     return stop(), 2;
   }
 
-  const char* kMethods[] = {"QueryAudits", "GetRecord", "GetInclusionProof", "GetJob", "Gate"};
   std::mutex mu;
   std::map<std::string, Samples> samples;
   std::atomic<uint64_t> total{0};
@@ -187,7 +192,7 @@ int main(int argc, char** argv) {
           grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), ch));
       std::map<std::string, Samples> mine;
       for (int i = 0; i < calls && Clock::now() < deadline; ++i) {
-        const std::string method = kMethods[(i + c) % 5];
+        const std::string& method = methods[static_cast<size_t>(i + c) % methods.size()];
         grpc::ClientContext ctx;
         context(ctx);
         const auto t0 = Clock::now();
@@ -250,10 +255,10 @@ int main(int argc, char** argv) {
   std::printf("%-18s %8s %10s %9s %9s %9s %7s\n", "method", "calls", "calls/s", "p50 ms",
               "p99 ms", "max ms", "errors");
   uint64_t errors = 0;
-  for (const char* m : kMethods) {
+  for (const std::string& m : methods) {
     const Samples& s = samples[m];
     errors += s.errors;
-    std::printf("%-18s %8zu %10.1f %9.2f %9.2f %9.2f %7llu%s%s\n", m, s.ms.size(),
+    std::printf("%-18s %8zu %10.1f %9.2f %9.2f %9.2f %7llu%s%s\n", m.c_str(), s.ms.size(),
                 static_cast<double>(s.ms.size()) / elapsed, Percentile(s.ms, 0.50),
                 Percentile(s.ms, 0.99), Percentile(s.ms, 1.0),
                 static_cast<unsigned long long>(s.errors), s.errors ? "  first: " : "",
