@@ -77,6 +77,11 @@ absl::Status CheckTokenFile(int fd, const std::string& path) {
         absl::StrFormat("%04o", st.st_mode & 0777),
         "); anyone who can write it can add an admin token: run chmod 600"));
   }
+  if (st.st_uid != 0 && st.st_uid != ::geteuid()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": token file is owned by uid ", st.st_uid,
+        ", neither root nor this process's user; its owner could add an admin token"));
+  }
   if (st.st_size > static_cast<off_t>(kMaxTokenFileBytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": token file is larger than ", kMaxTokenFileBytes, " bytes"));

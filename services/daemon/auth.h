@@ -55,8 +55,9 @@ std::string TokenLine(absl::string_view token, Role role, absl::string_view name
 
 class TokenStore {
  public:
-  // Reads a token file. FAILED_PRECONDITION when the file is writable by group or others (anyone
-  // who can write it can mint an admin token) or is not a regular file; INVALID_ARGUMENT naming
+  // Reads a token file. FAILED_PRECONDITION when the file is writable by group or others or owned
+  // by a user other than root or this process's (anyone who can write it can mint an admin
+  // token), or is not a regular file; INVALID_ARGUMENT naming
   // the line for a malformed line, an unknown role, or a repeated hash or name.
   static absl::StatusOr<TokenStore> Load(const std::string& path);
   static absl::StatusOr<TokenStore> Parse(absl::string_view text, absl::string_view source);

@@ -3,6 +3,7 @@
 // AuditService on a loopback port called with no token, unknown tokens and each role. Records
 // caused by an authenticated caller carry its identity.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -139,6 +140,15 @@ TEST(TokenFile, LoadRefusesFilesOthersCanWrite) {
     EXPECT_FALSE(AppendToken(f.string(), *again, Role::kAdmin, "x").ok());
   }
   ::chmod(f.c_str(), 0600);
+  // Owned by another (unprivileged) user: that user could rewrite it. Needs root to set up; CI
+  // and the development VM run as root.
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(f.c_str(), 65534, 65534), 0);
+    auto s = TokenStore::Load(f.string());
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(s.status().message(), HasSubstr("owned by uid 65534"));
+    ASSERT_EQ(::chown(f.c_str(), 0, 0), 0);
+  }
   EXPECT_EQ(TokenStore::Load((dir / "missing").string()).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(TokenStore::Load(dir.path().string()).status().code(),
