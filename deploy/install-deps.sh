@@ -13,4 +13,10 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libgtest-dev libgmock-dev libbenchmark-dev \
   clang libclang-rt-14-dev \
   golang-go golang-golang-x-mod-dev \
-  chromium fonts-dejavu-core zlib1g-dev
+  chromium fonts-dejavu-core zlib1g-dev prometheus-cpp-dev
+# The independent Node client test (tests/node): Debian's nodejs and npm unless a node with npm
+# is already installed, then the packages pinned by tests/node/package-lock.json.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+(cd "$(dirname "$0")/../tests/node" && npm ci --no-audit --no-fund --loglevel=error)

@@ -129,6 +129,7 @@ absl::StatusOr<std::string> VerificationSummaryPayload(const EvidenceRecord& r,
       {"verifiedLevels", ojson::array({absl::StrCat("CKPT_AUDIT_", r.policy.name, "_",
                                                     pass ? "PASSED" : "FAILED")})},
   };
+  if (!r.invoker.empty()) predicate["invoker"] = r.invoker;
   ojson statement = {{"_type", "https://in-toto.io/Statement/v1"},
                      {"subject", *subjects},
                      {"predicateType", kVerificationSummaryType},

@@ -1,27 +1,60 @@
 // Commands against a running ckpt-auditd (proto/ckpt_audit/v1/audit.proto):
 //   ckpt-audit submit --server ADDR ROOT [--source S] [--policy P] [--json]
 //       queues an audit on the daemon and follows its progress stream to the verdict;
-//   ckpt-audit gate --server ADDR ROOT [--policy P] [--json]
-//       asks for a pass/fail decision on the root as it is on disk now.
+//   ckpt-audit gate --server ADDR ROOT [--policy P] [--trust FILE] [--json]
+//       asks for a pass/fail decision on the root as it is on disk now, and believes a PASS only
+//       after verifying the signed decision and its inclusion in the log (docs/daemon.md).
+// Both take --token-file (or $CKPT_AUDIT_TOKEN), and --ca [--cert --key] for TLS / mutual TLS.
 // Exit codes as everywhere: 0 pass, 1 fail, 2 error (including an unreachable daemon).
-#include <cstdio>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "ckpt_audit/v1/audit.grpc.pb.h"
 #include "core/text/json_dump.h"
+#include "core/evidence/dsse.h"
+#include "core/evidence/record.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
+#include "services/cli/evidence_paths.h"
+#include "services/daemon/address.h"
+#include "storage/merkle.h"
+#include "storage/tlog_checkpoint.h"
 
 namespace ckpt::cli {
 namespace {
 
 namespace pb = ckpt_audit::v1;
 
-struct RemoteArgs {
+struct ConnectArgs {
   std::string server = "127.0.0.1:7433";
-  std::string root, source, policy;
+  std::string token_file;
+  std::string ca, cert, key;  // PEM files: TLS when ca is set, mutual TLS with cert and key
+};
+
+struct RemoteArgs {
+  ConnectArgs connect;
+  std::string root, source, policy, trust;
   bool json = false;
+};
+
+// A channel to the daemon and the bearer token every call carries.
+struct Remote {
+  std::unique_ptr<pb::AuditService::Stub> stub;
+  std::string token;
+  std::unique_ptr<grpc::ClientContext> Context() const {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+    return ctx;
+  }
 };
 
 int ReportRpcError(const grpc::Status& s) {
@@ -29,26 +62,96 @@ int ReportRpcError(const grpc::Status& s) {
                                   s.error_message()));
 }
 
-std::unique_ptr<pb::AuditService::Stub> Connect(const std::string& server) {
-  return pb::AuditService::NewStub(
-      grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path, bool secret) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  struct stat st;
+  bool exposed = ::fstat(fd, &st) == 0 && (st.st_mode & 007) != 0;
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; text.size() < (1 << 20) && (n = ::read(fd, buf, sizeof buf)) > 0;) {
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (secret && exposed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": token file is accessible by others; run chmod 600 and consider it exposed"));
+  }
+  return text;
+}
+
+// --token-file's first line, else $CKPT_AUDIT_TOKEN, else no token.
+absl::StatusOr<std::string> LoadToken(const ConnectArgs& a) {
+  std::string token;
+  if (!a.token_file.empty()) {
+    auto text = ReadSmallFile(a.token_file, /*secret=*/true);
+    if (!text.ok()) return text.status();
+    token = std::string(absl::StripAsciiWhitespace(text->substr(0, text->find('\n'))));
+    if (token.empty()) return absl::InvalidArgumentError(a.token_file + ": no token");
+  } else if (const char* env = std::getenv("CKPT_AUDIT_TOKEN"); env != nullptr) {
+    token = std::string(absl::StripAsciiWhitespace(env));
+  }
+  for (char c : token) {
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError("the token has a character outside printable ASCII");
+    }
+  }
+  return token;
+}
+
+absl::StatusOr<Remote> Connect(const ConnectArgs& a) {
+  Remote r;
+  auto token = LoadToken(a);
+  if (!token.ok()) return token.status();
+  r.token = *std::move(token);
+  if ((!a.cert.empty() || !a.key.empty()) && (a.ca.empty() || a.cert.empty() || a.key.empty())) {
+    return absl::InvalidArgumentError("--cert and --key go together, and need --ca");
+  }
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (a.ca.empty()) {
+    if (!r.token.empty() && !daemon::IsLoopbackAddress(a.server)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refusing to send a token to ", a.server,
+          " without TLS; give --ca (the CA that signed the daemon's certificate)"));
+    }
+    creds = grpc::InsecureChannelCredentials();
+  } else {
+    grpc::SslCredentialsOptions ssl;
+    auto ca = ReadSmallFile(a.ca, /*secret=*/false);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+    if (!a.cert.empty()) {
+      auto cert = ReadSmallFile(a.cert, /*secret=*/false);
+      if (!cert.ok()) return cert.status();
+      auto key = ReadSmallFile(a.key, /*secret=*/true);
+      if (!key.ok()) return key.status();
+      ssl.pem_cert_chain = *cert;
+      ssl.pem_private_key = *key;
+    }
+    creds = grpc::SslCredentials(ssl);
+  }
+  r.stub = pb::AuditService::NewStub(grpc::CreateChannel(a.server, creds));
+  return r;
 }
 
 int Submit(const RemoteArgs& a) {
-  auto stub = Connect(a.server);
+  auto remote = Connect(a.connect);
+  if (!remote.ok()) return ReportError(remote.status());
   pb::StartAuditRequest req;
   req.set_root(a.root);
   req.set_source_root(a.source);
   req.set_policy(a.policy);
   pb::Job job;
-  grpc::ClientContext ctx;
-  if (grpc::Status s = stub->StartAudit(&ctx, req, &job); !s.ok()) return ReportRpcError(s);
-  if (!a.json) std::fprintf(stderr, "%s queued on %s\n", job.id().c_str(), a.server.c_str());
+  if (grpc::Status s = remote->stub->StartAudit(remote->Context().get(), req, &job); !s.ok()) {
+    return ReportRpcError(s);
+  }
+  const std::string& server = a.connect.server;
+  if (!a.json) std::fprintf(stderr, "%s queued on %s\n", job.id().c_str(), server.c_str());
 
   pb::WatchJobRequest watch;
   watch.set_id(job.id());
-  grpc::ClientContext wctx;
-  auto reader = stub->WatchJob(&wctx, watch);
+  auto wctx = remote->Context();
+  auto reader = remote->stub->WatchJob(wctx.get(), watch);
   TerminalProgress progress;
   std::string phase;
   uint64_t shown = 0;  // units of the current phase already passed to the bar
@@ -77,43 +180,122 @@ int Submit(const RemoteArgs& a) {
   }
   if (a.json) {
     nlohmann::json j = {{"job", job.id()}, {"verdict", job.verdict()},
-                        {"record_id", job.record_id()}, {"server", a.server}};
+                        {"record_id", job.record_id()}, {"server", server}};
     std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
     std::printf("verdict %s: record %lld on %s\n", job.verdict().c_str(),
-                static_cast<long long>(job.record_id()), a.server.c_str());
+                static_cast<long long>(job.record_id()), server.c_str());
   }
   return job.verdict() == "pass" ? kExitOk : kExitCheckFailed;
 }
 
+// A PASS counts only when the decision record the server names is a verification summary
+// signed by a trusted key, says PASSED for exactly the content digest the server reported, and
+// is included in the log under a tree head signed by a trusted key. A server that merely says
+// `pass` (or replays a decision about other content) proves nothing.
+absl::Status VerifyPass(const Remote& r, const pb::GateResponse& resp,
+                        const evidence::TrustStore& trust) {
+  if (resp.decision_id() < 0) return absl::FailedPreconditionError("no decision record named");
+  pb::GetRecordRequest rr;
+  rr.set_id(resp.decision_id());
+  pb::Record rec;
+  if (grpc::Status s = r.stub->GetRecord(r.Context().get(), rr, &rec); !s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("fetching decision ", resp.decision_id(), ": ",
+                                     s.error_message()));
+  }
+  auto env = evidence::ParseEnvelope(rec.envelope());
+  if (!env.ok()) return env.status();
+  if (auto signer = evidence::VerifyEnvelope(*env, trust); !signer.ok()) return signer.status();
+  auto idx = evidence::IndexPayload(env->payload);
+  if (!idx.ok()) return idx.status();
+  if (idx->predicate_type != evidence::kVerificationSummaryType || idx->verdict != "pass") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "record ", resp.decision_id(), " is not a passing gate decision"));
+  }
+  bool content_matches = false;
+  for (const auto& s : idx->subjects) {
+    content_matches |= s.name == evidence::kManifestRootSubject && s.sha256 == resp.manifest_root();
+  }
+  if (!content_matches) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "decision ", resp.decision_id(), " is not about content ", resp.manifest_root()));
+  }
+
+  pb::GetInclusionProofRequest pr;
+  pr.set_id(resp.decision_id());
+  pb::InclusionProof proof;
+  if (grpc::Status s = r.stub->GetInclusionProof(r.Context().get(), pr, &proof); !s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("inclusion proof: ", s.error_message()));
+  }
+  const std::string& note = proof.checkpoint();
+  auto head = storage::VerifyCheckpoint(note, note.substr(0, note.find('\n')), trust);
+  if (!head.ok()) return head.status();
+  if (proof.leaf_index() != resp.decision_id() ||
+      static_cast<uint64_t>(proof.tree_size()) != head->size) {
+    return absl::FailedPreconditionError("the inclusion proof is not for this decision and tree");
+  }
+  std::vector<storage::Hash> hashes;
+  for (const std::string& h : proof.hashes()) {
+    storage::Hash x;
+    if (h.size() != x.size()) return absl::FailedPreconditionError("malformed proof hash");
+    std::copy(h.begin(), h.end(), x.begin());
+    hashes.push_back(x);
+  }
+  return storage::VerifyInclusion(storage::LeafHash(evidence::AsBytes(rec.envelope())),
+                                  static_cast<uint64_t>(proof.leaf_index()), head->size, hashes,
+                                  head->root);
+}
+
 int Gate(const RemoteArgs& a) {
-  auto stub = Connect(a.server);
+  auto trust = LoadTrust(a.trust);
+  if (!trust.ok()) return ReportError(trust.status());
+  auto remote = Connect(a.connect);
+  if (!remote.ok()) return ReportError(remote.status());
   pb::GateRequest req;
   req.set_root(a.root);
   req.set_policy(a.policy);
   pb::GateResponse resp;
-  grpc::ClientContext ctx;
-  if (grpc::Status s = stub->Gate(&ctx, req, &resp); !s.ok()) return ReportRpcError(s);
+  if (grpc::Status s = remote->stub->Gate(remote->Context().get(), req, &resp); !s.ok()) {
+    return ReportRpcError(s);
+  }
+  bool pass = resp.pass();
+  std::string verified;
+  if (pass) {
+    absl::Status v = VerifyPass(*remote, resp, *trust);
+    pass = v.ok();
+    verified = v.ok() ? "decision signature and log inclusion verified"
+                      : absl::StrCat("the server said PASS but its decision does not verify: ",
+                                     v.ToString());
+  }
   if (a.json) {
-    nlohmann::json j = {{"pass", resp.pass()},
+    nlohmann::json j = {{"pass", pass},
                         {"reasons", std::vector<std::string>(resp.reasons().begin(),
                                                              resp.reasons().end())},
                         {"record_id", resp.record_id()},
                         {"decision_id", resp.decision_id()},
                         {"manifest_root", resp.manifest_root()}};
+    if (!verified.empty()) j["verification"] = verified;
     std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
-    std::printf("gate %s for %s (content %s)\n", resp.pass() ? "PASS" : "FAIL",
-                a.root.c_str(), resp.manifest_root().c_str());
+    std::printf("gate %s for %s (content %s)\n", pass ? "PASS" : "FAIL", a.root.c_str(),
+                resp.manifest_root().c_str());
     for (const auto& r : resp.reasons()) std::printf("  - %s\n", r.c_str());
+    if (!verified.empty()) std::printf("  - %s\n", verified.c_str());
     std::printf("decision recorded as %lld\n", static_cast<long long>(resp.decision_id()));
   }
-  return resp.pass() ? kExitOk : kExitCheckFailed;
+  return pass ? kExitOk : kExitCheckFailed;
 }
 
 void AddCommon(CLI::App* cmd, RemoteArgs* a) {
   cmd->add_option("ROOT", a->root, "checkpoint root, as the daemon sees it")->required();
-  cmd->add_option("--server", a->server, "ckpt-auditd address (default 127.0.0.1:7433)");
+  cmd->add_option("--server", a->connect.server, "ckpt-auditd address (default 127.0.0.1:7433)");
+  cmd->add_option("--token-file", a->connect.token_file,
+                  "file holding the bearer token (default: $CKPT_AUDIT_TOKEN)");
+  cmd->add_option("--ca", a->connect.ca, "CA certificate(s) to verify the daemon: use TLS");
+  cmd->add_option("--cert", a->connect.cert, "client certificate for mutual TLS (with --key)");
+  cmd->add_option("--key", a->connect.key, "client private key for mutual TLS");
   cmd->add_option("--policy", a->policy, "policy name (default: the daemon's)");
   cmd->add_flag("--json", a->json, "machine-readable output");
 }
@@ -128,8 +310,10 @@ void AddRemoteCommands(CLI::App& app, int* exit_code) {
   s->callback([=] { *exit_code = Submit(*submit); });
 
   auto gate = std::make_shared<RemoteArgs>();
-  auto* g = app.add_subcommand("gate", "Ask ckpt-auditd for a pass/fail decision on a root");
+  auto* g = app.add_subcommand("gate", "Ask ckpt-auditd for a verified pass/fail on a root");
   AddCommon(g, gate.get());
+  g->add_option("--trust", gate->trust,
+                "trust file with the daemon's public key (default: per-user)");
   g->callback([=] { *exit_code = Gate(*gate); });
 }
 

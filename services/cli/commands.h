@@ -25,6 +25,7 @@ void AddVerifySignatureCommand(CLI::App& app, int* exit_code);
 void AddProofCommands(CLI::App& app, int* exit_code);  // proof, verify-proof
 void AddExportCommand(CLI::App& app, int* exit_code);
 void AddVerifyChainCommand(CLI::App& app, int* exit_code);
+void AddTokensCommand(CLI::App& app, int* exit_code);   // tokens add (ckpt-auditd --tokens)
 
 }  // namespace ckpt::cli
 

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   ckpt::cli::AddProofCommands(app, &exit_code);
   ckpt::cli::AddExportCommand(app, &exit_code);
   ckpt::cli::AddVerifyChainCommand(app, &exit_code);
+  ckpt::cli::AddTokensCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,5 +1,7 @@
 #include "services/daemon/audit_backend.h"
 
+#include <chrono>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/audit/audit_checks.h"
@@ -54,7 +56,17 @@ AuditBackend::AuditBackend(BackendOptions options, evidence::SigningKey key,
       trust_(std::move(trust)),
       log_(std::move(log)) {
   jobs_ = std::make_unique<JobManager>(
-      [this](const JobSpec& spec, Progress& progress) { return RunJob(spec, progress); },
+      [this](const JobSpec& spec, Progress& progress) {
+        const auto start = std::chrono::steady_clock::now();
+        absl::StatusOr<JobOutcome> outcome = RunJob(spec, progress);
+        if (options_.observer != nullptr) {
+          options_.observer->AuditFinished(
+              outcome.ok() ? std::string_view(outcome->verdict) : "error",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+              outcome.ok() ? outcome->bytes_read : 0);
+        }
+        return outcome;
+      },
       options_.workers, options_.max_queued);
 }
 
@@ -95,8 +107,15 @@ absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, Progress& p
   options.source = spec.source_root;
   options.policy = spec.policy;
   options.threads = options_.threads_per_audit;
+  options.invoker = spec.invoker;
   auto record = audit::RunAudit(options, progress);
   if (!record.ok()) return record.status();
+  uint64_t bytes_read = 0;  // what the audit read from storage, both trees (docs/evidence.md)
+  for (const evidence::CheckResult& c : record->checks) {
+    if (c.name == "fingerprint" && c.counts.count("bytes_read")) {
+      bytes_read = static_cast<uint64_t>(c.counts.at("bytes_read"));
+    }
+  }
   absl::StatusOr<interop::PublishedAudit> published;
   {
     std::lock_guard<std::mutex> lock(log_mu_);
@@ -104,12 +123,13 @@ absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, Progress& p
   }
   if (!published.ok()) return published.status();
   return JobOutcome{evidence::VerdictName(record->OverallVerdict()),
-                    static_cast<int64_t>(published->record_id)};
+                    static_cast<int64_t>(published->record_id), bytes_read};
 }
 
 absl::StatusOr<GateDecision> AuditBackend::Gate(const std::string& root,
                                                 const std::string& policy_name,
-                                                Progress& progress) {
+                                                Progress& progress,
+                                                const std::string& invoker) {
   auto real = CheckAllowed(root);
   if (!real.ok()) return real.status();
   const std::string policy = policy_name.empty() ? audit::kDefaultPolicy : policy_name;
@@ -150,6 +170,7 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const std::string& root,
   decision.environment = evidence::CollectEnvironment();
   decision.started_at = decision.finished_at = evidence::Rfc3339Now();
   decision.subjects = audit::SubjectsOf(*fp);
+  decision.invoker = invoker;
   evidence::CheckResult gate{.name = "gate"};
   std::string input_uri, input_sha256;
   if (!audit_entry) {
@@ -190,6 +211,7 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const std::string& root,
       Append(evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, key_));
   if (!appended.ok()) return appended.status();
   d.decision_id = static_cast<int64_t>(appended->seq);
+  if (options_.observer != nullptr) options_.observer->GateDecided(d.pass);
   return d;
 }
 

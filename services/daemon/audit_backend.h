@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "core/evidence/ed25519.h"
 #include "core/evidence/trust_store.h"
+#include "services/daemon/audit_observer.h"
 #include "services/daemon/job_manager.h"
 #include "storage/evidence_log.h"
 #include "storage/log_verifier.h"
@@ -27,6 +28,7 @@ struct BackendOptions {
   unsigned workers = 1;                    // audits at once
   size_t max_queued = 64;
   unsigned threads_per_audit = 0;          // 0: all cores
+  AuditObserver* observer = nullptr;       // not owned; outlives the backend
 };
 
 struct GateDecision {
@@ -56,8 +58,9 @@ class AuditBackend {
   absl::StatusOr<std::string> StartAudit(JobSpec spec);
   JobManager& jobs() { return *jobs_; }
 
+  // `invoker` (auth.h Caller::Invoker()) is recorded in the decision.
   absl::StatusOr<GateDecision> Gate(const std::string& root, const std::string& policy,
-                                    Progress& progress);
+                                    Progress& progress, const std::string& invoker);
   absl::StatusOr<storage::QueryPage> Query(const storage::QueryFilter& filter);
   absl::StatusOr<storage::LogEntry> GetRecord(uint64_t id);
   absl::StatusOr<storage::LogVerification> VerifyLog();

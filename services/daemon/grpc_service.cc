@@ -1,6 +1,8 @@
 #include "services/daemon/grpc_service.h"
 
 #include "core/text/name_encoding.h"
+#include "absl/strings/str_cat.h"
+#include "grpc/grpc_security_constants.h"
 
 namespace ckpt::daemon {
 namespace {
@@ -59,9 +61,38 @@ std::string HashBytes(const storage::Hash& h) {
 
 }  // namespace
 
-grpc::Status GrpcAuditService::StartAudit(grpc::ServerContext*,
+absl::StatusOr<Caller> AuthenticateCall(const Authenticator& auth,
+                                        const grpc::ServerContextBase& ctx) {
+  std::vector<absl::string_view> authorization;
+  auto range = ctx.client_metadata().equal_range("authorization");
+  for (auto it = range.first; it != range.second; ++it) {
+    authorization.emplace_back(it->second.data(), it->second.size());
+  }
+  std::string subject;
+  if (auto props = ctx.auth_context()->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME);
+      !props.empty()) {
+    subject = std::string(props.front().data(), props.front().size());
+  }
+  return auth.Authenticate(authorization, std::move(subject));
+}
+
+grpc::Status GrpcAuditService::Authorize(grpc::ServerContext* ctx, absl::string_view method,
+                                         Caller* caller) const {
+  auto who = AuthenticateCall(auth_, *ctx);
+  if (!who.ok()) return ToGrpc(who.status());
+  absl::Status allowed = Authenticator::Authorize(
+      *who, absl::StrCat("/", pb::AuditService::service_full_name(), "/", method));
+  if (!allowed.ok()) return ToGrpc(allowed);
+  if (caller != nullptr) *caller = *std::move(who);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcAuditService::StartAudit(grpc::ServerContext* ctx,
                                           const pb::StartAuditRequest* req, pb::Job* out) {
-  auto id = backend_.StartAudit({req->root(), req->source_root(), req->policy()});
+  Caller caller;
+  if (grpc::Status s = Authorize(ctx, "StartAudit", &caller); !s.ok()) return s;
+  auto id = backend_.StartAudit(
+      {req->root(), req->source_root(), req->policy(), caller.Invoker()});
   if (!id.ok()) return ToGrpc(id.status());
   auto snapshot = backend_.jobs().Get(*id);
   if (!snapshot.ok()) return ToGrpc(snapshot.status());
@@ -72,6 +103,7 @@ grpc::Status GrpcAuditService::StartAudit(grpc::ServerContext*,
 grpc::Status GrpcAuditService::WatchJob(grpc::ServerContext* ctx,
                                         const pb::WatchJobRequest* req,
                                         grpc::ServerWriter<pb::JobEvent>* writer) {
+  if (grpc::Status s = Authorize(ctx, "WatchJob"); !s.ok()) return s;
   absl::Status s = backend_.jobs().Watch(req->id(), [&](const JobEvent& e) {
     if (ctx->IsCancelled()) return false;
     pb::JobEvent msg;
@@ -89,17 +121,20 @@ grpc::Status GrpcAuditService::WatchJob(grpc::ServerContext* ctx,
   return ToGrpc(s);
 }
 
-grpc::Status GrpcAuditService::GetJob(grpc::ServerContext*, const pb::GetJobRequest* req,
+grpc::Status GrpcAuditService::GetJob(grpc::ServerContext* ctx, const pb::GetJobRequest* req,
                                       pb::Job* out) {
+  if (grpc::Status s = Authorize(ctx, "GetJob"); !s.ok()) return s;
   auto snapshot = backend_.jobs().Get(req->id());
   if (!snapshot.ok()) return ToGrpc(snapshot.status());
   FillJob(*snapshot, out);
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::Gate(grpc::ServerContext*, const pb::GateRequest* req,
+grpc::Status GrpcAuditService::Gate(grpc::ServerContext* ctx, const pb::GateRequest* req,
                                     pb::GateResponse* out) {
-  auto d = backend_.Gate(req->root(), req->policy(), NoProgress());
+  Caller caller;
+  if (grpc::Status s = Authorize(ctx, "Gate", &caller); !s.ok()) return s;
+  auto d = backend_.Gate(req->root(), req->policy(), NoProgress(), caller.Invoker());
   if (!d.ok()) return ToGrpc(d.status());
   out->set_pass(d->pass);
   for (const auto& r : d->reasons) out->add_reasons(Text(r));
@@ -109,9 +144,10 @@ grpc::Status GrpcAuditService::Gate(grpc::ServerContext*, const pb::GateRequest*
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::QueryAudits(grpc::ServerContext*,
+grpc::Status GrpcAuditService::QueryAudits(grpc::ServerContext* ctx,
                                            const pb::QueryAuditsRequest* req,
                                            pb::QueryAuditsResponse* out) {
+  if (grpc::Status s = Authorize(ctx, "QueryAudits"); !s.ok()) return s;
   storage::QueryFilter f;
   f.digest = req->digest();
   f.root = req->root();
@@ -128,8 +164,9 @@ grpc::Status GrpcAuditService::QueryAudits(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::GetRecord(grpc::ServerContext*, const pb::GetRecordRequest* req,
+grpc::Status GrpcAuditService::GetRecord(grpc::ServerContext* ctx, const pb::GetRecordRequest* req,
                                          pb::Record* out) {
+  if (grpc::Status s = Authorize(ctx, "GetRecord"); !s.ok()) return s;
   if (req->id() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "negative id");
   auto e = backend_.GetRecord(static_cast<uint64_t>(req->id()));
   if (!e.ok()) return ToGrpc(e.status());
@@ -139,8 +176,9 @@ grpc::Status GrpcAuditService::GetRecord(grpc::ServerContext*, const pb::GetReco
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::VerifyLog(grpc::ServerContext*, const pb::VerifyLogRequest*,
+grpc::Status GrpcAuditService::VerifyLog(grpc::ServerContext* ctx, const pb::VerifyLogRequest*,
                                          pb::VerifyLogResponse* out) {
+  if (grpc::Status s = Authorize(ctx, "VerifyLog"); !s.ok()) return s;
   auto v = backend_.VerifyLog();
   if (!v.ok()) return ToGrpc(v.status());
   out->set_ok(v->ok());
@@ -150,9 +188,10 @@ grpc::Status GrpcAuditService::VerifyLog(grpc::ServerContext*, const pb::VerifyL
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::GetInclusionProof(grpc::ServerContext*,
+grpc::Status GrpcAuditService::GetInclusionProof(grpc::ServerContext* ctx,
                                                  const pb::GetInclusionProofRequest* req,
                                                  pb::InclusionProof* out) {
+  if (grpc::Status s = Authorize(ctx, "GetInclusionProof"); !s.ok()) return s;
   if (req->id() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "negative id");
   auto p = backend_.InclusionProof(static_cast<uint64_t>(req->id()));
   if (!p.ok()) return ToGrpc(p.status());

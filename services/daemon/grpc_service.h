@@ -1,16 +1,25 @@
 // The gRPC AuditService (proto/ckpt_audit/v1/audit.proto): a thin adapter that translates
-// messages to and from AuditBackend calls and absl::Status to grpc::Status.
+// messages to and from AuditBackend calls and absl::Status to grpc::Status. Every handler starts
+// by authorizing its caller (auth.h) for its method; nothing runs before that.
 #ifndef CKPT_SERVICES_DAEMON_GRPC_SERVICE_H_
 #define CKPT_SERVICES_DAEMON_GRPC_SERVICE_H_
 
 #include "ckpt_audit/v1/audit.grpc.pb.h"
 #include "services/daemon/audit_backend.h"
+#include "services/daemon/auth.h"
 
 namespace ckpt::daemon {
 
+// The caller of a call: its `authorization` metadata checked against `auth`, and the subject
+// of the client certificate the TLS layer verified (mutual TLS), if any.
+absl::StatusOr<Caller> AuthenticateCall(const Authenticator& auth,
+                                        const grpc::ServerContextBase& ctx);
+
 class GrpcAuditService final : public ckpt_audit::v1::AuditService::Service {
  public:
-  explicit GrpcAuditService(AuditBackend& backend) : backend_(backend) {}
+  // Both must outlive the service.
+  GrpcAuditService(AuditBackend& backend, const Authenticator& auth)
+      : backend_(backend), auth_(auth) {}
 
   grpc::Status StartAudit(grpc::ServerContext*, const ckpt_audit::v1::StartAuditRequest*,
                           ckpt_audit::v1::Job*) override;
@@ -31,7 +40,12 @@ class GrpcAuditService final : public ckpt_audit::v1::AuditService::Service {
                                  ckpt_audit::v1::InclusionProof*) override;
 
  private:
+  // OK when the caller may call `method` (the name after the service); fills `caller` if given.
+  grpc::Status Authorize(grpc::ServerContext* ctx, absl::string_view method,
+                         Caller* caller = nullptr) const;
+
   AuditBackend& backend_;
+  const Authenticator& auth_;
 };
 
 }  // namespace ckpt::daemon

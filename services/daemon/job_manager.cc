@@ -97,6 +97,14 @@ absl::StatusOr<JobSnapshot> JobManager::Get(const std::string& id) const {
   return it->second->snapshot;
 }
 
+JobCounts JobManager::Counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  JobCounts c;
+  c.queued = queue_.size();
+  for (const auto& [id, job] : jobs_) c.running += job->snapshot.state == JobState::kRunning;
+  return c;
+}
+
 absl::Status JobManager::Watch(const std::string& id,
                                const std::function<bool(const JobEvent&)>& on_event) const {
   std::unique_lock<std::mutex> lock(mu_);

@@ -28,12 +28,19 @@ struct JobSpec {
   std::string root;
   std::string source_root;
   std::string policy;
+  std::string invoker;  // who asked (auth.h Caller::Invoker()); recorded in the record
 };
 
 // What a finished audit reports back.
 struct JobOutcome {
   std::string verdict;  // "pass" / "fail"
   int64_t record_id = -1;
+  uint64_t bytes_read = 0;  // bytes the audit read from storage (both trees of a pair)
+};
+
+struct JobCounts {
+  size_t queued = 0;
+  size_t running = 0;
 };
 
 struct JobSnapshot {
@@ -67,6 +74,7 @@ class JobManager {
 
   absl::StatusOr<std::string> Submit(JobSpec spec);
   absl::StatusOr<JobSnapshot> Get(const std::string& id) const;
+  JobCounts Counts() const;
 
   // Calls `on_event` for every event of the job, from the first, blocking for new ones until
   // the job is done or `on_event` returns false (the watcher went away). NOT_FOUND for an

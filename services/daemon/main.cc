@@ -1,14 +1,19 @@
 // ckpt-auditd: the gRPC audit daemon. See docs/daemon.md.
 //
-//   ckpt-auditd --listen 127.0.0.1:7433 --db /var/lib/ckpt-audit/evidence.db \
+//   ckpt-auditd --listen 0.0.0.0:7433 --tls-cert server.pem --tls-key server.key
+//               --tokens /etc/ckpt-audit/tokens --db /var/lib/ckpt-audit/evidence.db
 //               --key /etc/ckpt-audit/signing.pem --allow-root /models [--trust FILE]
 #include <csignal>
-#include <cstdio>
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "services/daemon/grpc_service.h"
+#include "services/daemon/json_log.h"
+#include "services/daemon/metrics.h"
+#include "services/daemon/rpc_observer.h"
+#include "services/daemon/serving.h"
 
 namespace {
 
@@ -16,17 +21,37 @@ volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
 int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "ckpt-auditd: %s\n", s.ToString().c_str());
+  ckpt::daemon::LogJson("error", {{"msg", "ckpt-auditd: " + s.ToString()}});
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  using namespace ckpt::daemon;
   CLI::App app{"ckpt-auditd: audits checkpoints as jobs and serves signed evidence over gRPC"};
-  std::string listen = "127.0.0.1:7433", db, key_path, trust_path;
-  ckpt::daemon::BackendOptions options;
-  app.add_option("--listen", listen, "address:port to serve on");
+  std::string db, key_path, trust_path;
+  int drain_seconds = 5;
+  BackendOptions options;
+  ServingOptions serving;
+  app.add_option("--listen", serving.listen,
+                 "address:port to serve on (without TLS: loopback only)");
+  app.add_option("--tls-cert", serving.tls_cert, "server certificate chain (PEM)");
+  app.add_option("--tls-key", serving.tls_key, "server private key (PEM, mode 0600)");
+  app.add_option("--client-ca", serving.client_ca,
+                 "CA bundle (PEM): require and verify client certificates (mutual TLS)");
+  app.add_option("--tokens", serving.tokens,
+                 "token file: 'sha256:HEX ROLE NAME' per line (ckpt-audit tokens add)");
+  app.add_flag("--insecure-no-auth", serving.insecure_no_auth,
+               "development only: no tokens, every caller is admin; loopback only");
+  app.add_option("--metrics-listen", serving.metrics_listen,
+                 "address:port for Prometheus /metrics over HTTP (loopback unless "
+                 "--metrics-public)");
+  app.add_option("--health-listen", serving.health_listen,
+                 "address:port serving only grpc.health.v1 in plaintext (for probes that cannot "
+                 "speak TLS, such as Kubernetes' gRPC probe)");
+  app.add_flag("--metrics-public", serving.metrics_public,
+               "allow a non-loopback --metrics-listen address");
   app.add_option("--db", db, "evidence database (created if missing)")->required();
   app.add_option("--key", key_path, "Ed25519 signing key PEM (mode 0600)")->required();
   app.add_option("--trust", trust_path, "trust file of accepted keys (default: --key's own)");
@@ -34,8 +59,24 @@ int main(int argc, char** argv) {
                  "directory whose checkpoints may be audited (repeatable)")->required();
   app.add_option("--workers", options.workers, "audits run at once");
   app.add_option("--threads-per-audit", options.threads_per_audit, "0: all cores");
+  app.add_option("--drain-seconds", drain_seconds,
+                 "on SIGTERM: report NOT_SERVING, then let calls finish this long");
   CLI11_PARSE(app, argc, argv);
   options.db_path = db;
+  RouteGrpcLogsToJson();
+
+  if (absl::Status s = CheckServingOptions(serving); !s.ok()) return Fail(s);
+  std::unique_ptr<Authenticator> auth;
+  if (serving.insecure_no_auth) {
+    auth = std::make_unique<Authenticator>(Authenticator::NoAuth());
+    LogJson("warn", {{"msg", "--insecure-no-auth: every caller on loopback is admin"}});
+  } else {
+    auto tokens = TokenStore::Load(serving.tokens);
+    if (!tokens.ok()) return Fail(tokens.status());
+    auth = std::make_unique<Authenticator>(*std::move(tokens));
+  }
+  auto credentials = MakeServerCredentials(serving);
+  if (!credentials.ok()) return Fail(credentials.status());
 
   auto key = ckpt::evidence::SigningKey::Load(key_path);
   if (!key.ok()) return Fail(key.status());
@@ -46,22 +87,69 @@ int main(int argc, char** argv) {
     trust = *std::move(loaded);
   }
   trust.Add(key->public_key());
-  auto backend = ckpt::daemon::AuditBackend::Create(options, *key, std::move(trust));
+  std::unique_ptr<DaemonMetrics> metrics;
+  if (!serving.metrics_listen.empty()) {
+    metrics = std::make_unique<DaemonMetrics>();
+    options.observer = metrics.get();
+  }
+  auto backend = AuditBackend::Create(options, *key, std::move(trust));
   if (!backend.ok()) return Fail(backend.status());
+  int metrics_port = 0;
+  if (metrics) {
+    AuditBackend* b = backend->get();
+    auto port = metrics->Serve(serving.metrics_listen, [b] { return b->jobs().Counts(); });
+    if (!port.ok()) return Fail(port.status());
+    metrics_port = *port;
+  }
 
-  ckpt::daemon::GrpcAuditService service(**backend);
+  GrpcAuditService service(**backend, *auth);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(serving.listen, *credentials, &port);
   builder.RegisterService(&service);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> observers;
+  observers.push_back(std::make_unique<RpcObserverFactory>(*auth, metrics.get()));
+  builder.experimental().SetInterceptorCreators(std::move(observers));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) return Fail(absl::UnavailableError("cannot listen on " + listen));
-  std::fprintf(stderr, "ckpt-auditd: serving on port %d, evidence in %s\n", port, db.c_str());
+  if (!server || port == 0) {
+    return Fail(absl::UnavailableError("cannot listen on " + serving.listen));
+  }
+  // The health-only server: no AuditService, so no token ever arrives there.
+  std::unique_ptr<grpc::Server> health_server;
+  int health_port = 0;
+  if (!serving.health_listen.empty()) {
+    grpc::ServerBuilder hb;
+    hb.AddListeningPort(serving.health_listen, grpc::InsecureServerCredentials(), &health_port);
+    health_server = hb.BuildAndStart();
+    if (!health_server || health_port == 0) {
+      return Fail(absl::UnavailableError("cannot listen on " + serving.health_listen));
+    }
+  }
+  auto set_serving = [&](bool serving_now) {
+    server->GetHealthCheckService()->SetServingStatus(serving_now);
+    if (health_server) health_server->GetHealthCheckService()->SetServingStatus(serving_now);
+  };
+  set_serving(true);
+  const bool tls = !serving.tls_cert.empty();
+  LogJson("info", {{"msg", "serving on port " + std::to_string(port)},
+                   {"port", port},
+                   {"tls", tls},
+                   {"mutual_tls", !serving.client_ca.empty()},
+                   {"auth", auth->enabled() ? "tokens" : "none"},
+                   {"metrics_port", metrics_port},
+                   {"health_port", health_port},
+                   {"db", db}});
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  std::fprintf(stderr, "ckpt-auditd: stopping\n");
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  LogJson("info", {{"msg", "stopping: health NOT_SERVING, draining"},
+                   {"drain_seconds", drain_seconds}});
+  set_serving(false);
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(drain_seconds);
+  server->Shutdown(deadline);
+  if (health_server) health_server->Shutdown(deadline);
   return 0;
 }

@@ -1,84 +1,70 @@
-// The shipped binaries together: ckpt-auditd on a loopback port, driven by `ckpt-audit submit`
-// and `ckpt-audit gate`, checking the exit codes CI relies on.
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
+// The shipped binaries together: ckpt-auditd on a loopback port with a token file, driven by
+// `ckpt-audit submit`, `gate` and `tokens add`, checking the exit codes CI relies on; and
+// `gate` against a fake server that answers pass=true for everything.
+#include <sys/stat.h>
 
-#include <fcntl.h>
-
-#include <chrono>
-#include <regex>
-#include <thread>
-
+#include "ckpt_audit/v1/audit.grpc.pb.h"
+#include "core/evidence/dsse.h"
+#include "core/evidence/ed25519.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/daemon/daemon_process.h"
 #include "tests/test_util.h"
-
-extern char** environ;
 
 namespace ckpt {
 namespace {
 
 namespace fs = std::filesystem;
+namespace pb = ckpt_audit::v1;
 using ::ckpt::testing::CliResult;
 using ::ckpt::testing::CopyFixture;
+using ::ckpt::testing::DaemonProcess;
+using ::ckpt::testing::ReadText;
 using ::ckpt::testing::RunCli;
 using ::ckpt::testing::TempDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class DaemonCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
     src_ = CopyFixture("mini-kimi-mxfp4", dir_);
     dst_ = CopyFixture("mini-kimi-nvfp4", dir_);
-    CliResult key = RunCli("keys generate --out " + (dir_ / "key.pem").string(), dir_.path());
+    CliResult key = RunCli("keys generate --out " + (dir_ / "key.pem").string() + " --trust " +
+                               trust_.string(),
+                           dir_.path());
     ASSERT_EQ(key.rc, 0) << key.err;
-    std::string daemon = std::string(CKPT_BINARY_DIR) + "/services/daemon/ckpt-auditd";
-    std::vector<std::string> args = {daemon, "--listen", "127.0.0.1:0",
-                                     "--db", (dir_ / "ev.db").string(),
-                                     "--key", (dir_ / "key.pem").string(),
-                                     "--allow-root", dir_.path().string()};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    std::string log = (dir_ / "daemon.log").string();
-    posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ASSERT_EQ(posix_spawn(&pid_, daemon.c_str(), &actions, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&actions);
-    // The daemon prints the port it bound; wait for it (bounded).
-    std::regex port_re("serving on port ([0-9]+)");
-    for (int i = 0; i < 200 && server_.empty(); ++i) {
-      auto text = ::ckpt::testing::ReadAll(log);
-      std::string s(text.begin(), text.end());
-      std::smatch m;
-      if (std::regex_search(s, m, port_re)) server_ = "127.0.0.1:" + m[1].str();
-      else std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ASSERT_FALSE(server_.empty()) << "ckpt-auditd did not start";
+    CliResult token = RunCli("tokens add --file " + tokens_.string() +
+                                 " --role admin --name ci-admin",
+                             dir_.path());
+    ASSERT_EQ(token.rc, 0) << token.err;
+    ::ckpt::testing::WriteAll(token_file_, token.out);
+    ::chmod(token_file_.c_str(), 0600);
+    ASSERT_TRUE(daemon_.Start({"--listen", "127.0.0.1:0", "--tokens", tokens_.string(),
+                               "--db", (dir_ / "ev.db").string(),
+                               "--key", (dir_ / "key.pem").string(),
+                               "--allow-root", dir_.path().string()},
+                              dir_ / "daemon.log"))
+        << daemon_.log();
   }
-  void TearDown() override {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "daemon did not stop cleanly";
-    }
-  }
+  void TearDown() override { EXPECT_EQ(daemon_.Stop(), 0) << "daemon did not stop cleanly"; }
+
   CliResult Cli(const std::string& args) {
-    return RunCli(args + " --server " + server_, dir_.path());
+    return RunCli(args + " --server " + daemon_.address() + " --token-file " +
+                      token_file_.string(),
+                  dir_.path());
   }
 
   TempDir dir_;
   fs::path src_, dst_;
-  pid_t pid_ = -1;
-  std::string server_;
+  fs::path trust_ = dir_ / "trust.txt", tokens_ = dir_ / "tokens", token_file_ = dir_ / "token";
+  DaemonProcess daemon_;
 };
 
 TEST_F(DaemonCliTest, SubmitThenGateExitCodes) {
-  CliResult gate0 = Cli("gate " + dst_.string());
+  CliResult gate0 = Cli("gate " + dst_.string() + " --trust " + trust_.string());
   EXPECT_EQ(gate0.rc, 1) << gate0.err;  // nothing audited yet
   EXPECT_THAT(gate0.out, HasSubstr("no audit record"));
 
@@ -87,22 +73,124 @@ TEST_F(DaemonCliTest, SubmitThenGateExitCodes) {
   auto j = nlohmann::json::parse(submit.out);
   EXPECT_EQ(j.at("verdict"), "pass");
 
-  CliResult gate = Cli("gate " + dst_.string() + " --json");
-  ASSERT_EQ(gate.rc, 0) << gate.err;
+  CliResult gate = Cli("gate " + dst_.string() + " --json --trust " + trust_.string());
+  ASSERT_EQ(gate.rc, 0) << gate.err << gate.out;
   auto g = nlohmann::json::parse(gate.out);
   EXPECT_TRUE(g.at("pass").get<bool>());
   EXPECT_EQ(g.at("record_id"), j.at("record_id"));
+  EXPECT_THAT(g.at("verification").get<std::string>(), HasSubstr("verified"));
+
+  // The same PASS is not believed by a client that does not trust the daemon's key.
+  TempDir other;
+  CliResult other_key = RunCli("keys generate --out " + (other / "k.pem").string() +
+                                   " --trust " + (other / "trust.txt").string(),
+                               other.path());
+  ASSERT_EQ(other_key.rc, 0) << other_key.err;
+  CliResult untrusted = Cli("gate " + dst_.string() + " --trust " + (other / "trust.txt").string());
+  EXPECT_EQ(untrusted.rc, 1) << untrusted.err;
+  EXPECT_THAT(untrusted.out, HasSubstr("does not verify"));
 }
 
 TEST_F(DaemonCliTest, ErrorsExitTwo) {
-  CliResult outside = Cli("gate /");
+  CliResult outside = Cli("gate / --trust " + trust_.string());
   EXPECT_EQ(outside.rc, 2);
   EXPECT_THAT(outside.err, HasSubstr("PERMISSION_DENIED"));
   CliResult missing = Cli("submit " + (dir_ / "nope").string());
   EXPECT_EQ(missing.rc, 2);
-  CliResult unreachable = RunCli("gate " + dst_.string() + " --server 127.0.0.1:1", dir_.path());
+  CliResult unreachable = RunCli("gate " + dst_.string() + " --server 127.0.0.1:1 --trust " +
+                                     trust_.string(),
+                                 dir_.path());
   EXPECT_EQ(unreachable.rc, 2);
   EXPECT_THAT(unreachable.err, HasSubstr("UNAVAILABLE"));
+}
+
+TEST_F(DaemonCliTest, TokensAddPrintsATokenThatWorksAndStoresOnlyItsHash) {
+  CliResult add = RunCli("tokens add --file " + tokens_.string() + " --role reader --name r1",
+                         dir_.path());
+  ASSERT_EQ(add.rc, 0) << add.err;
+  std::string token = add.out.substr(0, add.out.find('\n'));
+  EXPECT_THAT(token, ::testing::MatchesRegex("ckpt_[0-9a-f]{64}"));
+  std::string file = ReadText(tokens_);
+  EXPECT_THAT(file, Not(HasSubstr(token)));
+  EXPECT_THAT(file, Not(HasSubstr(token.substr(5))));
+  EXPECT_THAT(file, HasSubstr(" reader r1\n"));
+  struct stat st;
+  ASSERT_EQ(::stat(tokens_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // The same name twice is refused and the file is unchanged.
+  CliResult again = RunCli("tokens add --file " + tokens_.string() + " --role admin --name r1",
+                           dir_.path());
+  EXPECT_EQ(again.rc, 2);
+  EXPECT_THAT(again.err, HasSubstr("already exists"));
+  EXPECT_EQ(ReadText(tokens_), file);
+
+  // The running daemon read the file at start; a new daemon on the same file accepts the token.
+  DaemonProcess second;
+  ASSERT_TRUE(second.Start({"--listen", "127.0.0.1:0", "--tokens", tokens_.string(), "--db",
+                            (dir_ / "ev2.db").string(), "--key", (dir_ / "key.pem").string(),
+                            "--allow-root", dir_.path().string()},
+                           dir_ / "daemon2.log"))
+      << second.log();
+  std::string server = " --server " + second.address() + " --trust " + trust_.string();
+  CliResult with_token =
+      RunCli("gate " + dst_.string() + server, dir_.path(), "CKPT_AUDIT_TOKEN=" + token);
+  EXPECT_EQ(with_token.rc, 2);  // a reader may not call Gate ...
+  EXPECT_THAT(with_token.err, HasSubstr("PERMISSION_DENIED"));
+  CliResult no_token = RunCli("gate " + dst_.string() + server, dir_.path());
+  EXPECT_EQ(no_token.rc, 2);  // ... and without a token nobody is known at all
+  EXPECT_THAT(no_token.err, HasSubstr("UNAUTHENTICATED"));
+  EXPECT_EQ(second.Stop(), 0);
+}
+
+// A server that says PASS for everything, backs it with a decision envelope signed by a key the
+// client does not trust, and an empty proof.
+class PassEverythingServer final : public pb::AuditService::Service {
+ public:
+  PassEverythingServer() {
+    auto key = evidence::SigningKey::Generate();
+    envelope_ = evidence::SignEnvelope(R"({"forged":true})", evidence::kInTotoPayloadType, *key);
+  }
+  grpc::Status Gate(grpc::ServerContext*, const pb::GateRequest*,
+                    pb::GateResponse* out) override {
+    out->set_pass(true);
+    out->add_reasons("trust me");
+    out->set_record_id(0);
+    out->set_decision_id(1);
+    out->set_manifest_root(std::string(64, 'a'));
+    return grpc::Status::OK;
+  }
+  grpc::Status GetRecord(grpc::ServerContext*, const pb::GetRecordRequest* req,
+                         pb::Record* out) override {
+    out->set_id(req->id());
+    out->set_envelope(envelope_);
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::string envelope_;
+};
+
+TEST(DaemonCliGate, FakeServerSayingPassDoesNotPass) {
+  TempDir dir;
+  CliResult key = RunCli("keys generate --out " + (dir / "key.pem").string() + " --trust " +
+                             (dir / "trust.txt").string(),
+                         dir.path());
+  ASSERT_EQ(key.rc, 0) << key.err;
+  PassEverythingServer fake;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&fake);
+  auto server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  CliResult gate = RunCli("gate /models/x --server 127.0.0.1:" + std::to_string(port) +
+                              " --trust " + (dir / "trust.txt").string(),
+                          dir.path(), "CKPT_AUDIT_TOKEN=anything");
+  EXPECT_NE(gate.rc, 0) << gate.out;
+  EXPECT_EQ(gate.rc, 1) << gate.err;
+  EXPECT_THAT(gate.out, HasSubstr("gate FAIL"));
+  EXPECT_THAT(gate.out, HasSubstr("does not verify"));
+  server->Shutdown();
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ class DaemonTest : public ::testing::Test {
     auto backend = AuditBackend::Create(options, *key, std::move(trust));
     ASSERT_TRUE(backend.ok()) << backend.status();
     backend_ = *std::move(backend);
-    service_ = std::make_unique<GrpcAuditService>(*backend_);
+    service_ = std::make_unique<GrpcAuditService>(*backend_, auth_);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -84,6 +84,7 @@ class DaemonTest : public ::testing::Test {
 
   TempDir dir_;
   fs::path src_, dst_;
+  const Authenticator auth_ = Authenticator::NoAuth();  // roles: daemon_auth_test.cc
   std::unique_ptr<AuditBackend> backend_;
   std::unique_ptr<GrpcAuditService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -1,0 +1,276 @@
+// bench_daemon_load: starts ckpt-auditd (from the build tree) on a loopback port with a token
+// file, audits the mini-kimi-nvfp4 fixture once, then runs N concurrent clients, each on its own
+// connection, calling QueryAudits, GetRecord, GetInclusionProof, GetJob and Gate (on unchanged
+// content) in turn until each has made --calls calls or --seconds have passed. Prints
+// throughput, p50/p99 latency and errors per method, and the daemon's RSS before and after.
+// docs/PERFORMANCE.md ("Daemon under load") records runs.
+//
+//   build/bench/daemon/bench_daemon_load [--clients 64] [--calls 200] [--seconds 30]
+//                                        [--methods QueryAudits,GetRecord,...]
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "ckpt_audit/v1/audit.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace pb = ckpt_audit::v1;
+using Clock = std::chrono::steady_clock;
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int Run(const std::string& cmd) { return std::system(cmd.c_str()); }
+
+long RssKib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+struct Samples {
+  std::vector<double> ms;
+  uint64_t errors = 0;
+  std::string first_error;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_daemon_load: concurrent clients against ckpt-auditd on loopback"};
+  int clients = 64, calls = 200, seconds = 30;
+  app.add_option("--clients", clients, "concurrent clients, one connection each");
+  app.add_option("--calls", calls, "calls per client (upper bound)");
+  app.add_option("--seconds", seconds, "time limit for the load phase (upper bound)");
+  std::vector<std::string> methods = {"QueryAudits", "GetRecord", "GetInclusionProof", "GetJob",
+                                      "Gate"};
+  app.add_option("--methods", methods, "the methods each client calls in turn")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"QueryAudits", "GetRecord", "GetInclusionProof", "GetJob", "Gate"}));
+  CLI11_PARSE(app, argc, argv);
+
+  const fs::path dir =
+      fs::temp_directory_path() / absl::StrFormat("ckpt-bench-daemon-%d", getpid());
+  fs::create_directories(dir / "models");
+  const fs::path root = dir / "models" / "mini-kimi-nvfp4";
+  const fs::path source = dir / "models" / "mini-kimi-mxfp4";
+  fs::copy(fs::path(CKPT_TEST_DATA) / "mini-kimi-nvfp4", root, fs::copy_options::recursive);
+  fs::copy(fs::path(CKPT_TEST_DATA) / "mini-kimi-mxfp4", source, fs::copy_options::recursive);
+  const std::string cli = std::string(CKPT_BINARY_DIR) + "/services/cli/ckpt-audit";
+  const std::string d = dir.string();
+  if (Run(cli + " keys generate --out " + d + "/key.pem >/dev/null") != 0 ||
+      Run(cli + " tokens add --file " + d + "/tokens --role admin --name bench > " + d +
+          "/token 2>/dev/null") != 0) {
+    std::fprintf(stderr, "cannot create the key or token\n");
+    return 2;
+  }
+  std::string token = Slurp(dir / "token");
+  token = token.substr(0, token.find('\n'));
+
+  std::string daemon = std::string(CKPT_BINARY_DIR) + "/services/daemon/ckpt-auditd";
+  std::vector<std::string> args = {daemon,         "--listen", "127.0.0.1:0",  "--tokens",
+                                   d + "/tokens",  "--db",     d + "/ev.db",   "--key",
+                                   d + "/key.pem", "--allow-root", d + "/models"};
+  std::vector<char*> cargv;
+  for (auto& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  const std::string log = d + "/daemon.log";
+  posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, daemon.c_str(), &actions, nullptr, cargv.data(), environ) != 0) return 2;
+  posix_spawn_file_actions_destroy(&actions);
+  std::string address;
+  for (int i = 0; i < 200 && address.empty(); ++i) {
+    std::smatch m;
+    std::string text = Slurp(log);
+    if (std::regex_search(text, m, std::regex("serving on port ([0-9]+)"))) {
+      address = "127.0.0.1:" + m[1].str();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  auto stop = [&] {
+    ::kill(pid, SIGTERM);
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    fs::remove_all(dir);
+  };
+  if (address.empty()) {
+    std::fprintf(stderr, "ckpt-auditd did not start:\n%s\n", Slurp(log).c_str());
+    stop();
+    return 2;
+  }
+  auto context = [&](grpc::ClientContext& ctx) {
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  };
+
+  // One audit so that every read has something to read and Gate has a passing record.
+  auto setup = pb::AuditService::NewStub(grpc::CreateChannel(address,
+                                                             grpc::InsecureChannelCredentials()));
+  pb::StartAuditRequest sreq;
+  sreq.set_root(root.string());
+  sreq.set_source_root(source.string());
+  pb::Job job;
+  {
+    grpc::ClientContext ctx;
+    context(ctx);
+    if (!setup->StartAudit(&ctx, sreq, &job).ok()) return stop(), 2;
+  }
+  {
+    grpc::ClientContext ctx;
+    context(ctx);
+    pb::WatchJobRequest w;
+    w.set_id(job.id());
+    auto reader = setup->WatchJob(&ctx, w);
+    pb::JobEvent e;
+    while (reader->Read(&e)) {
+      if (e.done()) job = e.job();
+    }
+    reader->Finish();
+  }
+  if (job.verdict() != "pass") {
+    std::fprintf(stderr, "setup audit did not pass: %s\n", job.error_message().c_str());
+    return stop(), 2;
+  }
+
+  std::mutex mu;
+  std::map<std::string, Samples> samples;
+  std::atomic<uint64_t> total{0};
+  std::string load_before;
+  {
+    std::ifstream in("/proc/loadavg");
+    std::getline(in, load_before);
+  }
+  const long rss_before = RssKib(pid);
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::seconds(seconds);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      grpc::ChannelArguments ch;
+      ch.SetInt("ckpt.bench_client", c);  // a distinct argument: a connection of its own
+      auto stub = pb::AuditService::NewStub(
+          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), ch));
+      std::map<std::string, Samples> mine;
+      for (int i = 0; i < calls && Clock::now() < deadline; ++i) {
+        const std::string& method = methods[static_cast<size_t>(i + c) % methods.size()];
+        grpc::ClientContext ctx;
+        context(ctx);
+        const auto t0 = Clock::now();
+        grpc::Status s;
+        if (method == "QueryAudits") {
+          pb::QueryAuditsRequest q;
+          q.set_root(root.string());
+          pb::QueryAuditsResponse r;
+          s = stub->QueryAudits(&ctx, q, &r);
+        } else if (method == "GetRecord") {
+          pb::GetRecordRequest q;
+          q.set_id(job.record_id());
+          pb::Record r;
+          s = stub->GetRecord(&ctx, q, &r);
+        } else if (method == "GetInclusionProof") {
+          pb::GetInclusionProofRequest q;
+          q.set_id(job.record_id());
+          pb::InclusionProof r;
+          s = stub->GetInclusionProof(&ctx, q, &r);
+        } else if (method == "GetJob") {
+          pb::GetJobRequest q;
+          q.set_id(job.id());
+          pb::Job r;
+          s = stub->GetJob(&ctx, q, &r);
+        } else {
+          pb::GateRequest q;
+          q.set_root(root.string());
+          pb::GateResponse r;
+          s = stub->Gate(&ctx, q, &r);
+          if (s.ok() && !r.pass()) s = grpc::Status(grpc::StatusCode::INTERNAL, "gate failed");
+        }
+        Samples& m = mine[method];
+        m.ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        if (!s.ok()) {
+          if (m.errors++ == 0) m.first_error = s.error_message();
+        }
+        ++total;
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto& [k, v] : mine) {
+        Samples& all = samples[k];
+        all.ms.insert(all.ms.end(), v.ms.begin(), v.ms.end());
+        if (all.errors == 0 && v.errors) all.first_error = v.first_error;
+        all.errors += v.errors;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // let the daemon settle
+  const long rss_after = RssKib(pid);
+  std::string load_after;
+  {
+    std::ifstream in("/proc/loadavg");
+    std::getline(in, load_after);
+  }
+
+  std::printf("clients %d, calls/client <= %d, time limit %d s; load average before: %s\n",
+              clients, calls, seconds, load_before.c_str());
+  std::printf("%-18s %8s %10s %9s %9s %9s %7s\n", "method", "calls", "calls/s", "p50 ms",
+              "p99 ms", "max ms", "errors");
+  uint64_t errors = 0;
+  for (const std::string& m : methods) {
+    const Samples& s = samples[m];
+    errors += s.errors;
+    std::printf("%-18s %8zu %10.1f %9.2f %9.2f %9.2f %7llu%s%s\n", m.c_str(), s.ms.size(),
+                static_cast<double>(s.ms.size()) / elapsed, Percentile(s.ms, 0.50),
+                Percentile(s.ms, 0.99), Percentile(s.ms, 1.0),
+                static_cast<unsigned long long>(s.errors), s.errors ? "  first: " : "",
+                s.first_error.c_str());
+  }
+  std::printf("total %llu calls in %.2f s = %.1f calls/s; errors %llu\n",
+              static_cast<unsigned long long>(total.load()), elapsed,
+              static_cast<double>(total.load()) / elapsed, static_cast<unsigned long long>(errors));
+  std::printf("daemon RSS before %.1f MiB, after %.1f MiB (%+.1f%%); load average after: %s\n",
+              rss_before / 1024.0, rss_after / 1024.0,
+              100.0 * static_cast<double>(rss_after - rss_before) / static_cast<double>(rss_before),
+              load_after.c_str());
+  stop();
+  return errors == 0 ? 0 : 1;
+}

@@ -1,0 +1,115 @@
+#include "services/daemon/serving.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "grpcpp/security/server_credentials.h"
+#include "services/daemon/address.h"
+
+namespace ckpt::daemon {
+namespace {
+
+constexpr size_t kMaxPemBytes = 1 << 20;
+
+// Reads a PEM file, checking the mode first when it holds a private key.
+absl::StatusOr<std::string> ReadPem(const std::string& path, bool private_key) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  }
+  struct stat st;
+  absl::Status s;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    s = absl::FailedPreconditionError(absl::StrCat(path, ": not a regular file"));
+  } else if (st.st_size > static_cast<off_t>(kMaxPemBytes)) {
+    s = absl::InvalidArgumentError(absl::StrCat(path, ": larger than ", kMaxPemBytes, " bytes"));
+  } else if (private_key && (st.st_mode & 026) != 0) {
+    s = absl::FailedPreconditionError(absl::StrCat(
+        path, ": TLS private key is readable by others or writable by group (mode ",
+        absl::StrFormat("%04o", st.st_mode & 0777), "); run chmod 600"));
+  }
+  std::string text;
+  if (s.ok()) {
+    text.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < text.size()) {
+      ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    text.resize(got);
+  }
+  ::close(fd);
+  if (!s.ok()) return s;
+  if (!absl::StrContains(text, "-----BEGIN ")) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a PEM file"));
+  }
+  return text;
+}
+
+}  // namespace
+
+absl::Status CheckServingOptions(const ServingOptions& o) {
+  const bool tls = !o.tls_cert.empty() || !o.tls_key.empty();
+  if (tls && (o.tls_cert.empty() || o.tls_key.empty())) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  if (!o.client_ca.empty() && !tls) {
+    return absl::InvalidArgumentError("--client-ca (mutual TLS) needs --tls-cert and --tls-key");
+  }
+  if (!tls && !IsLoopbackAddress(o.listen)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to listen on ", o.listen, " without TLS: tokens and evidence would cross the "
+        "network in plaintext. Give --tls-cert and --tls-key, or listen on a loopback address "
+        "(127.0.0.1:PORT, [::1]:PORT, localhost:PORT)"));
+  }
+  if (o.insecure_no_auth && !o.tokens.empty()) {
+    return absl::InvalidArgumentError("--insecure-no-auth and --tokens exclude each other");
+  }
+  if (o.tokens.empty() && !o.insecure_no_auth) {
+    return absl::FailedPreconditionError(
+        "no --tokens FILE: every caller must present a token (create one with `ckpt-audit "
+        "tokens add --file FILE --role ROLE --name NAME`). A development daemon on loopback may "
+        "run without tokens with --insecure-no-auth");
+  }
+  if (o.insecure_no_auth && !IsLoopbackAddress(o.listen)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--insecure-no-auth serves only a loopback address, not ", o.listen));
+  }
+  if (!o.metrics_listen.empty() && !o.metrics_public && !IsLoopbackAddress(o.metrics_listen)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to serve metrics on ", o.metrics_listen, " (not loopback; the endpoint has no "
+        "authentication). Add --metrics-public to serve it there"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const ServingOptions& o) {
+  if (o.tls_cert.empty()) return grpc::InsecureServerCredentials();
+  auto cert = ReadPem(o.tls_cert, /*private_key=*/false);
+  if (!cert.ok()) return cert.status();
+  auto key = ReadPem(o.tls_key, /*private_key=*/true);
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!o.client_ca.empty()) {
+    auto ca = ReadPem(o.client_ca, /*private_key=*/false);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  } else {
+    ssl.client_certificate_request = GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace ckpt::daemon

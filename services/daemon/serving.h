@@ -1,0 +1,41 @@
+// How ckpt-auditd exposes itself (docs/daemon.md, "Transport"): the start-up rules that keep
+// tokens off the network in plaintext, and the TLS or mutual-TLS server credentials built from
+// PEM files.
+#ifndef CKPT_SERVICES_DAEMON_SERVING_H_
+#define CKPT_SERVICES_DAEMON_SERVING_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/security/server_credentials.h"
+
+namespace ckpt::daemon {
+
+struct ServingOptions {
+  std::string listen = "127.0.0.1:7433";
+  std::string tls_cert, tls_key;  // PEM files; both or neither
+  std::string client_ca;          // PEM bundle: client certificates are required and verified
+  std::string tokens;             // token file (auth.h)
+  bool insecure_no_auth = false;  // no tokens: loopback development daemons only
+  std::string health_listen;      // empty: health only on `listen`; else also here, plaintext
+  std::string metrics_listen;     // empty: no metrics listener
+  bool metrics_public = false;    // allow a non-loopback metrics address
+};
+
+// The start-up rules: TLS files come in pairs; --client-ca needs TLS; without TLS only a
+// loopback address; --tokens, or --insecure-no-auth on loopback, never both; a metrics address
+// on loopback unless --metrics-public. The health-only listener may be anywhere: it serves
+// grpc.health.v1 (and reflection of it) and nothing that takes a token.
+// FAILED_PRECONDITION / INVALID_ARGUMENT saying what to do.
+absl::Status CheckServingOptions(const ServingOptions& options);
+
+// Insecure credentials without TLS; otherwise TLS with the given certificate chain and key, and
+// with --client-ca a client certificate is required and verified against that bundle. The key
+// file must not be writable by anyone but its owner nor readable by others.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const ServingOptions& options);
+
+}  // namespace ckpt::daemon
+
+#endif  // CKPT_SERVICES_DAEMON_SERVING_H_

@@ -1,0 +1,274 @@
+// The shipped ckpt-auditd binary's transport and operability: start-up refusals (plaintext off
+// loopback, no auth decision, a token file others can write, a world-readable TLS key), TLS and
+// mutual TLS with a throwaway PKI, grpc.health.v1 without a token, Prometheus /metrics over
+// loopback HTTP, and one JSON log line per call.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <future>
+
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/daemon/daemon_process.h"
+#include "tests/test_util.h"
+
+namespace ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using ::ckpt::testing::CliResult;
+using ::ckpt::testing::CopyFixture;
+using ::ckpt::testing::DaemonProcess;
+using ::ckpt::testing::ReadText;
+using ::ckpt::testing::RunCli;
+using ::ckpt::testing::TempDir;
+using ::ckpt::testing::TestPki;
+using ::testing::HasSubstr;
+
+class DaemonTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dst_ = CopyFixture("mini-kimi-nvfp4", dir_);
+    CliResult key = RunCli("keys generate --out " + (dir_ / "key.pem").string() + " --trust " +
+                               (dir_ / "trust.txt").string(),
+                           dir_.path());
+    ASSERT_EQ(key.rc, 0) << key.err;
+    CliResult token = RunCli("tokens add --file " + tokens_.string() +
+                                 " --role gate --name ci-gate",
+                             dir_.path());
+    ASSERT_EQ(token.rc, 0) << token.err;
+    token_ = token.out.substr(0, token.out.find('\n'));
+  }
+
+  std::vector<std::string> Base(const std::string& listen = "127.0.0.1:0") {
+    return {"--listen", listen, "--db", (dir_ / "ev.db").string(), "--key",
+            (dir_ / "key.pem").string(), "--allow-root", dir_.path().string()};
+  }
+  std::vector<std::string> With(std::vector<std::string> a, std::vector<std::string> more) {
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  }
+  // Runs the daemon expecting it to refuse to start; its log.
+  std::string Refused(const std::vector<std::string>& args) {
+    DaemonProcess d;
+    EXPECT_FALSE(d.Start(args, dir_ / "refused.log")) << "the daemon started with a bad setup";
+    d.Stop();
+    EXPECT_EQ(d.exit_code(), 2);
+    return d.log();
+  }
+  CliResult Gate(const DaemonProcess& d, const std::string& flags, bool with_token = true) {
+    return RunCli("gate " + dst_.string() + " --server " + d.address() + " --trust " +
+                      (dir_ / "trust.txt").string() + " " + flags,
+                  dir_.path(), with_token ? "CKPT_AUDIT_TOKEN=" + token_ : "");
+  }
+
+  TempDir dir_;
+  fs::path dst_, tokens_ = dir_ / "tokens";
+  std::string token_;
+};
+
+TEST_F(DaemonTransportTest, RefusesUnsafeSetupsAtStart) {
+  // A non-loopback address without TLS, whatever else is configured. (192.0.2.1 is a
+  // documentation address: the check must refuse before any bind is tried.)
+  std::string log = Refused(With(Base("192.0.2.1:7433"), {"--tokens", tokens_.string()}));
+  EXPECT_THAT(log, HasSubstr("without TLS"));
+  TestPki pki;
+  ASSERT_TRUE(MakeTestPki(dir_.path(), &pki));
+  log = Refused(With(Base("192.0.2.1:7433"), {"--tokens", tokens_.string(), "--client-ca",
+                                              pki.ca.string()}));
+  EXPECT_THAT(log, HasSubstr("needs --tls-cert"));
+  // No tokens and no explicit --insecure-no-auth.
+  EXPECT_THAT(Refused(Base()), HasSubstr("--insecure-no-auth"));
+  // --insecure-no-auth off loopback even with TLS.
+  EXPECT_THAT(Refused(With(Base("192.0.2.1:7433"),
+                           {"--insecure-no-auth", "--tls-cert", pki.server_cert.string(),
+                            "--tls-key", pki.server_key.string()})),
+              HasSubstr("only a loopback"));
+  // A token file others can write.
+  ::chmod(tokens_.c_str(), 0666);
+  EXPECT_THAT(Refused(With(Base(), {"--tokens", tokens_.string()})),
+              HasSubstr("writable by group/other"));
+  ::chmod(tokens_.c_str(), 0600);
+  // A TLS key others can read.
+  ::chmod(pki.server_key.c_str(), 0644);
+  EXPECT_THAT(Refused(With(Base(), {"--tokens", tokens_.string(), "--tls-cert",
+                                    pki.server_cert.string(), "--tls-key",
+                                    pki.server_key.string()})),
+              HasSubstr("readable by others"));
+  // Metrics off loopback without --metrics-public.
+  EXPECT_THAT(Refused(With(Base(), {"--tokens", tokens_.string(), "--metrics-listen",
+                                    "0.0.0.0:9464"})),
+              HasSubstr("--metrics-public"));
+}
+
+TEST_F(DaemonTransportTest, InsecureNoAuthServesLoopbackWithoutTokens) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.Start(With(Base(), {"--insecure-no-auth"}), dir_ / "d.log")) << d.log();
+  CliResult gate = Gate(d, "", /*with_token=*/false);
+  EXPECT_EQ(gate.rc, 1) << gate.err;  // answered (nothing audited yet)
+  EXPECT_THAT(gate.out, HasSubstr("no audit record"));
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+TEST_F(DaemonTransportTest, TlsAndMutualTls) {
+  TestPki pki;
+  ASSERT_TRUE(MakeTestPki(dir_.path(), &pki)) << ReadText(dir_ / "openssl.log");
+  {
+    DaemonProcess d;
+    ASSERT_TRUE(d.Start(With(Base(), {"--tokens", tokens_.string(), "--tls-cert",
+                                      pki.server_cert.string(), "--tls-key",
+                                      pki.server_key.string()}),
+                        dir_ / "tls.log"))
+        << d.log();
+    CliResult ok = Gate(d, "--ca " + pki.ca.string());
+    EXPECT_EQ(ok.rc, 1) << ok.err;  // answered over TLS (nothing audited yet)
+    EXPECT_THAT(ok.out, HasSubstr("no audit record"));
+    CliResult no_token = Gate(d, "--ca " + pki.ca.string(), /*with_token=*/false);
+    EXPECT_EQ(no_token.rc, 2);
+    EXPECT_THAT(no_token.err, HasSubstr("UNAUTHENTICATED"));
+    CliResult wrong_ca = Gate(d, "--ca " + pki.other_ca.string());
+    EXPECT_EQ(wrong_ca.rc, 2);  // the server's certificate does not verify
+    EXPECT_THAT(wrong_ca.err, HasSubstr("UNAVAILABLE"));
+    CliResult plaintext = Gate(d, "");
+    EXPECT_EQ(plaintext.rc, 2);
+    EXPECT_EQ(d.Stop(), 0);
+  }
+  DaemonProcess m;
+  ASSERT_TRUE(m.Start(With(Base(), {"--tokens", tokens_.string(), "--tls-cert",
+                                    pki.server_cert.string(), "--tls-key",
+                                    pki.server_key.string(), "--client-ca", pki.ca.string()}),
+                      dir_ / "mtls.log"))
+      << m.log();
+  CliResult no_cert = Gate(m, "--ca " + pki.ca.string());
+  EXPECT_EQ(no_cert.rc, 2);
+  EXPECT_THAT(no_cert.err, HasSubstr("UNAVAILABLE"));
+  CliResult with_cert = Gate(m, "--ca " + pki.ca.string() + " --cert " +
+                                    pki.client_cert.string() + " --key " +
+                                    pki.client_key.string());
+  EXPECT_EQ(with_cert.rc, 1) << with_cert.err;
+  EXPECT_THAT(with_cert.out, HasSubstr("no audit record"));
+  EXPECT_EQ(m.Stop(), 0);
+  // The call was logged as one JSON line naming the token and the verified certificate.
+  bool seen = false;
+  const std::vector<std::string> lines = absl::StrSplit(m.log(), '\n', absl::SkipEmpty());
+  for (const std::string& line : lines) {
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << "not JSON: " << line;
+    if (j.value("method", "") == "/ckpt_audit.v1.AuditService/Gate" &&
+        j.value("code", "") == "OK") {
+      EXPECT_THAT(j.value("invoker", ""), HasSubstr("gate:ci-gate cert:"));
+      EXPECT_THAT(j.value("invoker", ""), HasSubstr("CN=ckpt-test-client"));
+      EXPECT_TRUE(j.contains("latency_ms"));
+      EXPECT_TRUE(j.contains("time"));
+      seen = true;
+    }
+  }
+  EXPECT_TRUE(seen) << m.log();
+}
+
+// A unary call with an empty request message and no token; the response's bytes.
+grpc::Status EmptyUnaryCall(const std::string& address, const std::string& method,
+                            std::string* bytes) {
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  grpc::Slice empty;
+  grpc::ByteBuffer request(&empty, 1), response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) { done.set_value(s); });
+  grpc::Status s = done.get_future().get();
+  bytes->clear();
+  std::vector<grpc::Slice> slices;
+  if (s.ok() && response.Dump(&slices).ok()) {
+    for (const auto& sl : slices) {
+      bytes->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    }
+  }
+  return s;
+}
+
+// GET /metrics over loopback HTTP/1.0; the body.
+std::string Scrape(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    (void)!::write(fd, req.data(), req.size());
+    char buf[8192];
+    for (ssize_t n; out.size() < (8 << 20) && (n = ::read(fd, buf, sizeof buf)) > 0;) {
+      out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+// The value of the metric line that contains every one of `parts`, or -1.
+double MetricValue(const std::string& body, const std::vector<std::string>& parts) {
+  const std::vector<std::string> lines = absl::StrSplit(body, '\n');
+  for (const std::string& line : lines) {
+    if (line.empty() || line[0] == '#') continue;
+    bool all = true;
+    for (const auto& p : parts) all &= line.find(p) != std::string::npos;
+    if (all) return std::stod(std::string(line.substr(line.rfind(' ') + 1)));
+  }
+  return -1;
+}
+
+TEST_F(DaemonTransportTest, HealthWithoutTokenAndMetricsOverLoopback) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.Start(With(Base(), {"--tokens", tokens_.string(), "--metrics-listen",
+                                    "127.0.0.1:0", "--health-listen", "127.0.0.1:0"}),
+                      dir_ / "d.log"))
+      << d.log();
+  ASSERT_GT(d.metrics_port(), 0) << d.log();
+  ASSERT_GT(d.health_port(), 0) << d.log();
+
+  // grpc.health.v1 Check with no token: HealthCheckResponse{status: SERVING (1)} = 08 01.
+  std::string bytes;
+  grpc::Status health = EmptyUnaryCall(d.address(), "/grpc.health.v1.Health/Check", &bytes);
+  ASSERT_TRUE(health.ok()) << health.error_message();
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+  // The health-only port answers health, and has no AuditService at all.
+  std::string health_only = "127.0.0.1:" + std::to_string(d.health_port());
+  ASSERT_TRUE(EmptyUnaryCall(health_only, "/grpc.health.v1.Health/Check", &bytes).ok());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+  EXPECT_EQ(EmptyUnaryCall(health_only, "/ckpt_audit.v1.AuditService/QueryAudits", &bytes)
+                .error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+
+  CliResult denied = Gate(d, "", /*with_token=*/false);
+  EXPECT_EQ(denied.rc, 2);
+  CliResult answered = Gate(d, "");
+  EXPECT_EQ(answered.rc, 1) << answered.err;
+
+  std::string body = Scrape(d.metrics_port());
+  ASSERT_THAT(body, HasSubstr("200 OK"));
+  const std::string gate = "method=\"/ckpt_audit.v1.AuditService/Gate\"";
+  EXPECT_EQ(MetricValue(body, {"ckpt_auditd_rpcs_handled_total{", gate, "code=\"OK\""}), 1);
+  EXPECT_EQ(MetricValue(body, {"ckpt_auditd_rpcs_handled_total{", gate,
+                               "code=\"UNAUTHENTICATED\""}),
+            1);
+  EXPECT_EQ(MetricValue(body, {"ckpt_auditd_rpcs_handled_total{",
+                               "method=\"/grpc.health.v1.Health/Check\"", "code=\"OK\""}),
+            1);
+  EXPECT_EQ(MetricValue(body, {"ckpt_auditd_rpc_duration_seconds_count{", gate}), 2);
+  EXPECT_EQ(MetricValue(body, {"ckpt_auditd_gate_decisions_total{", "result=\"fail\""}), 1);
+  EXPECT_EQ(MetricValue(body, {"ckpt_auditd_jobs_queued "}), 0);
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+}  // namespace
+}  // namespace ckpt
