@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/evidence/environment.h"
+#include "core/text/json_dump.h"
 #include "grpc/support/log.h"
 
 namespace ckpt::daemon {
@@ -23,8 +24,7 @@ void LogGrpcMessage(gpr_log_func_args* args) {
 void LogJson(std::string_view level, const nlohmann::ordered_json& fields) {
   nlohmann::ordered_json line = {{"time", evidence::Rfc3339Now()}, {"level", level}};
   for (const auto& [k, v] : fields.items()) line[k] = v;
-  std::string text =
-      line.dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
+  std::string text = DumpJson(line);
   text += '\n';
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);

@@ -187,7 +187,8 @@ test('StartAudit, the WatchJob stream to completion, Gate and QueryAudits', asyn
   const page = await unary(client, 'QueryAudits', { digest: gate.manifest_root },
     withToken('reader'));
   const ids = page.audits.map((a) => a.id).sort((a, b) => a - b);
-  assert.deepEqual(ids, [last.job.record_id, gate.decision_id]);
+  // The record, its in-toto test result (appended right after it) and the gate decision.
+  assert.deepEqual(ids, [last.job.record_id, last.job.record_id + 1, gate.decision_id]);
   // The signed record names who caused it.
   const rec = await unary(client, 'GetRecord', { id: last.job.record_id }, withToken('reader'));
   const envelope = JSON.parse(rec.envelope.toString('utf8'));
