@@ -172,7 +172,7 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t
   absl::Status parsed = ParseBoundedJsonObject(
       text, absl::StrCat(label, ": header"), json_limits,
       [&](std::string key, json value) -> absl::Status {
-        if (key != "__metadata__") {
+        if (std::string_view(key) != "__metadata__") {
           absl::StatusOr<TensorInfo> t = ParseEntry(std::move(key), value, label);
           if (!t.ok()) return t.status();
           header.tensors.push_back(*std::move(t));

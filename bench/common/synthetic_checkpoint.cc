@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/quant/safetensors_writer.h"
+#include "core/text/json_dump.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::bench {
@@ -98,9 +99,9 @@ absl::Status WriteSyntheticSource(const fs::path& dir, int layers) {
                          {"moe_latent_size", kLatent},
                          {"n_routed_experts", kExperts},
                          {"num_hidden_layers", layers}}}};
-  std::ofstream(dir / "config.json") << config.dump(2);
+  std::ofstream(dir / "config.json") << DumpJson(config, 2);
   std::ofstream(dir / "model.safetensors.index.json")
-      << json({{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}).dump(2);
+      << DumpJson(json({{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}), 2);
   return absl::OkStatus();
 }
 

@@ -19,6 +19,7 @@
 #include "CLI/CLI.hpp"
 #include "core/fingerprint/fingerprint.h"
 #include "core/parallel.h"
+#include "core/text/json_dump.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt {
@@ -36,7 +37,7 @@ void WriteShard(const fs::path& p, uint64_t bytes, uint64_t tensor_bytes, uint64
         {"dtype", "U8"}, {"shape", {n}}, {"data_offsets", {off, off + n}}};
     off += n;
   }
-  std::string header = h.dump();
+  std::string header = DumpJson(h);
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   uint64_t len = header.size();
   out.write(reinterpret_cast<const char*>(&len), 8);  // little-endian host

@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   CLI::App app("bounded JSON reading vs a plain nlohmann parse of the same text");
   std::string tensors_arg = "10000,40000,100000";
   size_t config_objects = 40000;
-  size_t callback_max = 40000;
+  size_t callback_max = 10000;
   int repeat = 5;
   app.add_option("--tensors", tensors_arg, "header sizes (tensors), comma-separated");
   app.add_option("--config-objects", config_objects, "objects in the config document");

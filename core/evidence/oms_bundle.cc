@@ -10,6 +10,7 @@
 #include "core/evidence/dsse.h"
 #include "core/evidence/strict_json.h"
 #include "core/sha256.h"
+#include "core/text/json_dump.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::evidence {
@@ -240,7 +241,7 @@ std::string OmsStatementPayload(const OmsStatement& st) {
                                  {"digest", {{"sha256", st.root_sha256}}}}})},
       {"predicateType", kOmsPredicateType},
       {"predicate", {{"resources", resources}, {"serialization", serialization}}}};
-  return statement.dump(2, ' ', /*ensure_ascii=*/true);
+  return DumpJson(statement, 2, /*ensure_ascii=*/true);
 }
 
 absl::StatusOr<std::string> OmsRootOf(const std::vector<OmsResourceEntry>& resources) {
@@ -301,7 +302,7 @@ std::string OmsKeyBundleJson(const std::string& payload, const std::vector<uint8
        {{"payload", Base64Encode(payload)},
         {"payloadType", kInTotoPayloadType},
         {"signatures", ojson::array({{{"sig", Base64Encode(signature)}, {"keyid", ""}}})}}}};
-  return bundle.dump();
+  return DumpJson(bundle);
 }
 
 absl::StatusOr<std::string> SignOmsKeyBundle(const std::string& payload,

@@ -1,6 +1,7 @@
 // Parsing JSON that an adversary may have written, for the interoperability formats (Sigstore
 // bundles, tlog proofs, provenance): a duplicate key in any object is an error (two parsers could
-// otherwise read different values from the same bytes), nesting and size are bounded.
+// otherwise read different values from the same bytes), nesting and size are bounded. The parse
+// is the project's one bounded, linear-time parser (core/text/json_parse.h).
 #ifndef CKPT_CORE_EVIDENCE_STRICT_JSON_H_
 #define CKPT_CORE_EVIDENCE_STRICT_JSON_H_
 

@@ -60,8 +60,8 @@ Fingerprint FingerprintOf(const TreeImage& image, const std::vector<std::string>
   FingerprintOptions o;
   std::vector<OmsResource> resources;
   Fingerprint fp = Collect(image, o, &resources);
-  fp.manifest = BuildOmsManifest(OmsMode::kFiles, o.shard_size, EncodeName(BaseName(fp.root)), ignore_paths,
-                                 std::move(resources));
+  fp.manifest = BuildOmsManifest(OmsMode::kFiles, o.shard_size, EncodeName(BaseName(fp.root)),
+                                 ignore_paths, std::move(resources));
   return fp;
 }
 
@@ -90,8 +90,9 @@ absl::StatusOr<Fingerprint> FingerprintTree(const std::string& root,
   }
   std::vector<OmsResource> resources;
   Fingerprint fp = Collect(**image, options, &resources);
-  fp.manifest = BuildOmsManifest(options.manifest_mode, options.shard_size, EncodeName(BaseName(fp.root)),
-                                 options.walk.ignore_paths, std::move(resources));
+  fp.manifest = BuildOmsManifest(options.manifest_mode, options.shard_size,
+                                 EncodeName(BaseName(fp.root)), options.walk.ignore_paths,
+                                 std::move(resources));
   return fp;
 }
 

@@ -134,10 +134,11 @@ absl::StatusOr<Fingerprint> MergeFingerprintParts(const std::string& root,
   std::vector<bool> seen_index(count, false);
   std::map<std::string, std::pair<const FileFingerprint*, unsigned>> by_path;
   for (const ParsedPart& p : parts) {
-    if (p.spec.count != count || p.root != EncodeName(tree->root_dir->label())) {
+    const std::string tree_root = EncodeName(tree->root_dir->label());
+    if (p.spec.count != count || p.root != tree_root) {
       return absl::InvalidArgumentError(absl::StrCat(
           "fingerprint part ", p.spec.index, "/", p.spec.count, " of ", p.root,
-          " does not belong with part 0.. of ", count, " parts of ", EncodeName(tree->root_dir->label())));
+          " does not belong with part 0.. of ", count, " parts of ", tree_root));
     }
     if (seen_index[p.spec.index]) {
       return absl::InvalidArgumentError(absl::StrCat("fingerprint part ", p.spec.index,
@@ -192,7 +193,8 @@ absl::StatusOr<Fingerprint> MergeFingerprintParts(const std::string& root,
                    [&](const TensorFingerprint& a, const TensorFingerprint& b) {
                      return file_rank[a.file] < file_rank[b.file];
                    });
-  std::string name = EncodeName(tree->root_dir->label().substr(tree->root_dir->label().find_last_of('/') + 1));
+  const std::string& label = tree->root_dir->label();
+  std::string name = EncodeName(label.substr(label.find_last_of('/') + 1));
   fp.manifest = BuildOmsManifest(OmsMode::kFiles, 0, name, walk.ignore_paths,
                                  std::move(resources));
   return fp;

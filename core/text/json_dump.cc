@@ -38,17 +38,21 @@ Json Encoded(const Json& j) {
 }
 
 template <typename Json>
-std::string Dump(const Json& j, int indent) {
+std::string Dump(const Json& j, int indent, bool ensure_ascii) {
   // After encoding every string is valid, so `replace` never fires; it only guarantees that
   // dump() cannot throw even if nlohmann's UTF-8 check disagreed with IsValidUtf8.
   constexpr auto kNoThrow = Json::error_handler_t::replace;
-  if (AllStringsValid(j)) return j.dump(indent, ' ', false, kNoThrow);
-  return Encoded(j).dump(indent, ' ', false, kNoThrow);
+  if (AllStringsValid(j)) return j.dump(indent, ' ', ensure_ascii, kNoThrow);
+  return Encoded(j).dump(indent, ' ', ensure_ascii, kNoThrow);
 }
 
 }  // namespace
 
-std::string DumpJson(const nlohmann::json& j, int indent) { return Dump(j, indent); }
-std::string DumpJson(const nlohmann::ordered_json& j, int indent) { return Dump(j, indent); }
+std::string DumpJson(const nlohmann::json& j, int indent, bool ensure_ascii) {
+  return Dump(j, indent, ensure_ascii);
+}
+std::string DumpJson(const nlohmann::ordered_json& j, int indent, bool ensure_ascii) {
+  return Dump(j, indent, ensure_ascii);
+}
 
 }  // namespace ckpt

@@ -15,8 +15,11 @@
 namespace ckpt {
 
 // As nlohmann's dump(indent): compact with indent -1, else pretty-printed with `indent` spaces.
-std::string DumpJson(const nlohmann::json& j, int indent = -1);
-std::string DumpJson(const nlohmann::ordered_json& j, int indent = -1);
+// With `ensure_ascii`, every character beyond ASCII is written as a \uXXXX escape, as Python's
+// json.dumps does by default (formats other tools re-serialize byte for byte, e.g. model_signing
+// statements).
+std::string DumpJson(const nlohmann::json& j, int indent = -1, bool ensure_ascii = false);
+std::string DumpJson(const nlohmann::ordered_json& j, int indent = -1, bool ensure_ascii = false);
 
 }  // namespace ckpt
 

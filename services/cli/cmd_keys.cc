@@ -56,7 +56,7 @@ void PrintEcdsaKey(const evidence::EcdsaPublicKey& pub, const std::string& path,
                         {"type", type},
                         {"hint", pub.Hint()},
                         {"public_key_pem", pub.PublicPem()}};
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", DumpJson(j, 2).c_str());
     return;
   }
   std::printf("key    %s\ntype   %s\nhint   %s\n%s", path.c_str(), type.c_str(),

@@ -153,7 +153,7 @@ TEST(OmsSpecVectors, InvalidVectorsAreRejected) {
     const char* reason;
     const char* detail;
   } cases[] = {
-      {"invalid/empty.bundle.json", "malformed-bundle", "not JSON"},
+      {"invalid/empty.bundle.json", "malformed-bundle", "invalid JSON"},
       {"invalid/missing-envelope.bundle.json", "malformed-bundle", "dsseEnvelope is missing"},
       {"invalid/missing-verification-material.bundle.json", "malformed-bundle",
        "verificationMaterial is missing"},
@@ -374,7 +374,7 @@ TEST_F(OmsTamper, DuplicateJsonKeyIsRejected) {
   dup.insert(1, "\"mediaType\":\"application/vnd.dev.sigstore.bundle.v0.3+json\",");
   auto c = Check(dup);
   EXPECT_EQ(ReasonOf(c), "malformed-bundle");
-  EXPECT_THAT(c.failure->detail, HasSubstr("duplicate key 'mediaType'"));
+  EXPECT_THAT(c.failure->detail, HasSubstr("duplicate JSON key 'mediaType'"));
 }
 
 // Statements that are signed correctly but are not consistent OMS statements.

@@ -147,7 +147,7 @@ TEST(Provenance, ReadingRejectsWhatItDidNotWrite) {
   EXPECT_FALSE(evidence::ParseProvenance(bad_digest.dump()).ok());
   std::string dup = payload;
   dup.insert(1, "\"_type\":\"x\",");
-  EXPECT_THAT(evidence::ParseProvenance(dup).status().message(), HasSubstr("duplicate key"));
+  EXPECT_THAT(evidence::ParseProvenance(dup).status().message(), HasSubstr("duplicate JSON key"));
   evidence::TranscodeProvenance p = SampleProvenance();
   p.derived[0].sha256 = "ABC";
   EXPECT_FALSE(evidence::ProvenancePayload(p).ok());

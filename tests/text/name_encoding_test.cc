@@ -134,6 +134,14 @@ TEST(DumpJson, MatchesNlohmannOnValidText) {
   EXPECT_EQ(DumpJson(o), o.dump());
 }
 
+TEST(DumpJson, EnsureAsciiEscapesLikeNlohmannAndStillNeverThrows) {
+  nlohmann::ordered_json j = {{"name", "caf\xC3\xA9 \xF0\x9F\x98\x80"}};
+  EXPECT_EQ(DumpJson(j, 2, /*ensure_ascii=*/true), j.dump(2, ' ', true));
+  EXPECT_THAT(DumpJson(j, -1, true), HasSubstr("caf\\u00e9 \\ud83d\\ude00"));
+  j["raw"] = "x\xFF";
+  EXPECT_THAT(DumpJson(j, -1, true), HasSubstr("\"x%FF\""));
+}
+
 TEST(DumpJson, WritesBadStringsAndKeysInTheNameEncodingInsteadOfThrowing) {
   nlohmann::ordered_json j;
   j["subject"] = {{"name", "notes-\xFF.txt"}};
