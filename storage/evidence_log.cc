@@ -1,12 +1,21 @@
 #include "storage/evidence_log.h"
 
+#include <fcntl.h>
 #include <openssl/rand.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "absl/time/civil_time.h"
+#include "absl/time/clock.h"
 #include "core/evidence/dsse.h"
 #include "core/evidence/record.h"
 #include "storage/tlog_checkpoint.h"
@@ -47,6 +56,48 @@ CREATE TABLE tree_nodes(
   PRIMARY KEY(level, idx)
 ) STRICT, WITHOUT ROWID;
 CREATE TABLE checkpoints(size INTEGER PRIMARY KEY, note TEXT NOT NULL) STRICT;
+)sql";
+
+// Schema version 2: durable daemon jobs, and INSERT triggers that keep the index tables tied to
+// the entry being appended (defence in depth: readers that matter verify payloads, never these
+// rows). `jobs` is the one updatable table: a job's state changes; its id and request do not, and
+// no job row is ever deleted. Nothing signed is read from it.
+constexpr char kSchemaV2[] = R"sql(
+CREATE TABLE jobs(
+  seq INTEGER PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  root TEXT NOT NULL,
+  source_root TEXT NOT NULL,
+  policy TEXT NOT NULL,
+  root_map TEXT NOT NULL,
+  invoker TEXT NOT NULL,
+  state TEXT NOT NULL CHECK(state IN ('queued', 'running', 'succeeded', 'failed', 'cancelled',
+                                      'interrupted')),
+  verdict TEXT NOT NULL,
+  record_id INTEGER NOT NULL,
+  error_code INTEGER NOT NULL,
+  error_message TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  finished_at TEXT NOT NULL
+) STRICT;
+CREATE INDEX jobs_state ON jobs(state, seq);
+CREATE TRIGGER jobs_no_DELETE BEFORE DELETE ON jobs
+  BEGIN SELECT RAISE(ABORT, 'jobs are kept: DELETE on jobs refused'); END;
+CREATE TRIGGER jobs_request_fixed
+  BEFORE UPDATE OF seq, id, root, source_root, policy, root_map, invoker, created_at ON jobs
+  BEGIN SELECT RAISE(ABORT, 'a job''s id and request are fixed'); END;
+CREATE TRIGGER entries_in_order BEFORE INSERT ON entries
+  WHEN NEW.seq IS NOT (SELECT COALESCE(MAX(seq) + 1, 0) FROM entries)
+  BEGIN SELECT RAISE(ABORT, 'evidence log: entries are appended in seq order'); END;
+CREATE TRIGGER subjects_of_newest BEFORE INSERT ON subjects
+  WHEN NEW.seq IS NOT (SELECT MAX(seq) FROM entries)
+  BEGIN SELECT RAISE(ABORT, 'evidence log: subject rows belong to the entry being appended'); END;
+CREATE TRIGGER tree_nodes_of_newest BEFORE INSERT ON tree_nodes
+  WHEN ((NEW.idx + 1) << NEW.level) IS NOT (SELECT MAX(seq) + 1 FROM entries)
+  BEGIN SELECT RAISE(ABORT, 'evidence log: tree nodes end at the entry being appended'); END;
+CREATE TRIGGER checkpoints_of_size BEFORE INSERT ON checkpoints
+  WHEN NEW.size IS NOT (SELECT COALESCE(MAX(seq) + 1, 0) FROM entries)
+  BEGIN SELECT RAISE(ABORT, 'evidence log: a checkpoint covers every entry'); END;
 )sql";
 
 constexpr const char* kAppendOnlyTables[] = {"meta", "entries", "subjects", "tree_nodes",
@@ -90,25 +141,155 @@ class Transaction {
   bool done_ = false;
 };
 
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+// OK when `path` (which exists) can be opened for writing; otherwise why not. A file with no
+// write bit is read-only by intent even for root, who could write it anyway.
+absl::Status WritableStatus(const std::string& path, const std::string& label) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return absl::OkStatus();
+  if ((st.st_mode & 0222) == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label, ": the database file has no write permission"));
+  }
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    int err = errno;
+    return absl::FailedPreconditionError(absl::StrCat(
+        label, err == EROFS ? ": read-only filesystem" : ": cannot open for writing: ",
+        err == EROFS ? "" : ErrnoText(err)));
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+// The writer lock: an exclusive flock on "<db>.lock" (created 0600), holding the owner's pid.
+// FAILED_PRECONDITION when another writer holds it; another error when the lock file cannot be
+// created (a read-only directory: the caller then opens the log read-only).
+absl::StatusOr<int> TakeWriterLock(const std::string& path, const std::string& label) {
+  std::string lock_path = path + ".lock";
+  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(label, ": cannot create the writer lock file: ", ErrnoText(errno)));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    char holder[32] = {0};
+    ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
+    ::close(fd);
+    if (err != EWOULDBLOCK) {
+      return absl::InternalError(absl::StrCat(label, ": flock: ", ErrnoText(err)));
+    }
+    std::string pid = n > 0 ? std::string(absl::StripAsciiWhitespace(holder)) : "?";
+    return absl::FailedPreconditionError(absl::StrCat(
+        label, ": another writer (pid ", pid,
+        ") has this evidence log open; one ckpt-auditd or ckpt-audit writer at a time"));
+  }
+  std::string me = absl::StrCat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) < 0) {
+    // The pid is only a diagnostic for the next writer; the lock itself is held.
+  }
+  return fd;
+}
+
+// SQLite URI filename for `path`: every byte outside a safe set percent-encoded.
+std::string UriPath(const std::string& path) {
+  std::string out = "file:";
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || c == '/' || c == '.' || c == '_' || c == '-' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      absl::StrAppend(&out, absl::StrFormat("%%%02x", c));
+    }
+  }
+  return out;
+}
+
+bool NonEmptyFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && st.st_size > 0;
+}
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<EvidenceLog>> EvidenceLog::Open(const std::string& path,
-                                                               bool create,
-                                                               const std::string& origin) {
-  struct stat st;
-  if (!create && ::stat(path.c_str(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": no evidence database"));
-  }
+absl::StatusOr<std::unique_ptr<EvidenceLog>> EvidenceLog::OpenConnection(
+    const std::string& path, const std::string& label, bool read_only, bool immutable,
+    int lock_fd) {
   sqlite3* db = nullptr;
-  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
-  int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
+  int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI |
+              (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE);
+  std::string uri = UriPath(path);
+  if (read_only) absl::StrAppend(&uri, immutable ? "?mode=ro&immutable=1" : "?mode=ro");
+  int rc = sqlite3_open_v2(uri.c_str(), &db, flags, nullptr);
   if (rc != SQLITE_OK) {
-    absl::Status s = SqliteStatus(db, rc, path);
+    absl::Status s = SqliteStatus(db, rc, label);
     sqlite3_close(db);
+    if (lock_fd >= 0) ::close(lock_fd);
     return s;
   }
-  std::unique_ptr<EvidenceLog> log(new EvidenceLog(path, db));
-  if (auto s = log->Configure(create, origin); !s.ok()) return s;
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_busy_timeout(db, 10000);
+  return std::unique_ptr<EvidenceLog>(new EvidenceLog(path, label, db, lock_fd));
+}
+
+absl::StatusOr<std::unique_ptr<EvidenceLog>> EvidenceLog::OpenReadOnly(const std::string& path,
+                                                                       const std::string& label) {
+  std::string name = label.empty() ? path : label;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat(name, ": no evidence database"));
+  }
+  absl::Status first;
+  for (bool immutable : {false, true}) {
+    // Immutable mode skips the WAL, so it is exact only when there is no WAL to read.
+    if (immutable && NonEmptyFile(path + "-wal")) break;
+    auto log = OpenConnection(path, name, /*read_only=*/true, immutable, -1);
+    if (!log.ok()) return log.status();
+    absl::Status s = (*log)->ReadOrigin();
+    if (s.ok()) {
+      (*log)->append_status_ =
+          absl::FailedPreconditionError(absl::StrCat(name, ": opened read-only"));
+      return log;
+    }
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+absl::StatusOr<std::unique_ptr<EvidenceLog>> EvidenceLog::Open(const std::string& path,
+                                                               const LogOpenOptions& options) {
+  const std::string label = options.label.empty() ? path : options.label;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    if (!options.create) return absl::NotFoundError(absl::StrCat(label, ": no evidence database"));
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 && errno != EEXIST) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(label, ": cannot create the database: ", ErrnoText(errno)));
+    }
+    if (fd >= 0) ::close(fd);
+  }
+  absl::Status writable = WritableStatus(path, label);
+  int lock_fd = -1;
+  if (writable.ok()) {
+    auto lock = TakeWriterLock(path, label);
+    if (!lock.ok() && lock.status().code() == absl::StatusCode::kFailedPrecondition) {
+      return lock.status();
+    }
+    if (lock.ok()) lock_fd = *lock;
+    else writable = lock.status();
+  }
+  if (!writable.ok()) {
+    auto log = OpenReadOnly(path, label);
+    if (!log.ok()) return log.status();
+    (*log)->append_status_ = absl::FailedPreconditionError(
+        absl::StrCat(writable.message(), "; opened read-only (queries and verification only)"));
+    return log;
+  }
+  auto log = OpenConnection(path, label, /*read_only=*/false, false, lock_fd);
+  if (!log.ok()) return log.status();
+  if (auto s = (*log)->Configure(options.create, options.origin); !s.ok()) return s;
   return log;
 }
 
@@ -118,10 +299,11 @@ EvidenceLog::~EvidenceLog() {
   subject_stmt_.reset();
   insert_node_stmt_.reset();
   sqlite3_close(db_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the writer lock
 }
 
 absl::StatusOr<Statement> EvidenceLog::Prepare(const std::string& sql) const {
-  return Statement::Prepare(db_, sql, path_);
+  return Statement::Prepare(db_, sql, label_);
 }
 
 absl::StatusOr<Statement*> EvidenceLog::Cached(std::optional<Statement>& slot,
@@ -135,32 +317,61 @@ absl::StatusOr<Statement*> EvidenceLog::Cached(std::optional<Statement>& slot,
 }
 
 absl::Status EvidenceLog::Configure(bool create, const std::string& origin) {
-  sqlite3_extended_result_codes(db_, 1);
-  sqlite3_busy_timeout(db_, 10000);
   // journal_mode answers with a row, so it goes through Exec (which ignores rows).
   if (auto s = Exec(db_,
                     "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"
                     " PRAGMA recursive_triggers=ON; PRAGMA wal_autocheckpoint=8192;",
-                    path_);
+                    label_);
       !s.ok()) {
     return s;
   }
-  if (auto s = Migrate(); !s.ok()) return s;
-  auto get = Prepare("SELECT value FROM meta WHERE key = 'origin'");
-  if (!get.ok()) return get.status();
-  auto row = get->Step();
-  if (!row.ok()) return row.status();
-  if (*row) {
-    origin_ = get->Text(0);
-    return absl::OkStatus();
+  // A damaged file is never appended to: a new entry would be signed over a tree SQLite can no
+  // longer read reliably. It still serves reads and verification, which report the damage.
+  auto check = IntegrityCheck(/*quick=*/true);
+  if (!check.ok() || *check != "ok") {
+    std::string what = check.ok() ? *check : std::string(check.status().message());
+    if (what.size() > 300) what = what.substr(0, 300) + "...";
+    append_status_ = absl::DataLossError(absl::StrCat(
+        label_, ": PRAGMA quick_check failed at open (", what,
+        "); appends are refused, reads and verification still work"));
+    return ReadOrigin();
   }
-  if (!create) return absl::DataLossError(absl::StrCat(path_, ": log has no origin"));
+  if (auto s = Migrate(); !s.ok()) return s;
+  if (auto s = ReadOrigin(); s.ok() || !absl::IsDataLoss(s) || !create) return s;
   // A fresh database: fix its origin once; the meta triggers keep it.
   auto put = Prepare("INSERT OR IGNORE INTO meta(key, value) VALUES('origin', ?)");
   if (!put.ok()) return put.status();
   put->Bind(1, origin.empty() ? RandomOrigin() : origin);
   if (auto s = put->Run(); !s.ok()) return s;
-  return Configure(false, "");
+  return ReadOrigin();
+}
+
+absl::Status EvidenceLog::ReadOrigin() {
+  auto version = SchemaVersion();
+  if (!version.ok()) return version.status();
+  schema_version_ = *version;
+  if (schema_version_ > kLogSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(label_, ": schema version ", schema_version_,
+                                                      " is newer than this tool's ",
+                                                      kLogSchemaVersion));
+  }
+  if (schema_version_ < 1) return absl::DataLossError(absl::StrCat(label_, ": log has no origin"));
+  auto get = Prepare("SELECT value FROM meta WHERE key = 'origin'");
+  if (!get.ok()) return get.status();
+  auto row = get->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::DataLossError(absl::StrCat(label_, ": log has no origin"));
+  origin_ = get->Text(0);
+  return absl::OkStatus();
+}
+
+absl::Status EvidenceLog::InReadTransaction(const std::function<absl::Status()>& fn) const {
+  if (auto s = Exec(db_, "BEGIN DEFERRED", label_); !s.ok()) return s;
+  absl::Status result = fn();
+  // A read transaction changes nothing, so it ends with ROLLBACK, which (unlike COMMIT) also
+  // succeeds after a statement in it hit a damaged page.
+  sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  return result;
 }
 
 absl::StatusOr<int64_t> EvidenceLog::SchemaVersion() const {
@@ -176,24 +387,29 @@ absl::Status EvidenceLog::Migrate() {
   auto current = SchemaVersion();
   if (!current.ok()) return current.status();
   if (*current == kLogSchemaVersion) return absl::OkStatus();
-  if (auto s = Exec(db_, "BEGIN IMMEDIATE", path_); !s.ok()) return s;
+  if (auto s = Exec(db_, "BEGIN IMMEDIATE", label_); !s.ok()) return s;
   Transaction tx(db_);
   auto locked = SchemaVersion();  // another process may have migrated meanwhile
   if (!locked.ok()) return locked.status();
   int64_t version = *locked;
   if (version > kLogSchemaVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
-        path_, ": schema version ", version, " is newer than this tool's ", kLogSchemaVersion));
+        label_, ": schema version ", version, " is newer than this tool's ", kLogSchemaVersion));
   }
   // Each step takes the schema from version N to N+1; older logs run every step after theirs.
   if (version < 1) {
     if (auto s = Exec(db_, absl::StrCat(kSchemaV1, TriggerSql(), "PRAGMA user_version = 1;"),
-                      path_);
+                      label_);
         !s.ok()) {
       return s;
     }
   }
-  if (auto s = Exec(db_, "COMMIT", path_); !s.ok()) return s;
+  if (version < 2) {
+    if (auto s = Exec(db_, absl::StrCat(kSchemaV2, "PRAGMA user_version = 2;"), label_); !s.ok()) {
+      return s;
+    }
+  }
+  if (auto s = Exec(db_, "COMMIT", label_); !s.ok()) return s;
   tx.Committed();
   return absl::OkStatus();
 }
@@ -206,12 +422,13 @@ absl::StatusOr<AppendResult> EvidenceLog::Append(const std::string& envelope,
 absl::StatusOr<AppendResult> EvidenceLog::AppendBatch(const std::vector<std::string>& envelopes,
                                                       const evidence::SigningKey& log_key) {
   if (envelopes.empty()) return absl::InvalidArgumentError("nothing to append");
+  if (!append_status_.ok()) return append_status_;
   // IMMEDIATE takes the write lock now, so two appenders never both read the same size.
-  if (auto s = Exec(db_, "BEGIN IMMEDIATE", path_); !s.ok()) return s;
+  if (auto s = Exec(db_, "BEGIN IMMEDIATE", label_); !s.ok()) return s;
   Transaction tx(db_);
   auto result = AppendLocked(envelopes, log_key);
   if (!result.ok()) return result.status();
-  if (auto s = Exec(db_, "COMMIT", path_); !s.ok()) return s;
+  if (auto s = Exec(db_, "COMMIT", label_); !s.ok()) return s;
   tx.Committed();
   return result;
 }
@@ -289,7 +506,7 @@ absl::StatusOr<uint64_t> EvidenceLog::FindByLeafHash(const Hash& leaf) const {
   q->BindBlob(1, leaf);
   auto row = q->Step();
   if (!row.ok()) return row.status();
-  if (!*row) return absl::NotFoundError(absl::StrCat(path_, ": record is not in this log"));
+  if (!*row) return absl::NotFoundError(absl::StrCat(label_, ": record is not in this log"));
   return static_cast<uint64_t>(q->Int(0));
 }
 
@@ -327,9 +544,29 @@ absl::StatusOr<LogEntry> EvidenceLog::Get(uint64_t seq) const {
   q->Bind(1, static_cast<int64_t>(seq));
   auto row = q->Step();
   if (!row.ok()) return row.status();
-  if (!*row) return absl::NotFoundError(absl::StrCat(path_, ": no record ", seq));
+  if (!*row) return absl::NotFoundError(absl::StrCat(label_, ": no record ", seq));
   return ReadEntry(*q);
 }
+
+namespace {
+
+// Every record's time is written by evidence::Rfc3339Now in one canonical UTC form
+// ("2026-01-02T03:04:05.678Z"), so a time converted to that form compares as text exactly as
+// the times compare. Sub-millisecond parts round up: stored times are whole milliseconds.
+// nullopt when `t` lies beyond what the form can write (year > 9999).
+std::optional<std::string> CanonicalTime(absl::Time t) {
+  static const absl::Time kFirst = absl::FromCivil(absl::CivilSecond(1, 1, 1), absl::UTCTimeZone());
+  static const absl::Time kLast =
+      absl::FromCivil(absl::CivilSecond(9999, 12, 31, 23, 59, 59), absl::UTCTimeZone()) +
+      absl::Milliseconds(999);
+  if (t < kFirst) t = kFirst;
+  if (t > kLast) return std::nullopt;
+  absl::Duration since_epoch = absl::Ceil(t - absl::UnixEpoch(), absl::Milliseconds(1));
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::UnixEpoch() + since_epoch,
+                          absl::UTCTimeZone());
+}
+
+}  // namespace
 
 absl::StatusOr<QueryPage> EvidenceLog::Query(const QueryFilter& f) const {
   if (f.limit <= 0 || f.limit > 10000) {
@@ -346,8 +583,15 @@ absl::StatusOr<QueryPage> EvidenceLog::Query(const QueryFilter& f) const {
   add(f.root, "root_path = ?");
   add(f.verdict, "verdict = ?");
   add(f.policy, "policy = ?");
-  add(f.since, "audit_time >= ?");
-  add(f.until, "audit_time < ?");
+  add(f.predicate_type, "predicate_type = ?");
+  if (f.since) {
+    std::optional<std::string> since = CanonicalTime(*f.since);
+    if (!since) return QueryPage{};  // after every time a record can carry
+    add(*since, "audit_time >= ?");
+  }
+  if (f.until) {
+    if (std::optional<std::string> until = CanonicalTime(*f.until)) add(*until, "audit_time < ?");
+  }
   int64_t before = -1;
   if (!f.page_token.empty()) {
     if (!absl::SimpleAtoi(f.page_token, &before) || before < 0) {
@@ -380,7 +624,7 @@ absl::StatusOr<std::pair<uint64_t, std::string>> EvidenceLog::LatestCheckpoint()
   if (!q.ok()) return q.status();
   auto row = q->Step();
   if (!row.ok()) return row.status();
-  if (!*row) return absl::NotFoundError(absl::StrCat(path_, ": log is empty"));
+  if (!*row) return absl::NotFoundError(absl::StrCat(label_, ": log is empty"));
   return std::make_pair(static_cast<uint64_t>(q->Int(0)), q->Text(1));
 }
 
@@ -394,7 +638,7 @@ absl::StatusOr<Hash> EvidenceLog::Node(int level, uint64_t index) const {
   if (!*row || q.Blob(0).size() != Hash().size()) {
     q.Reset();
     return absl::DataLossError(
-        absl::StrCat(path_, ": tree node level ", level, " index ", index, " missing"));
+        absl::StrCat(label_, ": tree node level ", level, " index ", index, " missing"));
   }
   Hash h = ToHash(q.Blob(0));
   q.Reset();
@@ -415,10 +659,12 @@ absl::StatusOr<Hash> EvidenceLog::RootAt(uint64_t size) const {
   return storage::RootAt(*this, size);
 }
 
-absl::Status EvidenceLog::ForEachEntry(
-    const std::function<absl::Status(const LogEntry&)>& fn) const {
-  auto q = Prepare(absl::StrCat("SELECT ", kEntryColumns, " FROM entries ORDER BY seq"));
+absl::Status EvidenceLog::ForEachEntry(const std::function<absl::Status(const LogEntry&)>& fn,
+                                       uint64_t from_seq) const {
+  auto q = Prepare(
+      absl::StrCat("SELECT ", kEntryColumns, " FROM entries WHERE seq >= ? ORDER BY seq"));
   if (!q.ok()) return q.status();
+  q->Bind(1, static_cast<int64_t>(from_seq));
   absl::StatusOr<bool> row;
   while ((row = q->Step()).ok() && *row) {
     if (auto s = fn(ReadEntry(*q)); !s.ok()) return s;
@@ -427,10 +673,11 @@ absl::Status EvidenceLog::ForEachEntry(
 }
 
 absl::Status EvidenceLog::ForEachSubject(
-    const std::function<absl::Status(uint64_t, const std::string&, const std::string&)>& fn)
-    const {
-  auto q = Prepare("SELECT seq, name, sha256 FROM subjects ORDER BY seq, rowid");
+    const std::function<absl::Status(uint64_t, const std::string&, const std::string&)>& fn,
+    uint64_t from_seq) const {
+  auto q = Prepare("SELECT seq, name, sha256 FROM subjects WHERE seq >= ? ORDER BY seq, rowid");
   if (!q.ok()) return q.status();
+  q->Bind(1, static_cast<int64_t>(from_seq));
   absl::StatusOr<bool> row;
   while ((row = q->Step()).ok() && *row) {
     if (auto s = fn(static_cast<uint64_t>(q->Int(0)), q->Text(1), q->Text(2)); !s.ok()) return s;
@@ -439,9 +686,11 @@ absl::Status EvidenceLog::ForEachSubject(
 }
 
 absl::Status EvidenceLog::ForEachCheckpoint(
-    const std::function<absl::Status(uint64_t, const std::string&)>& fn) const {
-  auto q = Prepare("SELECT size, note FROM checkpoints ORDER BY size");
+    const std::function<absl::Status(uint64_t, const std::string&)>& fn,
+    uint64_t from_size) const {
+  auto q = Prepare("SELECT size, note FROM checkpoints WHERE size >= ? ORDER BY size");
   if (!q.ok()) return q.status();
+  q->Bind(1, static_cast<int64_t>(from_size));
   absl::StatusOr<bool> row;
   while ((row = q->Step()).ok() && *row) {
     if (auto s = fn(static_cast<uint64_t>(q->Int(0)), q->Text(1)); !s.ok()) return s;
@@ -450,9 +699,14 @@ absl::Status EvidenceLog::ForEachCheckpoint(
 }
 
 absl::Status EvidenceLog::ForEachNode(
-    const std::function<absl::Status(int, uint64_t, const Hash&)>& fn) const {
-  auto q = Prepare("SELECT level, idx, hash FROM tree_nodes ORDER BY level, idx");
+    const std::function<absl::Status(int, uint64_t, const Hash&)>& fn,
+    uint64_t from_seq) const {
+  // A node at (level, idx) covers leaves up to ((idx + 1) << level) - 1.
+  auto q = Prepare(
+      "SELECT level, idx, hash FROM tree_nodes WHERE ((idx + 1) << level) > ?"
+      " ORDER BY level, idx");
   if (!q.ok()) return q.status();
+  q->Bind(1, static_cast<int64_t>(from_seq));
   absl::StatusOr<bool> row;
   while ((row = q->Step()).ok() && *row) {
     if (auto s = fn(static_cast<int>(q->Int(0)), static_cast<uint64_t>(q->Int(1)),
@@ -464,8 +718,8 @@ absl::Status EvidenceLog::ForEachNode(
   return row.status();
 }
 
-absl::StatusOr<std::string> EvidenceLog::IntegrityCheck() const {
-  auto q = Prepare("PRAGMA integrity_check");
+absl::StatusOr<std::string> EvidenceLog::IntegrityCheck(bool quick) const {
+  auto q = Prepare(quick ? "PRAGMA quick_check" : "PRAGMA integrity_check");
   if (!q.ok()) return q.status();
   std::string out;
   absl::StatusOr<bool> row;

@@ -6,7 +6,14 @@
 // signed C2SP checkpoint of the new tree head. Triggers abort any UPDATE or DELETE (with
 // recursive_triggers on, so INSERT OR REPLACE cannot bypass them); the WAL journal with
 // synchronous=FULL makes a reported append survive a crash or power loss. Schema and migrations:
-// docs/evidence.md. One EvidenceLog per thread; several processes may share a database file.
+// docs/evidence.md. One EvidenceLog per thread.
+//
+// One writer per log: a writer holds an exclusive flock on the sidecar file `<db>.lock` for its
+// whole life, so a second daemon or CLI writer is refused (FAILED_PRECONDITION) instead of
+// interleaving with it. A writer runs PRAGMA quick_check at open; a log that fails it, a database
+// file without write permission, or a read-only filesystem gives a log that serves reads and
+// verification but refuses appends (see append_status()). Readers (OpenReadOnly) take no lock and
+// never block the writer (WAL). New database files are created 0600.
 #ifndef CKPT_STORAGE_EVIDENCE_LOG_H_
 #define CKPT_STORAGE_EVIDENCE_LOG_H_
 
@@ -20,13 +27,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/evidence/ed25519.h"
 #include "storage/merkle.h"
 #include "storage/sqlite.h"
 
 namespace ckpt::storage {
 
-inline constexpr int kLogSchemaVersion = 1;
+inline constexpr int kLogSchemaVersion = 2;
 
 struct LogEntry {
   uint64_t seq = 0;          // leaf index, from 0; the record id users see
@@ -52,8 +60,9 @@ struct QueryFilter {
   std::string root;
   std::string verdict;
   std::string policy;
-  std::string since;  // RFC 3339 (or a prefix such as a date); inclusive
-  std::string until;  // exclusive
+  std::string predicate_type;      // exact predicateType URI
+  std::optional<absl::Time> since;  // inclusive
+  std::optional<absl::Time> until;  // exclusive
   int limit = 50;
   std::string page_token;  // from a previous QueryPage; newest first
 };
@@ -63,17 +72,42 @@ struct QueryPage {
   std::string next_page_token;  // empty when there is no further page
 };
 
+struct LogOpenOptions {
+  bool create = false;  // create (0600) and migrate a missing log
+  std::string origin;   // a new log's origin; default "ckpt-audit.local/" + 16 random hex digits
+  // How the log is named in error messages; default its path. A server passes a name that does
+  // not reveal its filesystem layout.
+  std::string label;
+};
+
 class EvidenceLog final : public NodeReader {
  public:
-  // Opens (and with `create`, creates and migrates) the log at `path`. A new log gets the origin
-  // `origin` (default: "ckpt-audit.local/" + 16 random hex digits). Errors: NOT_FOUND (missing and
-  // !create), DATA_LOSS (not a database or corrupt), FAILED_PRECONDITION (newer schema).
+  // Opens the log at `path` as its writer (see the file comment). Errors: NOT_FOUND (missing and
+  // !create), DATA_LOSS (not a database or unreadable), FAILED_PRECONDITION (newer schema, or
+  // another writer holds the lock).
+  static absl::StatusOr<std::unique_ptr<EvidenceLog>> Open(const std::string& path,
+                                                           const LogOpenOptions& options);
   static absl::StatusOr<std::unique_ptr<EvidenceLog>> Open(const std::string& path, bool create,
-                                                           const std::string& origin = "");
+                                                           const std::string& origin = "") {
+    return Open(path, LogOpenOptions{create, origin, ""});
+  }
+  // A read-only connection: no lock, no migration, appends refused. On a read-only filesystem
+  // where SQLite cannot create the WAL index (and no WAL file exists) the file is opened
+  // immutable. Older schemas are readable.
+  static absl::StatusOr<std::unique_ptr<EvidenceLog>> OpenReadOnly(const std::string& path,
+                                                                   const std::string& label = "");
   ~EvidenceLog() override;
 
   const std::string& path() const { return path_; }
+  const std::string& label() const { return label_; }
   const std::string& origin() const { return origin_; }
+  // OK when Append may be called; otherwise why it is refused (read-only file or filesystem,
+  // quick_check failure, reader connection).
+  const absl::Status& append_status() const { return append_status_; }
+  int64_t schema_version() const { return schema_version_; }
+
+  // Runs `fn` inside one read transaction, so every query it makes sees the same snapshot.
+  absl::Status InReadTransaction(const std::function<absl::Status()>& fn) const;
 
   // Appends one envelope (its payload must be an evidence or verification-summary Statement)
   // and signs the new tree head with `log_key`.
@@ -96,22 +130,35 @@ class EvidenceLog final : public NodeReader {
   absl::StatusOr<std::vector<Hash>> ConsistencyProof(uint64_t old_size, uint64_t new_size) const;
   absl::StatusOr<Hash> RootAt(uint64_t size) const;
 
-  // Raw walks for the verifier, in seq / size / (level, idx) order.
-  absl::Status ForEachEntry(const std::function<absl::Status(const LogEntry&)>& fn) const;
+  // Raw walks for the verifier, in seq / size / (level, idx) order, from entry `from_seq` on
+  // (checkpoints: sizes >= from_seq; nodes: those covering a leaf >= from_seq).
+  absl::Status ForEachEntry(const std::function<absl::Status(const LogEntry&)>& fn,
+                            uint64_t from_seq = 0) const;
   absl::Status ForEachSubject(
       const std::function<absl::Status(uint64_t seq, const std::string& name,
-                                       const std::string& sha256)>& fn) const;
+                                       const std::string& sha256)>& fn,
+      uint64_t from_seq = 0) const;
   absl::Status ForEachCheckpoint(
-      const std::function<absl::Status(uint64_t size, const std::string& note)>& fn) const;
+      const std::function<absl::Status(uint64_t size, const std::string& note)>& fn,
+      uint64_t from_size = 0) const;
   absl::Status ForEachNode(
-      const std::function<absl::Status(int level, uint64_t idx, const Hash& h)>& fn) const;
-  // "ok" or SQLite's list of problems; names of the append-only triggers present.
-  absl::StatusOr<std::string> IntegrityCheck() const;
+      const std::function<absl::Status(int level, uint64_t idx, const Hash& h)>& fn,
+      uint64_t from_seq = 0) const;
+  // "ok" or SQLite's list of problems (`quick`: PRAGMA quick_check, O(file) but no index
+  // cross-checks); names of the append-only triggers present.
+  absl::StatusOr<std::string> IntegrityCheck(bool quick = false) const;
   absl::StatusOr<std::vector<std::string>> TriggerNames() const;
 
  private:
-  EvidenceLog(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  EvidenceLog(std::string path, std::string label, sqlite3* db, int lock_fd)
+      : path_(std::move(path)), label_(std::move(label)), db_(db), lock_fd_(lock_fd) {}
+  static absl::StatusOr<std::unique_ptr<EvidenceLog>> OpenConnection(const std::string& path,
+                                                                     const std::string& label,
+                                                                     bool read_only,
+                                                                     bool immutable,
+                                                                     int lock_fd);
   absl::Status Configure(bool create, const std::string& origin);
+  absl::Status ReadOrigin();
   absl::Status Migrate();
   absl::StatusOr<int64_t> SchemaVersion() const;
   absl::StatusOr<AppendResult> AppendLocked(const std::vector<std::string>& envelopes,
@@ -122,8 +169,12 @@ class EvidenceLog final : public NodeReader {
   absl::StatusOr<Statement*> Cached(std::optional<Statement>& slot, const char* sql) const;
 
   const std::string path_;
+  const std::string label_;
   sqlite3* const db_;
+  const int lock_fd_;  // the writer lock (flock held), or -1 for a reader
   std::string origin_;
+  absl::Status append_status_;
+  int64_t schema_version_ = 0;
   mutable std::optional<Statement> node_stmt_, entry_stmt_, subject_stmt_, insert_node_stmt_;
 };
 

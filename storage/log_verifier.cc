@@ -16,14 +16,32 @@ constexpr size_t kMaxProblems = 100;  // enough to diagnose; a wrecked log would
 
 class Verifier {
  public:
-  Verifier(const EvidenceLog& log, const evidence::TrustStore& trust) : log_(log), trust_(trust) {}
+  Verifier(const EvidenceLog& log, const evidence::TrustStore& trust, VerifiedLogState from)
+      : log_(log), trust_(trust), tree_(std::move(from.tree)), from_(from.size) {
+    out_.verified_from = from_;
+    if (from_ > 0) {
+      have_last_ = true;
+      last_size_ = from_;
+      last_root_ = from.root;
+    }
+  }
 
   absl::StatusOr<LogVerification> Run() {
-    auto integrity = log_.IntegrityCheck();
-    if (!integrity.ok()) return integrity.status();
-    if (*integrity != "ok") Problem(absl::StrCat("sqlite integrity_check: ", *integrity));
+    if (from_ == 0) {
+      // A damaged file is a finding, not the end of the run: the walks below still read what
+      // they can.
+      auto integrity = log_.IntegrityCheck();
+      if (!integrity.ok()) {
+        Problem(absl::StrCat("sqlite integrity_check: ", integrity.status().message()));
+      } else if (*integrity != "ok") {
+        Problem(absl::StrCat("sqlite integrity_check: ", *integrity));
+      }
+    } else if (auto s = CheckConsistencyFromVerified(); !s.ok()) {
+      return s;
+    }
     if (auto s = CheckTriggers(); !s.ok()) return s;
-    if (auto s = log_.ForEachEntry([&](const LogEntry& e) { return Entry(e); }); !s.ok()) {
+    if (auto s = log_.ForEachEntry([&](const LogEntry& e) { return Entry(e); }, from_);
+        !s.ok()) {
       return s;
     }
     out_.entries = tree_.size();
@@ -31,11 +49,12 @@ class Verifier {
     if (auto s = CheckSubjects(); !s.ok()) return s;
     if (auto s = CheckNodes(); !s.ok()) return s;
     if (auto s = log_.ForEachCheckpoint(
-            [&](uint64_t size, const std::string& note) { return Checkpoint(size, note); });
+            [&](uint64_t size, const std::string& note) { return Checkpoint(size, note); },
+            from_ + (from_ > 0 ? 1 : 0));
         !s.ok()) {
       return s;
     }
-    if (out_.checkpoints == 0 && tree_.size() > 0) {
+    if (!have_last_ && tree_.size() > 0) {
       Problem("no signed checkpoint covers the entries");
     } else if (last_size_ != tree_.size()) {
       Problem(absl::StrCat("newest checkpoint is for size ", last_size_, " but the log holds ",
@@ -44,20 +63,61 @@ class Verifier {
     return out_;
   }
 
+  VerifiedLogState State() {
+    VerifiedLogState state;
+    state.size = last_size_;
+    state.root = last_root_;
+    state.tree = std::move(tree_);
+    return state;
+  }
+
  private:
   void Problem(std::string p) {
     if (out_.problems.size() < kMaxProblems) out_.problems.push_back(std::move(p));
   }
 
+  // The log's own proof that its newest signed tree extends the one verified last time.
+  absl::Status CheckConsistencyFromVerified() {
+    auto size = log_.Size();
+    if (!size.ok()) return size.status();
+    if (*size < from_) {
+      Problem(absl::StrCat("the log holds ", *size, " entries, fewer than the ", from_,
+                           " verified before; entries were removed"));
+      return absl::OkStatus();
+    }
+    auto latest = log_.LatestCheckpoint();
+    if (!latest.ok()) return latest.status();
+    auto head = VerifyCheckpoint(latest->second, log_.origin(), trust_);
+    if (!head.ok() || head->size != latest->first) {
+      Problem(absl::StrCat("checkpoint ", latest->first, ": does not verify"));
+      return absl::OkStatus();
+    }
+    auto proof = log_.ConsistencyProof(from_, head->size);
+    if (!proof.ok() ||
+        !VerifyConsistency(from_, head->size, *proof, last_root_, head->root).ok()) {
+      Problem(absl::StrCat("checkpoint ", head->size,
+                           ": the log's consistency proof from the verified checkpoint ", from_,
+                           " does not verify"));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status CheckTriggers() {
     auto names = log_.TriggerNames();
     if (!names.ok()) return names.status();
+    std::vector<std::string> wanted;
     for (const char* t : {"meta", "entries", "subjects", "tree_nodes", "checkpoints"}) {
-      for (const char* op : {"UPDATE", "DELETE"}) {
-        std::string want = absl::StrCat(t, "_no_", op);
-        if (std::find(names->begin(), names->end(), want) == names->end()) {
-          Problem(absl::StrCat("append-only trigger ", want, " is missing"));
-        }
+      for (const char* op : {"UPDATE", "DELETE"}) wanted.push_back(absl::StrCat(t, "_no_", op));
+    }
+    if (log_.schema_version() >= 2) {
+      for (const char* t : {"entries_in_order", "subjects_of_newest", "tree_nodes_of_newest",
+                            "checkpoints_of_size", "jobs_no_DELETE", "jobs_request_fixed"}) {
+        wanted.push_back(t);
+      }
+    }
+    for (const std::string& want : wanted) {
+      if (std::find(names->begin(), names->end(), want) == names->end()) {
+        Problem(absl::StrCat("append-only trigger ", want, " is missing"));
       }
     }
     return absl::OkStatus();
@@ -100,11 +160,12 @@ class Verifier {
 
   absl::Status CheckSubjects() {
     std::map<uint64_t, std::vector<std::string>> stored;
-    auto s = log_.ForEachSubject([&](uint64_t seq, const std::string& name,
-                                     const std::string& sha) {
-      stored[seq].push_back(absl::StrCat(name, "\n", sha));
-      return absl::OkStatus();
-    });
+    auto s = log_.ForEachSubject(
+        [&](uint64_t seq, const std::string& name, const std::string& sha) {
+          stored[seq].push_back(absl::StrCat(name, "\n", sha));
+          return absl::OkStatus();
+        },
+        from_);
     if (!s.ok()) return s;
     if (stored != expected_subjects_) {
       Problem("subject index rows differ from the signed payloads' subjects");
@@ -113,17 +174,22 @@ class Verifier {
   }
 
   absl::Status CheckNodes() {
+    // Complete subtrees at level L that cover a leaf >= from_: indexes [from_ >> L, n >> L).
     uint64_t stored = 0, expected = 0;
-    for (uint64_t n = tree_.size(); n > 0; n >>= 1) expected += n;
-    auto s = log_.ForEachNode([&](int level, uint64_t idx, const Hash& h) {
-      ++stored;
-      auto want = tree_.Node(level, idx);
-      if (!want.ok() || *want != h) {
-        Problem(absl::StrCat("tree node level ", level, " index ", idx,
-                             " differs from the recomputed tree"));
-      }
-      return absl::OkStatus();
-    });
+    for (int level = 0; (tree_.size() >> level) > 0; ++level) {
+      expected += (tree_.size() >> level) - (from_ >> level);
+    }
+    auto s = log_.ForEachNode(
+        [&](int level, uint64_t idx, const Hash& h) {
+          ++stored;
+          auto want = tree_.Node(level, idx);
+          if (!want.ok() || *want != h) {
+            Problem(absl::StrCat("tree node level ", level, " index ", idx,
+                                 " differs from the recomputed tree"));
+          }
+          return absl::OkStatus();
+        },
+        from_);
     if (!s.ok()) return s;
     if (stored != expected) {
       Problem(absl::StrCat("log stores ", stored, " tree nodes; ", expected, " expected"));
@@ -169,6 +235,7 @@ class Verifier {
   const EvidenceLog& log_;
   const evidence::TrustStore& trust_;
   MemoryTree tree_;
+  const uint64_t from_;
   std::map<uint64_t, std::vector<std::string>> expected_subjects_;
   bool have_last_ = false;
   uint64_t last_size_ = 0;
@@ -180,12 +247,29 @@ class Verifier {
 
 absl::StatusOr<LogVerification> VerifyLog(const EvidenceLog& log,
                                           const evidence::TrustStore& trust) {
-  return Verifier(log, trust).Run();
+  return VerifyLogFrom(log, trust, {}, nullptr);
+}
+
+absl::StatusOr<LogVerification> VerifyLogFrom(const EvidenceLog& log,
+                                              const evidence::TrustStore& trust,
+                                              VerifiedLogState from, VerifiedLogState* state) {
+  if (from.size != from.tree.size()) {
+    return absl::InvalidArgumentError("verified state: tree size differs from its size");
+  }
+  Verifier verifier(log, trust, std::move(from));
+  absl::StatusOr<LogVerification> result;
+  absl::Status s = log.InReadTransaction([&] {
+    result = verifier.Run();
+    return result.status();
+  });
+  if (!s.ok()) return s;
+  if (state && result->ok()) *state = verifier.State();
+  return result;
 }
 
 LogVerification VerifyLogFile(const std::string& path, const evidence::TrustStore& trust) {
   absl::StatusOr<LogVerification> result;
-  auto log = EvidenceLog::Open(path, /*create=*/false);
+  auto log = EvidenceLog::OpenReadOnly(path);
   if (log.ok()) result = VerifyLog(**log, trust);
   if (log.ok() && result.ok()) return *result;
   LogVerification failed;

@@ -56,6 +56,7 @@ struct PolicyRef {
   std::string name;
   std::string version;
   nlohmann::ordered_json thresholds = nlohmann::ordered_json::object();
+  std::string uri{};  // a verification summary's policy URI; empty: ckpt-audit:policy/NAME@VERSION
 };
 
 // The source of a pair audit, bound by content: what the derived checkpoint was proved
@@ -97,7 +98,8 @@ absl::StatusOr<std::string> RecordPayload(const EvidenceRecord& record);
 
 // A gate decision as an SLSA verification summary Statement over the same subjects.
 // `input_uri` names the log entry holding the full record; `input_sha256` is the digest of its
-// exact envelope bytes.
+// exact envelope bytes. With an empty `input_uri` the decision rests on no record and
+// inputAttestations is empty.
 absl::StatusOr<std::string> VerificationSummaryPayload(const EvidenceRecord& record,
                                                        const std::string& verifier_id,
                                                        const std::string& input_uri,

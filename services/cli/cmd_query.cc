@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
 #include "nlohmann/json.hpp"
@@ -16,11 +18,32 @@ namespace {
 struct QueryArgs {
   std::string db;
   storage::QueryFilter filter;
+  std::string since, until;
   bool json = false;
 };
 
-int Run(const QueryArgs& a) {
-  auto log = storage::EvidenceLog::Open(a.db, /*create=*/false);
+// RFC 3339 with any offset, or a date (YYYY-MM-DD, midnight UTC).
+absl::StatusOr<std::optional<absl::Time>> ParseTimeFlag(const std::string& flag,
+                                                        const std::string& value) {
+  if (value.empty()) return std::optional<absl::Time>();
+  absl::Time t;
+  std::string err;
+  if (absl::ParseTime(absl::RFC3339_full, value, &t, &err) ||
+      absl::ParseTime("%Y-%m-%d", value, absl::UTCTimeZone(), &t, &err)) {
+    return std::optional<absl::Time>(t);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, ": '", value, "' is neither an RFC 3339 time nor a YYYY-MM-DD date"));
+}
+
+int Run(QueryArgs a) {
+  auto since = ParseTimeFlag("--since", a.since);
+  if (!since.ok()) return ReportError(since.status());
+  a.filter.since = *since;
+  auto until = ParseTimeFlag("--until", a.until);
+  if (!until.ok()) return ReportError(until.status());
+  a.filter.until = *until;
+  auto log = storage::EvidenceLog::OpenReadOnly(a.db);
   if (!log.ok()) return ReportError(log.status());
   storage::QueryFilter filter = a.filter;
   filter.root = EncodeName(filter.root);  // records name roots in the name encoding
@@ -62,8 +85,8 @@ void AddQueryCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--root", a->filter.root, "audited checkpoint root (realpath)");
   cmd->add_option("--verdict", a->filter.verdict, "pass or fail");
   cmd->add_option("--policy", a->filter.policy, "policy name");
-  cmd->add_option("--since", a->filter.since, "RFC 3339 time or date prefix, inclusive");
-  cmd->add_option("--until", a->filter.until, "RFC 3339 time or date prefix, exclusive");
+  cmd->add_option("--since", a->since, "RFC 3339 time (any offset) or YYYY-MM-DD, inclusive");
+  cmd->add_option("--until", a->until, "RFC 3339 time (any offset) or YYYY-MM-DD, exclusive");
   cmd->add_option("--limit", a->filter.limit, "records per page (1..10000, default 50)");
   cmd->add_option("--page-token", a->filter.page_token, "continue after a previous page");
   cmd->add_flag("--json", a->json, "machine-readable output");

@@ -1,7 +1,8 @@
 // Commands against a running ckpt-auditd (proto/ckpt_audit/v1/audit.proto):
 //   ckpt-audit submit --server ADDR ROOT [--source S] [--policy P] [--json]
 //       queues an audit on the daemon and follows its progress stream to the verdict;
-//   ckpt-audit gate --server ADDR ROOT [--policy P] [--trust FILE] [--json]
+//   ckpt-audit gate --server ADDR ROOT [--policy P] [--source-manifest-root HEX]
+//                   [--map-root /DECLARED=/ACTUAL] [--trust FILE] [--json]
 //       asks for a pass/fail decision on the root as it is on disk now, and believes a PASS only
 //       after verifying the signed decision and its inclusion in the log (docs/daemon.md).
 // Both take --token-file (or $CKPT_AUDIT_TOKEN), and --ca [--cert --key] for TLS / mutual TLS.
@@ -16,6 +17,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "ckpt_audit/v1/audit.grpc.pb.h"
 #include "core/text/json_dump.h"
 #include "core/evidence/dsse.h"
@@ -43,8 +45,25 @@ struct ConnectArgs {
 struct RemoteArgs {
   ConnectArgs connect;
   std::string root, source, policy, trust;
+  std::string source_manifest_root;   // gate: only records against this source decide
+  std::vector<std::string> map_root;  // gate: "/DECLARED=/ACTUAL"
   bool json = false;
 };
+
+absl::Status AddRootMap(const std::vector<std::string>& specs,
+                        google::protobuf::RepeatedPtrField<pb::RootMapping>* out) {
+  for (const std::string& spec : specs) {
+    std::vector<std::string> parts = absl::StrSplit(spec, absl::MaxSplits('=', 1));
+    if (parts.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--map-root '", spec, "': expected /DECLARED=/ACTUAL"));
+    }
+    pb::RootMapping* m = out->Add();
+    m->set_declared(parts[0]);
+    m->set_actual(parts[1]);
+  }
+  return absl::OkStatus();
+}
 
 // A channel to the daemon and the bearer token every call carries.
 struct Remote {
@@ -189,50 +208,51 @@ int Submit(const RemoteArgs& a) {
   return job.verdict() == "pass" ? kExitOk : kExitCheckFailed;
 }
 
-// A PASS counts only when the decision record the server names is a verification summary
-// signed by a trusted key, says PASSED for exactly the content digest the server reported, and
-// is included in the log under a tree head signed by a trusted key. A server that merely says
-// `pass` (or replays a decision about other content) proves nothing.
-absl::Status VerifyPass(const Remote& r, const pb::GateResponse& resp,
-                        const evidence::TrustStore& trust) {
-  if (resp.decision_id() < 0) return absl::FailedPreconditionError("no decision record named");
-  pb::GetRecordRequest rr;
-  rr.set_id(resp.decision_id());
-  pb::Record rec;
-  if (grpc::Status s = r.stub->GetRecord(r.Context().get(), rr, &rec); !s.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                        absl::StrCat("fetching decision ", resp.decision_id(), ": ",
-                                     s.error_message()));
+// A PASS counts only when the decision the server returned (its exact envelope, an inclusion
+// proof and the signed checkpoint, all in the answer) is a verification summary signed by a
+// trusted key that says PASSED for exactly the content digest and gate policy the server
+// reported, and is a leaf of the log under a tree head signed by a trusted key. A server that
+// merely says `pass` (or replays a decision about other content, or relabels a FAILED one)
+// proves nothing.
+absl::Status VerifyPass(const pb::GateResponse& resp, const evidence::TrustStore& trust) {
+  if (resp.decision_envelope().empty()) {
+    return absl::FailedPreconditionError("the answer carries no signed decision");
   }
-  auto env = evidence::ParseEnvelope(rec.envelope());
+  auto env = evidence::ParseEnvelope(resp.decision_envelope());
   if (!env.ok()) return env.status();
   if (auto signer = evidence::VerifyEnvelope(*env, trust); !signer.ok()) return signer.status();
-  auto idx = evidence::IndexPayload(env->payload);
-  if (!idx.ok()) return idx.status();
-  if (idx->predicate_type != evidence::kVerificationSummaryType || idx->verdict != "pass") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "record ", resp.decision_id(), " is not a passing gate decision"));
+  auto j = nlohmann::json::parse(env->payload, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || j.value("predicateType", "") != evidence::kVerificationSummaryType ||
+      !j.contains("predicate") || !j["predicate"].is_object()) {
+    return absl::FailedPreconditionError("the signed statement is not a gate decision");
+  }
+  const auto& pred = j["predicate"];
+  if (pred.value("verificationResult", "") != "PASSED") {
+    return absl::FailedPreconditionError("the signed decision says FAILED");
+  }
+  if (!pred.contains("policy") || !pred["policy"].is_object() ||
+      pred["policy"].value("uri", "") != resp.gate_policy()) {
+    return absl::FailedPreconditionError("the signed decision states another gate policy");
   }
   bool content_matches = false;
-  for (const auto& s : idx->subjects) {
-    content_matches |= s.name == evidence::kManifestRootSubject && s.sha256 == resp.manifest_root();
+  if (j.contains("subject") && j["subject"].is_array()) {
+    for (const auto& s : j["subject"]) {
+      content_matches |= s.is_object() &&
+                         s.value("name", "") == evidence::kManifestRootSubject &&
+                         s.contains("digest") && s["digest"].is_object() &&
+                         s["digest"].value("sha256", "") == resp.manifest_root();
+    }
   }
   if (!content_matches) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "decision ", resp.decision_id(), " is not about content ", resp.manifest_root()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the signed decision is not about content ", resp.manifest_root()));
   }
 
-  pb::GetInclusionProofRequest pr;
-  pr.set_id(resp.decision_id());
-  pb::InclusionProof proof;
-  if (grpc::Status s = r.stub->GetInclusionProof(r.Context().get(), pr, &proof); !s.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                        absl::StrCat("inclusion proof: ", s.error_message()));
-  }
+  const pb::InclusionProof& proof = resp.decision_proof();
   const std::string& note = proof.checkpoint();
   auto head = storage::VerifyCheckpoint(note, note.substr(0, note.find('\n')), trust);
   if (!head.ok()) return head.status();
-  if (proof.leaf_index() != resp.decision_id() ||
+  if (proof.leaf_index() < 0 || proof.leaf_index() != resp.decision_id() ||
       static_cast<uint64_t>(proof.tree_size()) != head->size) {
     return absl::FailedPreconditionError("the inclusion proof is not for this decision and tree");
   }
@@ -243,7 +263,7 @@ absl::Status VerifyPass(const Remote& r, const pb::GateResponse& resp,
     std::copy(h.begin(), h.end(), x.begin());
     hashes.push_back(x);
   }
-  return storage::VerifyInclusion(storage::LeafHash(evidence::AsBytes(rec.envelope())),
+  return storage::VerifyInclusion(storage::LeafHash(evidence::AsBytes(resp.decision_envelope())),
                                   static_cast<uint64_t>(proof.leaf_index()), head->size, hashes,
                                   head->root);
 }
@@ -256,6 +276,8 @@ int Gate(const RemoteArgs& a) {
   pb::GateRequest req;
   req.set_root(a.root);
   req.set_policy(a.policy);
+  req.set_source_manifest_root(a.source_manifest_root);
+  if (auto s = AddRootMap(a.map_root, req.mutable_root_map()); !s.ok()) return ReportError(s);
   pb::GateResponse resp;
   if (grpc::Status s = remote->stub->Gate(remote->Context().get(), req, &resp); !s.ok()) {
     return ReportRpcError(s);
@@ -263,7 +285,7 @@ int Gate(const RemoteArgs& a) {
   bool pass = resp.pass();
   std::string verified;
   if (pass) {
-    absl::Status v = VerifyPass(*remote, resp, *trust);
+    absl::Status v = VerifyPass(resp, *trust);
     pass = v.ok();
     verified = v.ok() ? "decision signature and log inclusion verified"
                       : absl::StrCat("the server said PASS but its decision does not verify: ",
@@ -275,6 +297,8 @@ int Gate(const RemoteArgs& a) {
                                                              resp.reasons().end())},
                         {"record_id", resp.record_id()},
                         {"decision_id", resp.decision_id()},
+                        {"reused", resp.reused()},
+                        {"gate_policy", resp.gate_policy()},
                         {"manifest_root", resp.manifest_root()}};
     if (!verified.empty()) j["verification"] = verified;
     std::printf("%s\n", DumpJson(j, 2).c_str());
@@ -314,6 +338,10 @@ void AddRemoteCommands(CLI::App& app, int* exit_code) {
   AddCommon(g, gate.get());
   g->add_option("--trust", gate->trust,
                 "trust file with the daemon's public key (default: per-user)");
+  g->add_option("--source-manifest-root", gate->source_manifest_root,
+                "only a pair audit against the source with this OMS ROOT may decide");
+  g->add_option("--map-root", gate->map_root,
+                "/DECLARED=/ACTUAL: where an X4T container's declared root is (repeatable)");
   g->callback([=] { *exit_code = Gate(*gate); });
 }
 

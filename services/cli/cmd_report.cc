@@ -25,7 +25,7 @@ struct ReportArgs {
 };
 
 int Run(const ReportArgs& a) {
-  auto log = storage::EvidenceLog::Open(a.db, /*create=*/false);
+  auto log = storage::EvidenceLog::OpenReadOnly(a.db);
   if (!log.ok()) return ReportError(log.status());
   auto entry = (*log)->Get(a.id);
   if (!entry.ok()) return ReportError(entry.status());

@@ -123,7 +123,7 @@ int Verify(const VerifyArgs& a) {
   if (!trust.ok()) return ReportError(trust.status());
   std::unique_ptr<storage::EvidenceLog> log;
   if (!a.db.empty()) {
-    auto opened = storage::EvidenceLog::Open(a.db, /*create=*/false);
+    auto opened = storage::EvidenceLog::OpenReadOnly(a.db);
     if (!opened.ok()) return ReportError(opened.status());
     log = std::move(*opened);
   }

@@ -1,6 +1,7 @@
 #include "services/daemon/audit_backend.h"
 
 #include <chrono>
+#include <condition_variable>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -8,31 +9,95 @@
 #include "core/checkpoint.h"
 #include "core/evidence/dsse.h"
 #include "core/evidence/record.h"
-#include "core/fingerprint/fingerprint.h"
-#include "core/text/json_dump.h"
 #include "core/interop/publish.h"
+#include "core/text/json_dump.h"
+#include "core/text/name_encoding.h"
 
 namespace ckpt::daemon {
 namespace {
 
 constexpr char kVerifierId[] = "https://ckpt-audit.dev/ckpt-auditd";
+constexpr char kLogLabel[] = "evidence log";  // error messages never show the database path
+constexpr size_t kMaxReaders = 8;
+constexpr size_t kMaxCachedFormats = 4096;
 
 // Reasons a stored record failed: each failing check with its first finding.
 std::vector<std::string> FailureReasons(const std::string& payload) {
   std::vector<std::string> reasons;
   auto j = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("predicate")) return reasons;
-  for (const auto& c : j["predicate"].value("checks", nlohmann::json::array())) {
-    if (c.value("verdict", "") != "fail") continue;
+  if (!j.is_object() || !j.contains("predicate") || !j["predicate"].is_object()) return reasons;
+  const auto& checks = j["predicate"].value("checks", nlohmann::json::array());
+  if (!checks.is_array()) return reasons;
+  for (const auto& c : checks) {
+    if (!c.is_object() || c.value("verdict", "") != "fail") continue;
     std::string reason = absl::StrCat("check ", c.value("name", "?"), " failed");
     const auto& findings = c.value("findings", nlohmann::json::array());
-    if (!findings.empty()) absl::StrAppend(&reason, ": ", DumpJson(findings[0]));
+    if (findings.is_array() && !findings.empty()) {
+      absl::StrAppend(&reason, ": ", DumpJson(findings[0]));
+    }
     reasons.push_back(std::move(reason));
   }
   return reasons;
 }
 
+std::string MapKey(const std::vector<quant::RootMapping>& map) {
+  std::string key;
+  for (const auto& m : map) absl::StrAppend(&key, m.declared, "=", m.actual, "\n");
+  return key;
+}
+
 }  // namespace
+
+// Read-only connections, opened on demand (at most kMaxReaders) and reused.
+class AuditBackend::ReaderPool {
+ public:
+  explicit ReaderPool(std::string path) : path_(std::move(path)) {}
+
+  // Runs `fn` with a reader connection of its own.
+  template <typename T>
+  absl::StatusOr<T> With(const std::function<absl::StatusOr<T>(storage::EvidenceLog&)>& fn) {
+    auto reader = Take();
+    if (!reader.ok()) return reader.status();
+    absl::StatusOr<T> result = fn(**reader);
+    Give(*std::move(reader));
+    return result;
+  }
+
+  absl::StatusOr<std::unique_ptr<storage::EvidenceLog>> Open() const {
+    return storage::EvidenceLog::OpenReadOnly(path_, kLogLabel);
+  }
+
+ private:
+  absl::StatusOr<std::unique_ptr<storage::EvidenceLog>> Take() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !idle_.empty() || open_ < kMaxReaders; });
+    if (!idle_.empty()) {
+      auto r = std::move(idle_.back());
+      idle_.pop_back();
+      return r;
+    }
+    ++open_;
+    lock.unlock();
+    auto r = Open();
+    if (!r.ok()) {
+      std::lock_guard<std::mutex> relock(mu_);
+      --open_;
+      cv_.notify_one();
+    }
+    return r;
+  }
+  void Give(std::unique_ptr<storage::EvidenceLog> r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    idle_.push_back(std::move(r));
+    cv_.notify_one();
+  }
+
+  const std::string path_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<storage::EvidenceLog>> idle_;  // guarded by mu_
+  size_t open_ = 0;                                         // guarded by mu_
+};
 
 absl::StatusOr<std::unique_ptr<AuditBackend>> AuditBackend::Create(
     const BackendOptions& options, evidence::SigningKey key, evidence::TrustStore trust) {
@@ -43,43 +108,89 @@ absl::StatusOr<std::unique_ptr<AuditBackend>> AuditBackend::Create(
     if (!real.ok()) return real.status();
     resolved.allowed_roots.push_back(*real);
   }
-  auto log = storage::EvidenceLog::Open(options.db_path, /*create=*/true);
-  if (!log.ok()) return log.status();
-  return std::unique_ptr<AuditBackend>(new AuditBackend(
-      std::move(resolved), std::move(key), std::move(trust), *std::move(log)));
-}
+  storage::LogOpenOptions open;
+  open.create = true;
+  open.label = kLogLabel;
+  auto writer = storage::EvidenceLog::Open(options.db_path, open);
+  if (!writer.ok()) return writer.status();
+  std::unique_ptr<AuditBackend> backend(new AuditBackend(
+      std::move(resolved), std::move(key), std::move(trust), *std::move(writer)));
 
-AuditBackend::AuditBackend(BackendOptions options, evidence::SigningKey key,
-                           evidence::TrustStore trust, std::unique_ptr<storage::EvidenceLog> log)
-    : options_(std::move(options)),
-      key_(std::move(key)),
-      trust_(std::move(trust)),
-      log_(std::move(log)) {
-  jobs_ = std::make_unique<JobManager>(
-      [this](const JobSpec& spec, Progress& progress) {
+  absl::Status accepting = backend->writer_->append_status();
+  if (backend->writer_->schema_version() >= 2) {
+    auto table = storage::JobTable::Open(options.db_path, kLogLabel, /*read_only=*/!accepting.ok());
+    if (!table.ok()) return table.status();
+    backend->job_table_ = *std::move(table);
+  }
+  auto jobs = JobManager::Create(
+      [b = backend.get()](const JobSpec& spec, Progress& progress) {
         const auto start = std::chrono::steady_clock::now();
-        absl::StatusOr<JobOutcome> outcome = RunJob(spec, progress);
-        if (options_.observer != nullptr) {
-          options_.observer->AuditFinished(
+        absl::StatusOr<JobOutcome> outcome = b->RunJob(spec, progress);
+        if (b->options_.observer != nullptr) {
+          b->options_.observer->AuditFinished(
               outcome.ok() ? std::string_view(outcome->verdict) : "error",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
               outcome.ok() ? outcome->bytes_read : 0);
         }
         return outcome;
       },
-      options_.workers, options_.max_queued);
+      backend->job_table_.get(), accepting, options.workers, options.max_queued);
+  if (!jobs.ok()) return jobs.status();
+  backend->jobs_ = *std::move(jobs);
+  return backend;
 }
 
-AuditBackend::~AuditBackend() { jobs_.reset(); }  // join workers before the log goes
+AuditBackend::AuditBackend(BackendOptions options, evidence::SigningKey key,
+                           evidence::TrustStore trust, std::unique_ptr<storage::EvidenceLog> writer)
+    : options_(std::move(options)),
+      key_(std::move(key)),
+      trust_(std::move(trust)),
+      writer_(std::move(writer)),
+      readers_(std::make_unique<ReaderPool>(options_.db_path)),
+      index_(trust_, writer_->origin(), kVerifierId),
+      fingerprinter_(options_.threads_per_audit, options_.gate_stable_age) {
+  // Gates wait for this scan; everything else works meanwhile.
+  index_loader_ = std::thread([this] {
+    auto reader = readers_->Open();
+    if (reader.ok()) {
+      index_.Load(**reader);
+    } else {
+      index_.Load(*writer_);  // no reader (an immutable file): the writer is idle at start
+    }
+  });
+}
+
+AuditBackend::~AuditBackend() {
+  jobs_.reset();  // join workers before what they use goes
+  if (index_loader_.joinable()) index_loader_.join();
+}
+
+absl::Status AuditBackend::append_status() const {
+  if (!writer_->append_status().ok()) return writer_->append_status();
+  absl::Status index = index_.status();
+  return absl::IsUnavailable(index) ? absl::OkStatus() : index;
+}
 
 absl::StatusOr<std::string> AuditBackend::CheckAllowed(const std::string& root) const {
+  if (root.empty()) return absl::InvalidArgumentError("root: required");
   auto real = RealPath(root);
   if (!real.ok()) return real.status();
   for (const std::string& dir : options_.allowed_roots) {
     if (*real == dir || absl::StartsWith(*real, dir + "/")) return *real;
   }
   return absl::PermissionDeniedError(
-      absl::StrCat(root, " (", *real, ") is outside the daemon's allowed roots"));
+      absl::StrCat(root, " is outside the daemon's allowed roots"));
+}
+
+absl::Status AuditBackend::CheckRootMap(const std::vector<quant::RootMapping>& map) const {
+  for (const quant::RootMapping& m : map) {
+    auto actual = CheckAllowed(m.actual);
+    if (!actual.ok()) {
+      return absl::Status(actual.status().code(),
+                          absl::StrCat("root_map actual: ", actual.status().message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> AuditBackend::StartAudit(JobSpec spec) {
@@ -91,163 +202,277 @@ absl::StatusOr<std::string> AuditBackend::StartAudit(JobSpec spec) {
     if (!source.ok()) return source.status();
     spec.source_root = *source;
   }
+  if (auto s = CheckRootMap(spec.root_map); !s.ok()) return s;
+  if (!spec.root_map.empty()) {
+    // The audit engine (core/audit) takes no root mapping yet; accepting one and auditing
+    // without it would fail every X4T pair for a reason the caller did not cause.
+    return absl::UnimplementedError(
+        "root_map: this build's audit engine cannot map X4T roots yet (Gate accepts root_map)");
+  }
   if (spec.policy.empty()) spec.policy = audit::kDefaultPolicy;
-  if (auto p = audit::PolicyByName(spec.policy); !p.ok()) return p.status();
+  if (auto p = audit::PolicyByName(spec.policy); !p.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("policy: ", p.status().message()));
+  }
+  if (auto s = append_status(); !s.ok()) return s;
   return jobs_->Submit(std::move(spec));
 }
 
 absl::StatusOr<storage::AppendResult> AuditBackend::Append(const std::string& envelope) {
-  std::lock_guard<std::mutex> lock(log_mu_);
-  return log_->Append(envelope, key_);
+  if (auto s = append_status(); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(write_mu_);
+  auto appended = writer_->Append(envelope, key_);
+  if (appended.ok()) index_.Appended(appended->seq, envelope, appended->checkpoint);
+  return appended;
 }
 
-absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, Progress& progress) {
-  audit::AuditOptions options;
-  options.root = spec.root;
-  options.source = spec.source_root;
-  options.policy = spec.policy;
-  options.threads = options_.threads_per_audit;
-  options.invoker = spec.invoker;
-  auto record = audit::RunAudit(options, progress);
-  if (!record.ok()) return record.status();
+// The record and its test result (core/interop/publish.h). They are two appends, and the second
+// may fail after the first: whatever reached the log is read back and added to the gate index,
+// which must see every entry in order.
+absl::StatusOr<JobOutcome> AuditBackend::Publish(const evidence::EvidenceRecord& record) {
+  if (auto s = append_status(); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(write_mu_);
+  auto before = writer_->Size();
+  if (!before.ok()) return before.status();
+  auto published = interop::PublishAudit(record, key_, *writer_);
+  absl::Status indexed = IndexAppendedLocked(*before);
+  if (!published.ok()) return published.status();
+  if (!indexed.ok()) return indexed;
   uint64_t bytes_read = 0;  // what the audit read from storage, both trees (docs/evidence.md)
-  for (const evidence::CheckResult& c : record->checks) {
+  for (const evidence::CheckResult& c : record.checks) {
     if (c.name == "fingerprint" && c.counts.count("bytes_read")) {
       bytes_read = static_cast<uint64_t>(c.counts.at("bytes_read"));
     }
   }
-  absl::StatusOr<interop::PublishedAudit> published;
-  {
-    std::lock_guard<std::mutex> lock(log_mu_);
-    published = interop::PublishAudit(*record, key_, *log_);
-  }
-  if (!published.ok()) return published.status();
-  return JobOutcome{evidence::VerdictName(record->OverallVerdict()),
+  return JobOutcome{evidence::VerdictName(record.OverallVerdict()),
                     static_cast<int64_t>(published->record_id), bytes_read};
 }
 
-absl::StatusOr<GateDecision> AuditBackend::Gate(const std::string& root,
-                                                const std::string& policy_name,
-                                                Progress& progress,
-                                                const std::string& invoker) {
-  auto real = CheckAllowed(root);
-  if (!real.ok()) return real.status();
-  const std::string policy = policy_name.empty() ? audit::kDefaultPolicy : policy_name;
-  auto policy_config = audit::PolicyByName(policy);
-  if (!policy_config.ok()) return policy_config.status();
-  FingerprintOptions fo;
-  fo.threads = options_.threads_per_audit;
-  fo.tensor_digests = false;  // the manifest ROOT covers every file's bytes
-  auto fp = FingerprintTree(*real, fo, progress);
-  if (!fp.ok()) return fp.status();
+absl::Status AuditBackend::IndexAppendedLocked(uint64_t from) {
+  auto size = writer_->Size();
+  if (!size.ok()) return size.status();
+  if (*size == from) return absl::OkStatus();
+  auto latest = writer_->LatestCheckpoint();
+  if (!latest.ok()) return latest.status();
+  for (uint64_t seq = from; seq < *size; ++seq) {
+    auto entry = writer_->Get(seq);
+    if (!entry.ok()) return entry.status();
+    // Only the newest checkpoint is at hand; the index checks the tree against it at the end.
+    index_.Appended(seq, entry->envelope, seq + 1 == *size ? latest->second : "");
+  }
+  return absl::OkStatus();
+}
 
-  GateDecision d;
-  d.manifest_root = fp->manifest.RootHex();
-  std::optional<storage::LogEntry> audit_entry;
-  storage::QueryFilter filter;
-  filter.digest = d.manifest_root;
-  filter.policy = policy;
-  for (;;) {  // newest first; skip earlier gate decisions over the same subjects
-    absl::StatusOr<storage::QueryPage> page;
-    {
-      std::lock_guard<std::mutex> lock(log_mu_);
-      page = log_->Query(filter);
+absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, Progress& progress) {
+  // Checked again when the job starts: a queued job may be recovered after a restart with a
+  // different allow-list, and the table is not signed.
+  auto root = CheckAllowed(spec.root);
+  if (!root.ok()) return root.status();
+  audit::AuditOptions options;
+  options.root = *root;
+  if (!spec.source_root.empty()) {
+    auto source = CheckAllowed(spec.source_root);
+    if (!source.ok()) return source.status();
+    options.source = *source;
+  }
+  options.policy = spec.policy;
+  options.threads = options_.threads_per_audit;
+  options.invoker = spec.invoker;
+  auto record = audit::RunAudit(options, progress);
+  if (progress.Cancelled()) return absl::CancelledError("job cancelled; nothing was signed");
+  if (!record.ok()) return record.status();
+  return Publish(*record);
+}
+
+absl::StatusOr<std::string> AuditBackend::ReadVerifiedEntry(uint64_t seq) {
+  auto entry = readers_->With<storage::LogEntry>(
+      [&](storage::EvidenceLog& log) { return log.Get(seq); });
+  if (!entry.ok()) return entry.status();
+  if (auto s = index_.CheckEntry(seq, entry->envelope); !s.ok()) return s;
+  return std::move(entry->envelope);
+}
+
+absl::StatusOr<GatePolicy> AuditBackend::PolicyFor(const Content& content,
+                                                   const GateRequest& request,
+                                                   const std::string& scale_policy) {
+  GatePolicy policy;
+  policy.scale_policy = scale_policy;
+  policy.source_manifest_root = request.source_manifest_root;
+  // A format is a function of the bytes, so it is cached by content (and mapping).
+  const std::string key =
+      absl::StrCat(ToHex(ContentKeyOf(content.Subjects())), "\n", MapKey(request.root_map));
+  {
+    std::lock_guard<std::mutex> lock(format_mu_);
+    auto it = formats_.find(key);
+    if (it != formats_.end()) {
+      policy.requirement = RequirementOf(it->second.first, it->second.second);
+      policy.format = quant::QuantFormatName(it->second.first);
+      return policy;
     }
-    if (!page.ok()) return page.status();
-    for (const auto& e : page->entries) {
-      if (e.predicate_type == evidence::kEvidencePredicateType) {
-        audit_entry = e;
-        break;
+  }
+  // Headers and small files only (config, index, manifests): metadata, not tensor bytes.
+  ReadOptions read = Checkpoint::ReadOnly();
+  read.keep = ReadOptions::Keep::kMetadata;
+  read.threads = options_.threads_per_audit;
+  auto ckpt = Checkpoint::Open(content.root, read);
+  if (!ckpt.ok()) {
+    if (absl::IsDataLoss(ckpt.status())) return ckpt.status();  // changed while read
+    policy.requirement = GateRequirement::kNone;
+    policy.format = absl::StrCat("an unreadable checkpoint (", ckpt.status().message(), ")");
+    return policy;
+  }
+  // The format must be that of the files fingerprinted, not of a tree swapped in meanwhile.
+  const TreeImage& image = (*ckpt)->image();
+  bool same = image.files.size() == content.files.size();
+  for (size_t i = 0; same && i < image.files.size(); ++i) {
+    same = image.files[i].name == content.files[i].path &&
+           image.files[i].identity == content.files[i].identity;
+  }
+  if (!same) {
+    return absl::AbortedError("the checkpoint changed while the gate ran; nothing was decided");
+  }
+  quant::FormatOptions fo;
+  fo.root_map = request.root_map;
+  quant::FormatReport report = quant::DetectFormat(**ckpt, fo);
+  policy.requirement = RequirementOf(report.format, report.x4t_sidecars);
+  policy.format = quant::QuantFormatName(report.format);
+  std::lock_guard<std::mutex> lock(format_mu_);
+  if (formats_.size() >= kMaxCachedFormats) formats_.clear();
+  formats_[key] = {report.format, report.x4t_sidecars};
+  return policy;
+}
+
+absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Progress& progress) {
+  auto real = CheckAllowed(request.root);
+  if (!real.ok()) return real.status();
+  if (auto s = CheckRootMap(request.root_map); !s.ok()) return s;
+  const std::string scale_policy = request.policy.empty() ? audit::kDefaultPolicy : request.policy;
+  if (auto p = audit::PolicyByName(scale_policy); !p.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("policy: ", p.status().message()));
+  }
+  if (auto s = index_.WaitReady(progress); !s.ok()) return s;
+  auto content = fingerprinter_.Fingerprint(*real, progress);
+  if (!content.ok()) return content.status();
+  auto policy = PolicyFor(*content, request, scale_policy);
+  if (!policy.ok()) return policy.status();
+
+  const std::vector<evidence::Subject> subjects = content->Subjects();
+  const ContentKey key = ContentKeyOf(subjects);
+  GateOutcome outcome = Decide(*policy, index_.Audits(key));
+  GateDecision d;
+  d.pass = outcome.pass;
+  d.reasons = std::move(outcome.reasons);
+  d.manifest_root = ToHex(content->manifest_root);
+  d.policy_uri = policy->Uri();
+  d.hashed_bytes = content->hashed_bytes;
+  std::string input_uri, input_sha256;
+  if (outcome.record) {
+    d.record_id = static_cast<int64_t>(outcome.record->seq);
+    auto envelope = ReadVerifiedEntry(outcome.record->seq);
+    if (!envelope.ok()) return envelope.status();
+    input_uri = absl::StrCat(index_.origin(), "#", outcome.record->seq);
+    input_sha256 = ToHex(Sha256Of(evidence::AsBytes(*envelope)));
+    if (!d.pass) {
+      auto parsed = evidence::ParseEnvelope(*envelope);
+      if (parsed.ok()) {
+        for (auto& r : FailureReasons(parsed->payload)) d.reasons.push_back(std::move(r));
       }
     }
-    if (audit_entry || page->next_page_token.empty()) break;
-    filter.page_token = page->next_page_token;
   }
+  if (progress.Cancelled()) return absl::CancelledError("gate cancelled; nothing was signed");
 
-  evidence::EvidenceRecord decision;
-  decision.root = *real;
-  decision.policy = audit::PolicyRefOf(*policy_config);
-  decision.environment = evidence::CollectEnvironment();
-  decision.started_at = decision.finished_at = evidence::Rfc3339Now();
-  decision.subjects = audit::SubjectsOf(*fp);
-  decision.invoker = invoker;
-  evidence::CheckResult gate{.name = "gate"};
-  std::string input_uri, input_sha256;
-  if (!audit_entry) {
-    gate.verdict = evidence::Verdict::kFail;
-    d.reasons.push_back(absl::StrCat("no audit record under policy ", policy,
-                                     " for this content (OMS manifest ROOT ", d.manifest_root,
-                                     "); run an audit first"));
-    input_uri = absl::StrCat(log_->origin(), "#none");
-    input_sha256 = d.manifest_root;
+  const std::string resource_uri = absl::StrCat("file://", EncodeName(*real));
+  std::lock_guard<std::mutex> lock(decision_mu_);
+  std::optional<DecisionFacts> last = index_.LatestDecision(key, d.policy_uri, resource_uri);
+  if (last && last->pass == d.pass && last->input_seq == d.record_id) {
+    d.reused = true;
+    d.decision_id = static_cast<int64_t>(last->seq);
+    auto envelope = ReadVerifiedEntry(last->seq);
+    if (!envelope.ok()) return envelope.status();
+    d.envelope = *std::move(envelope);
   } else {
-    d.record_id = static_cast<int64_t>(audit_entry->seq);
-    input_uri = absl::StrCat(log_->origin(), "#", audit_entry->seq);
-    input_sha256 = ToHex(Sha256Of(evidence::AsBytes(audit_entry->envelope)));
-    auto envelope = evidence::ParseEnvelope(audit_entry->envelope);
-    absl::StatusOr<std::string> signer =
-        envelope.ok() ? evidence::VerifyEnvelope(*envelope, trust_) : envelope.status();
-    if (!signer.ok()) {
-      gate.verdict = evidence::Verdict::kFail;
-      d.reasons.push_back(absl::StrCat("record ", audit_entry->seq,
-                                       " does not verify: ", signer.status().message()));
-    } else if (audit_entry->verdict != "pass") {
-      gate.verdict = evidence::Verdict::kFail;
-      d.reasons.push_back(absl::StrCat("record ", audit_entry->seq, " (", audit_entry->time,
-                                       ") failed policy ", policy));
-      for (auto& r : FailureReasons(envelope->payload)) d.reasons.push_back(std::move(r));
-    } else {
-      d.pass = true;
-      d.reasons.push_back(absl::StrCat("record ", audit_entry->seq, " (", audit_entry->time,
-                                       ", signed by ", *signer, ") passed policy ", policy,
-                                       " for exactly this content"));
-    }
+    evidence::EvidenceRecord decision;
+    decision.root = *real;
+    decision.policy = {policy->Name(), "1", nlohmann::ordered_json::object(), d.policy_uri};
+    decision.environment = evidence::CollectEnvironment();
+    decision.started_at = decision.finished_at = evidence::Rfc3339Now();
+    decision.subjects = subjects;
+    decision.invoker = request.invoker;
+    evidence::CheckResult gate;
+    gate.name = "gate";
+    gate.verdict = d.pass ? evidence::Verdict::kPass : evidence::Verdict::kFail;
+    decision.checks.push_back(std::move(gate));
+    auto payload =
+        evidence::VerificationSummaryPayload(decision, kVerifierId, input_uri, input_sha256);
+    if (!payload.ok()) return payload.status();
+    d.envelope = evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, key_);
+    auto appended = Append(d.envelope);
+    if (!appended.ok()) return appended.status();
+    d.decision_id = static_cast<int64_t>(appended->seq);
   }
-  decision.checks.push_back(std::move(gate));
-  auto payload =
-      evidence::VerificationSummaryPayload(decision, kVerifierId, input_uri, input_sha256);
-  if (!payload.ok()) return payload.status();
-  auto appended =
-      Append(evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, key_));
-  if (!appended.ok()) return appended.status();
-  d.decision_id = static_cast<int64_t>(appended->seq);
+  auto proof = index_.Prove(static_cast<uint64_t>(d.decision_id));
+  if (!proof.ok()) return proof.status();
+  d.proof = {proof->leaf_index, proof->tree_size, std::move(proof->hashes), proof->root,
+             std::move(proof->checkpoint)};
   if (options_.observer != nullptr) options_.observer->GateDecided(d.pass);
   return d;
 }
 
 absl::StatusOr<storage::QueryPage> AuditBackend::Query(const storage::QueryFilter& filter) {
-  std::lock_guard<std::mutex> lock(log_mu_);
-  return log_->Query(filter);
+  return readers_->With<storage::QueryPage>(
+      [&](storage::EvidenceLog& log) { return log.Query(filter); });
 }
 
 absl::StatusOr<storage::LogEntry> AuditBackend::GetRecord(uint64_t id) {
-  std::lock_guard<std::mutex> lock(log_mu_);
-  return log_->Get(id);
+  return readers_->With<storage::LogEntry>(
+      [&](storage::EvidenceLog& log) { return log.Get(id); });
 }
 
-absl::StatusOr<storage::LogVerification> AuditBackend::VerifyLog() {
-  std::lock_guard<std::mutex> lock(log_mu_);
-  return storage::VerifyLog(*log_, trust_);
+absl::StatusOr<storage::LogVerification> AuditBackend::VerifyLog(bool incremental) {
+  // A connection of its own: the run holds one read snapshot for as long as it takes, and
+  // appends and other reads go on beside it (WAL).
+  auto reader = readers_->Open();
+  if (!reader.ok()) return reader.status();
+  std::unique_lock<std::mutex> serial(verify_mu_, std::defer_lock);
+  storage::VerifiedLogState from;
+  if (incremental) {
+    serial.lock();
+    std::lock_guard<std::mutex> lock(verify_state_mu_);
+    from = verified_;
+  }
+  storage::VerifiedLogState state;
+  auto result = storage::VerifyLogFrom(**reader, trust_, std::move(from), &state);
+  if (result.ok() && result->ok()) {
+    std::lock_guard<std::mutex> lock(verify_state_mu_);
+    if (state.size >= verified_.size) verified_ = std::move(state);
+  }
+  return result;
 }
 
 absl::StatusOr<InclusionProofResult> AuditBackend::InclusionProof(uint64_t id) {
-  std::lock_guard<std::mutex> lock(log_mu_);
-  auto latest = log_->LatestCheckpoint();
-  if (!latest.ok()) return latest.status();
-  InclusionProofResult r;
-  r.leaf_index = id;
-  r.tree_size = latest->first;
-  r.checkpoint = latest->second;
-  if (id >= r.tree_size) {
-    return absl::NotFoundError(absl::StrCat("no record ", id, " in a log of ", r.tree_size));
-  }
-  auto hashes = log_->InclusionProof(id, r.tree_size);
-  if (!hashes.ok()) return hashes.status();
-  r.hashes = *std::move(hashes);
-  auto root = log_->RootAt(r.tree_size);
-  if (!root.ok()) return root.status();
-  r.root = *root;
-  return r;
+  return readers_->With<InclusionProofResult>(
+      [&](storage::EvidenceLog& log) -> absl::StatusOr<InclusionProofResult> {
+        InclusionProofResult r;
+        absl::Status s = log.InReadTransaction([&]() -> absl::Status {
+          auto latest = log.LatestCheckpoint();
+          if (!latest.ok()) return latest.status();
+          r.leaf_index = id;
+          r.tree_size = latest->first;
+          r.checkpoint = latest->second;
+          if (id >= r.tree_size) {
+            return absl::NotFoundError(
+                absl::StrCat("no record ", id, " in a log of ", r.tree_size));
+          }
+          auto hashes = log.InclusionProof(id, r.tree_size);
+          if (!hashes.ok()) return hashes.status();
+          r.hashes = *std::move(hashes);
+          auto root = log.RootAt(r.tree_size);
+          if (!root.ok()) return root.status();
+          r.root = *root;
+          return absl::OkStatus();
+        });
+        if (!s.ok()) return s;
+        return r;
+      });
 }
 
 }  // namespace ckpt::daemon

@@ -1,23 +1,34 @@
-// What ckpt-auditd does, without gRPC: audits as jobs, gate decisions, evidence queries and
-// proofs over one evidence log. The gRPC AuditService (grpc_service.h) only translates messages.
+// What ckpt-auditd does, without gRPC: audits as durable jobs, gate decisions, evidence queries,
+// proofs and log verification over one evidence log. The gRPC AuditService (grpc_service.h)
+// validates and translates messages.
 //
 // Roots must resolve (realpath) inside one of the allow-listed directories: the daemon reads
-// whatever path a client names, so an empty allow-list denies everything. Thread-safe: the log is
-// used under log_mu_; audits run on the JobManager's workers.
+// whatever path a client names, so an empty allow-list denies everything. The daemon is the
+// log's only writer (storage/evidence_log.h); appends go through one writer connection, reads
+// through a pool of read-only connections, and each VerifyLog opens its own, so none of them
+// waits for another (WAL). Gates read only verified entries (verified_index.h). Error messages
+// name the log "evidence log", never its path. Thread-safe.
 #ifndef CKPT_SERVICES_DAEMON_AUDIT_BACKEND_H_
 #define CKPT_SERVICES_DAEMON_AUDIT_BACKEND_H_
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/evidence/ed25519.h"
 #include "core/evidence/trust_store.h"
 #include "services/daemon/audit_observer.h"
+#include "services/daemon/content_fingerprint.h"
+#include "services/daemon/gate_policy.h"
 #include "services/daemon/job_manager.h"
+#include "services/daemon/verified_index.h"
 #include "storage/evidence_log.h"
+#include "storage/job_table.h"
 #include "storage/log_verifier.h"
 
 namespace ckpt::daemon {
@@ -28,15 +39,17 @@ struct BackendOptions {
   unsigned workers = 1;                    // audits at once
   size_t max_queued = 64;
   unsigned threads_per_audit = 0;          // 0: all cores
-  AuditObserver* observer = nullptr;       // not owned; outlives the backend
+  // How old a file's ctime must be before a gate reuses its digest (content_fingerprint.h).
+  absl::Duration gate_stable_age = ContentFingerprinter::kStableAge;
+  AuditObserver* observer = nullptr;  // not owned; outlives the backend
 };
 
-struct GateDecision {
-  bool pass = false;
-  std::vector<std::string> reasons;
-  int64_t record_id = -1;    // the audit record the decision rests on
-  int64_t decision_id = -1;  // the signed verification summary appended for this call
-  std::string manifest_root;
+struct GateRequest {
+  std::string root;
+  std::string policy;                // scale-window policy name; empty = default
+  std::string source_manifest_root;  // pinned source OMS ROOT (lower-case hex) or empty
+  std::vector<quant::RootMapping> root_map;
+  std::string invoker;  // auth.h Caller::Invoker(), recorded in a new decision
 };
 
 struct InclusionProofResult {
@@ -47,9 +60,23 @@ struct InclusionProofResult {
   std::string checkpoint;
 };
 
+struct GateDecision {
+  bool pass = false;
+  std::vector<std::string> reasons;
+  int64_t record_id = -1;    // the audit record the decision rests on
+  int64_t decision_id = -1;  // the signed verification summary stating the decision
+  bool reused = false;       // decision_id was appended by an earlier, identical gate
+  std::string manifest_root;
+  std::string policy_uri;
+  std::string envelope;        // the decision's exact DSSE bytes
+  InclusionProofResult proof;  // of decision_id, against a signed checkpoint
+  uint64_t hashed_bytes = 0;   // file bytes read by this gate (0 when nothing changed)
+};
+
 class AuditBackend {
  public:
-  // Opens (creating) the log. `trust` must include `key` for the daemon's own records to verify.
+  // Opens (creating) the log as its writer and starts verifying it for gates in the background.
+  // `trust` must include `key` for the daemon's own records to verify.
   static absl::StatusOr<std::unique_ptr<AuditBackend>> Create(const BackendOptions& options,
                                                               evidence::SigningKey key,
                                                               evidence::TrustStore trust);
@@ -58,29 +85,55 @@ class AuditBackend {
   absl::StatusOr<std::string> StartAudit(JobSpec spec);
   JobManager& jobs() { return *jobs_; }
 
-  // `invoker` (auth.h Caller::Invoker()) is recorded in the decision.
-  absl::StatusOr<GateDecision> Gate(const std::string& root, const std::string& policy,
-                                    Progress& progress, const std::string& invoker);
+  // Runs on the caller's thread and stops when `progress.Cancelled()` (the client left or its
+  // deadline passed).
+  absl::StatusOr<GateDecision> Gate(const GateRequest& request, Progress& progress);
   absl::StatusOr<storage::QueryPage> Query(const storage::QueryFilter& filter);
   absl::StatusOr<storage::LogEntry> GetRecord(uint64_t id);
-  absl::StatusOr<storage::LogVerification> VerifyLog();
+  // `incremental`: from the last clean verification of this process (full when none).
+  absl::StatusOr<storage::LogVerification> VerifyLog(bool incremental);
   absl::StatusOr<InclusionProofResult> InclusionProof(uint64_t id);
 
   // realpath(root) if it lies inside an allowed directory; PERMISSION_DENIED otherwise.
   absl::StatusOr<std::string> CheckAllowed(const std::string& root) const;
 
+  // For a graceful stop (SIGTERM): see JobManager::Drain.
+  bool Drain(absl::Time deadline) { return jobs_->Drain(deadline); }
+  // OK when audits and new gate decisions can be appended; otherwise why not (a read-only or
+  // damaged database, or a log that does not match its signed checkpoint).
+  absl::Status append_status() const;
+
  private:
+  class ReaderPool;
   AuditBackend(BackendOptions options, evidence::SigningKey key, evidence::TrustStore trust,
-               std::unique_ptr<storage::EvidenceLog> log);
+               std::unique_ptr<storage::EvidenceLog> writer);
   absl::StatusOr<JobOutcome> RunJob(const JobSpec& spec, Progress& progress);
+  absl::Status CheckRootMap(const std::vector<quant::RootMapping>& map) const;
   absl::StatusOr<storage::AppendResult> Append(const std::string& envelope);
+  absl::StatusOr<JobOutcome> Publish(const evidence::EvidenceRecord& record);
+  // Adds entries [from, log size) to the gate index; requires write_mu_.
+  absl::Status IndexAppendedLocked(uint64_t from);
+  absl::StatusOr<GatePolicy> PolicyFor(const Content& content, const GateRequest& request,
+                                       const std::string& scale_policy);
+  absl::StatusOr<std::string> ReadVerifiedEntry(uint64_t seq);
 
   const BackendOptions options_;
   const evidence::SigningKey key_;
   const evidence::TrustStore trust_;
-  std::mutex log_mu_;
-  std::unique_ptr<storage::EvidenceLog> log_;  // guarded by log_mu_
-  std::unique_ptr<JobManager> jobs_;           // last: its workers use everything above
+  std::mutex write_mu_;
+  std::unique_ptr<storage::EvidenceLog> writer_;  // guarded by write_mu_
+  std::unique_ptr<storage::JobTable> job_table_;
+  std::unique_ptr<ReaderPool> readers_;
+  VerifiedLogIndex index_;
+  std::thread index_loader_;
+  ContentFingerprinter fingerprinter_;
+  std::mutex decision_mu_;  // one gate at a time between "is there such a decision" and append
+  std::mutex format_mu_;
+  std::map<std::string, std::pair<quant::QuantFormat, uint64_t>> formats_;  // guarded
+  std::mutex verify_mu_;       // one incremental VerifyLog at a time
+  std::mutex verify_state_mu_;
+  storage::VerifiedLogState verified_;  // guarded by verify_state_mu_
+  std::unique_ptr<JobManager> jobs_;    // last: its workers use everything above
 };
 
 }  // namespace ckpt::daemon

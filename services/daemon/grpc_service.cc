@@ -1,8 +1,11 @@
 #include "services/daemon/grpc_service.h"
 
-#include "core/text/name_encoding.h"
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
+#include "core/text/name_encoding.h"
 #include "grpc/grpc_security_constants.h"
+#include "services/daemon/request_checks.h"
 
 namespace ckpt::daemon {
 namespace {
@@ -27,6 +30,8 @@ pb::JobState ToProto(JobState s) {
     case JobState::kRunning: return pb::JOB_STATE_RUNNING;
     case JobState::kSucceeded: return pb::JOB_STATE_SUCCEEDED;
     case JobState::kFailed: return pb::JOB_STATE_FAILED;
+    case JobState::kCancelled: return pb::JOB_STATE_CANCELLED;
+    case JobState::kInterrupted: return pb::JOB_STATE_INTERRUPTED;
   }
   return pb::JOB_STATE_UNSPECIFIED;
 }
@@ -37,7 +42,12 @@ void FillJob(const JobSnapshot& s, pb::Job* out) {
   out->set_root(Text(s.spec.root));
   out->set_source_root(Text(s.spec.source_root));
   out->set_policy(Text(s.spec.policy));
-  out->set_verdict(s.outcome.verdict);
+  for (const auto& m : s.spec.root_map) {
+    pb::RootMapping* pm = out->add_root_map();
+    pm->set_declared(Text(m.declared));
+    pm->set_actual(Text(m.actual));
+  }
+  out->set_verdict(Text(s.outcome.verdict));
   out->set_record_id(s.outcome.record_id);
   out->set_error_code(static_cast<int32_t>(s.error.code()));
   out->set_error_message(Text(s.error.message()));
@@ -58,6 +68,54 @@ void FillSummary(const storage::LogEntry& e, pb::AuditSummary* out) {
 std::string HashBytes(const storage::Hash& h) {
   return std::string(reinterpret_cast<const char*>(h.data()), h.size());
 }
+
+void FillProof(const InclusionProofResult& p, pb::InclusionProof* out) {
+  out->set_leaf_index(static_cast<int64_t>(p.leaf_index));
+  out->set_tree_size(static_cast<int64_t>(p.tree_size));
+  for (const auto& h : p.hashes) out->add_hashes(HashBytes(h));
+  out->set_root_hash(HashBytes(p.root));
+  out->set_checkpoint(Text(p.checkpoint));  // stored: a tampered one then fails to verify
+}
+
+absl::StatusOr<std::vector<quant::RootMapping>> RootMapOf(
+    const google::protobuf::RepeatedPtrField<pb::RootMapping>& in) {
+  constexpr int kMaxMappings = 16;
+  if (in.size() > kMaxMappings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("root_map: ", in.size(), " mappings; at most ", kMaxMappings));
+  }
+  std::vector<quant::RootMapping> out;
+  for (int i = 0; i < in.size(); ++i) {
+    auto m = CheckRootMapping(absl::StrCat("root_map[", i, "]"), in[i].declared(),
+                              in[i].actual());
+    if (!m.ok()) return m.status();
+    out.push_back(*m);
+  }
+  return out;
+}
+
+// Cancelled once the client cancels or disconnects or the call's deadline passes; the backend
+// polls it while it hashes.
+class CallProgress final : public Progress {
+ public:
+  explicit CallProgress(grpc::ServerContext* ctx) : ctx_(ctx), deadline_(ctx->deadline()) {}
+  void Begin(std::string_view, uint64_t) override {}
+  void Advance(uint64_t) override {}
+  void End() override {}
+  bool Cancelled() const override {
+    return ctx_->IsCancelled() || std::chrono::system_clock::now() > deadline_;
+  }
+  grpc::Status Why() const {
+    if (std::chrono::system_clock::now() > deadline_) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "gate deadline passed");
+    }
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the caller cancelled the gate");
+  }
+
+ private:
+  grpc::ServerContext* const ctx_;
+  const std::chrono::system_clock::time_point deadline_;
+};
 
 }  // namespace
 
@@ -91,8 +149,11 @@ grpc::Status GrpcAuditService::StartAudit(grpc::ServerContext* ctx,
                                           const pb::StartAuditRequest* req, pb::Job* out) {
   Caller caller;
   if (grpc::Status s = Authorize(ctx, "StartAudit", &caller); !s.ok()) return s;
+  if (auto s = RequireNonEmpty("root", req->root()); !s.ok()) return ToGrpc(s);
+  auto root_map = RootMapOf(req->root_map());
+  if (!root_map.ok()) return ToGrpc(root_map.status());
   auto id = backend_.StartAudit(
-      {req->root(), req->source_root(), req->policy(), caller.Invoker()});
+      {req->root(), req->source_root(), req->policy(), *root_map, caller.Invoker()});
   if (!id.ok()) return ToGrpc(id.status());
   auto snapshot = backend_.jobs().Get(*id);
   if (!snapshot.ok()) return ToGrpc(snapshot.status());
@@ -104,6 +165,7 @@ grpc::Status GrpcAuditService::WatchJob(grpc::ServerContext* ctx,
                                         const pb::WatchJobRequest* req,
                                         grpc::ServerWriter<pb::JobEvent>* writer) {
   if (grpc::Status s = Authorize(ctx, "WatchJob"); !s.ok()) return s;
+  if (auto s = CheckJobId("id", req->id()); !s.ok()) return ToGrpc(s);
   absl::Status s = backend_.jobs().Watch(req->id(), [&](const JobEvent& e) {
     if (ctx->IsCancelled()) return false;
     pb::JobEvent msg;
@@ -124,7 +186,18 @@ grpc::Status GrpcAuditService::WatchJob(grpc::ServerContext* ctx,
 grpc::Status GrpcAuditService::GetJob(grpc::ServerContext* ctx, const pb::GetJobRequest* req,
                                       pb::Job* out) {
   if (grpc::Status s = Authorize(ctx, "GetJob"); !s.ok()) return s;
+  if (auto s = CheckJobId("id", req->id()); !s.ok()) return ToGrpc(s);
   auto snapshot = backend_.jobs().Get(req->id());
+  if (!snapshot.ok()) return ToGrpc(snapshot.status());
+  FillJob(*snapshot, out);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcAuditService::CancelJob(grpc::ServerContext* ctx,
+                                         const pb::CancelJobRequest* req, pb::Job* out) {
+  if (grpc::Status s = Authorize(ctx, "CancelJob"); !s.ok()) return s;
+  if (auto s = CheckJobId("id", req->id()); !s.ok()) return ToGrpc(s);
+  auto snapshot = backend_.jobs().Cancel(req->id());
   if (!snapshot.ok()) return ToGrpc(snapshot.status());
   FillJob(*snapshot, out);
   return grpc::Status::OK;
@@ -134,13 +207,27 @@ grpc::Status GrpcAuditService::Gate(grpc::ServerContext* ctx, const pb::GateRequ
                                     pb::GateResponse* out) {
   Caller caller;
   if (grpc::Status s = Authorize(ctx, "Gate", &caller); !s.ok()) return s;
-  auto d = backend_.Gate(req->root(), req->policy(), NoProgress(), caller.Invoker());
-  if (!d.ok()) return ToGrpc(d.status());
+  if (auto s = RequireNonEmpty("root", req->root()); !s.ok()) return ToGrpc(s);
+  auto source = NormalizeDigest("source_manifest_root", req->source_manifest_root());
+  if (!source.ok()) return ToGrpc(source.status());
+  auto root_map = RootMapOf(req->root_map());
+  if (!root_map.ok()) return ToGrpc(root_map.status());
+  CallProgress progress(ctx);
+  auto d = backend_.Gate({req->root(), req->policy(), *source, *root_map, caller.Invoker()},
+                         progress);
+  if (!d.ok()) {
+    if (progress.Cancelled()) return progress.Why();
+    return ToGrpc(d.status());
+  }
   out->set_pass(d->pass);
   for (const auto& r : d->reasons) out->add_reasons(Text(r));
   out->set_record_id(d->record_id);
   out->set_decision_id(d->decision_id);
   out->set_manifest_root(d->manifest_root);
+  out->set_decision_envelope(d->envelope);
+  FillProof(d->proof, out->mutable_decision_proof());
+  out->set_reused(d->reused);
+  out->set_gate_policy(Text(d->policy_uri));
   return grpc::Status::OK;
 }
 
@@ -149,14 +236,29 @@ grpc::Status GrpcAuditService::QueryAudits(grpc::ServerContext* ctx,
                                            pb::QueryAuditsResponse* out) {
   if (grpc::Status s = Authorize(ctx, "QueryAudits"); !s.ok()) return s;
   storage::QueryFilter f;
-  f.digest = req->digest();
-  f.root = req->root();
+  auto digest = NormalizeDigest("digest", req->digest());
+  if (!digest.ok()) return ToGrpc(digest.status());
+  f.digest = *digest;
+  auto root = NormalizePathFilter("root", req->root());
+  if (!root.ok()) return ToGrpc(root.status());
+  f.root = EncodeName(*root);  // records name roots in the name encoding
+  if (auto s = CheckVerdict("verdict", req->verdict()); !s.ok()) return ToGrpc(s);
   f.verdict = req->verdict();
   f.policy = req->policy();
-  f.since = req->since();
-  f.until = req->until();
-  if (req->limit() > 0) f.limit = req->limit();
+  auto since = ParseTimeField("since", req->since());
+  if (!since.ok()) return ToGrpc(since.status());
+  f.since = *since;
+  auto until = ParseTimeField("until", req->until());
+  if (!until.ok()) return ToGrpc(until.status());
+  f.until = *until;
+  auto limit = CheckLimit("limit", req->limit());
+  if (!limit.ok()) return ToGrpc(limit.status());
+  f.limit = *limit;
+  if (auto s = CheckPageToken("page_token", req->page_token()); !s.ok()) return ToGrpc(s);
   f.page_token = req->page_token();
+  auto type = PredicateTypeFilter("predicate_type", req->predicate_type());
+  if (!type.ok()) return ToGrpc(type.status());
+  f.predicate_type = *type;
   auto page = backend_.Query(f);
   if (!page.ok()) return ToGrpc(page.status());
   for (const auto& e : page->entries) FillSummary(e, out->add_audits());
@@ -167,7 +269,7 @@ grpc::Status GrpcAuditService::QueryAudits(grpc::ServerContext* ctx,
 grpc::Status GrpcAuditService::GetRecord(grpc::ServerContext* ctx, const pb::GetRecordRequest* req,
                                          pb::Record* out) {
   if (grpc::Status s = Authorize(ctx, "GetRecord"); !s.ok()) return s;
-  if (req->id() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "negative id");
+  if (req->id() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "id: negative");
   auto e = backend_.GetRecord(static_cast<uint64_t>(req->id()));
   if (!e.ok()) return ToGrpc(e.status());
   out->set_id(req->id());
@@ -176,15 +278,17 @@ grpc::Status GrpcAuditService::GetRecord(grpc::ServerContext* ctx, const pb::Get
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::VerifyLog(grpc::ServerContext* ctx, const pb::VerifyLogRequest*,
+grpc::Status GrpcAuditService::VerifyLog(grpc::ServerContext* ctx,
+                                         const pb::VerifyLogRequest* req,
                                          pb::VerifyLogResponse* out) {
   if (grpc::Status s = Authorize(ctx, "VerifyLog"); !s.ok()) return s;
-  auto v = backend_.VerifyLog();
+  auto v = backend_.VerifyLog(req->incremental());
   if (!v.ok()) return ToGrpc(v.status());
   out->set_ok(v->ok());
   out->set_entries(static_cast<int64_t>(v->entries));
   out->set_checkpoints(static_cast<int64_t>(v->checkpoints));
   for (const auto& p : v->problems) out->add_problems(Text(p));
+  out->set_verified_from(static_cast<int64_t>(v->verified_from));
   return grpc::Status::OK;
 }
 
@@ -192,14 +296,10 @@ grpc::Status GrpcAuditService::GetInclusionProof(grpc::ServerContext* ctx,
                                                  const pb::GetInclusionProofRequest* req,
                                                  pb::InclusionProof* out) {
   if (grpc::Status s = Authorize(ctx, "GetInclusionProof"); !s.ok()) return s;
-  if (req->id() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "negative id");
+  if (req->id() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "id: negative");
   auto p = backend_.InclusionProof(static_cast<uint64_t>(req->id()));
   if (!p.ok()) return ToGrpc(p.status());
-  out->set_leaf_index(static_cast<int64_t>(p->leaf_index));
-  out->set_tree_size(static_cast<int64_t>(p->tree_size));
-  for (const auto& h : p->hashes) out->add_hashes(HashBytes(h));
-  out->set_root_hash(HashBytes(p->root));
-  out->set_checkpoint(Text(p->checkpoint));  // stored: a tampered one then fails to verify
+  FillProof(*p, out);
   return grpc::Status::OK;
 }
 

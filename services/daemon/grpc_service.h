@@ -1,6 +1,7 @@
-// The gRPC AuditService (proto/ckpt_audit/v1/audit.proto): a thin adapter that translates
-// messages to and from AuditBackend calls and absl::Status to grpc::Status. Every handler starts
-// by authorizing its caller (auth.h) for its method; nothing runs before that.
+// The gRPC AuditService (proto/ckpt_audit/v1/audit.proto): a thin adapter that validates every
+// request field (request_checks.h), translates messages to and from AuditBackend calls and
+// absl::Status to grpc::Status, and cancels a gate whose caller left. Every handler starts by
+// authorizing its caller (auth.h) for its method; nothing runs before that.
 #ifndef CKPT_SERVICES_DAEMON_GRPC_SERVICE_H_
 #define CKPT_SERVICES_DAEMON_GRPC_SERVICE_H_
 
@@ -38,6 +39,8 @@ class GrpcAuditService final : public ckpt_audit::v1::AuditService::Service {
   grpc::Status GetInclusionProof(grpc::ServerContext*,
                                  const ckpt_audit::v1::GetInclusionProofRequest*,
                                  ckpt_audit::v1::InclusionProof*) override;
+  grpc::Status CancelJob(grpc::ServerContext*, const ckpt_audit::v1::CancelJobRequest*,
+                         ckpt_audit::v1::Job*) override;
 
  private:
   // OK when the caller may call `method` (the name after the service); fills `caller` if given.

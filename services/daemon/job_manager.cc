@@ -1,17 +1,90 @@
 #include "services/daemon/job_manager.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "core/evidence/environment.h"
 
 namespace ckpt::daemon {
+namespace {
+
+constexpr JobState kAllStates[] = {JobState::kQueued,    JobState::kRunning,
+                                   JobState::kSucceeded, JobState::kFailed,
+                                   JobState::kCancelled, JobState::kInterrupted};
+
+bool Finished(JobState s) { return s != JobState::kQueued && s != JobState::kRunning; }
+
+std::string RootMapText(const std::vector<quant::RootMapping>& map) {
+  std::string out;
+  for (const auto& m : map) absl::StrAppend(&out, m.declared, "=", m.actual, "\n");
+  return out;
+}
+
+std::vector<quant::RootMapping> RootMapOf(const std::string& text) {
+  std::vector<quant::RootMapping> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    auto m = quant::ParseRootMapping(std::string(line));
+    if (m.ok()) out.push_back(*m);
+  }
+  return out;
+}
+
+storage::JobRow RowOf(const JobSnapshot& s) {
+  storage::JobRow r;
+  r.id = s.id;
+  r.root = s.spec.root;
+  r.source_root = s.spec.source_root;
+  r.policy = s.spec.policy;
+  r.root_map = RootMapText(s.spec.root_map);
+  r.invoker = s.spec.invoker;
+  r.state = JobStateName(s.state);
+  r.verdict = s.outcome.verdict;
+  r.record_id = s.outcome.record_id;
+  r.error_code = static_cast<int>(s.error.code());
+  r.error_message = std::string(s.error.message());
+  r.created_at = s.created_at;
+  r.finished_at = s.finished_at;
+  return r;
+}
+
+JobSnapshot SnapshotOf(const storage::JobRow& r) {
+  JobSnapshot s;
+  s.id = r.id;
+  s.spec = {r.root, r.source_root, r.policy, RootMapOf(r.root_map), r.invoker};
+  s.state = JobState::kFailed;
+  for (JobState st : kAllStates) {
+    if (JobStateName(st) == r.state) s.state = st;
+  }
+  s.outcome = {r.verdict, r.record_id};
+  s.error = absl::Status(static_cast<absl::StatusCode>(r.error_code), r.error_message);
+  s.created_at = r.created_at;
+  s.finished_at = r.finished_at;
+  return s;
+}
+
+}  // namespace
+
+std::string JobStateName(JobState s) {
+  switch (s) {
+    case JobState::kQueued: return "queued";
+    case JobState::kRunning: return "running";
+    case JobState::kSucceeded: return "succeeded";
+    case JobState::kFailed: return "failed";
+    case JobState::kCancelled: return "cancelled";
+    case JobState::kInterrupted: return "interrupted";
+  }
+  return "?";
+}
+
 struct JobManager::Job {
   JobSnapshot snapshot;
   std::vector<JobEvent> events;
+  std::atomic<bool> cancel{false};
 };
 
 // Turns core progress calls into job events, at most one per whole percent per phase so a
-// history stays small however many units a phase has.
+// history stays small however many units a phase has; answers Cancelled for the work.
 class JobManager::JobProgress final : public Progress {
  public:
   JobProgress(JobManager& manager, Job& job) : manager_(manager), job_(job) {}
@@ -33,6 +106,7 @@ class JobManager::JobProgress final : public Progress {
     done_ = total_;
     Emit();
   }
+  bool Cancelled() const override { return job_.cancel.load(std::memory_order_relaxed); }
 
  private:
   int Percent() const {
@@ -50,58 +124,186 @@ class JobManager::JobProgress final : public Progress {
   int last_percent_ = -1;
 };
 
-JobManager::JobManager(Work work, unsigned workers, size_t max_queued, size_t max_retained)
-    : work_(std::move(work)), max_queued_(max_queued), max_retained_(max_retained) {
-  for (unsigned i = 0; i < std::max(1u, workers); ++i) workers_.emplace_back([this] { WorkerLoop(); });
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(Work work,
+                                                               storage::JobTable* table,
+                                                               absl::Status accepting,
+                                                               unsigned workers,
+                                                               size_t max_queued,
+                                                               size_t max_retained) {
+  if (accepting.ok() && table == nullptr) {
+    return absl::InvalidArgumentError("a job manager that accepts jobs needs a job table");
+  }
+  std::unique_ptr<JobManager> m(
+      new JobManager(std::move(work), table, std::move(accepting), max_queued, max_retained));
+  if (m->accepting_.ok()) {
+    if (auto s = m->Recover(); !s.ok()) return s;
+  }
+  m->Start(workers);
+  return m;
+}
+
+JobManager::JobManager(Work work, storage::JobTable* table, absl::Status accepting,
+                       size_t max_queued, size_t max_retained)
+    : work_(std::move(work)),
+      table_(table),
+      accepting_(std::move(accepting)),
+      max_queued_(max_queued),
+      max_retained_(max_retained) {}
+
+absl::Status JobManager::Store(const JobSnapshot& snapshot) const {
+  std::lock_guard<std::mutex> lock(table_mu_);
+  return table_->Update(RowOf(snapshot));
+}
+
+absl::Status JobManager::Recover() {
+  absl::StatusOr<std::vector<storage::JobRow>> rows;
+  {
+    std::lock_guard<std::mutex> lock(table_mu_);
+    rows = table_->Unfinished();
+  }
+  if (!rows.ok()) return rows.status();
+  for (const storage::JobRow& row : *rows) {
+    auto job = std::make_shared<Job>();
+    job->snapshot = SnapshotOf(row);
+    if (job->snapshot.state == JobState::kRunning) {
+      job->snapshot.state = JobState::kInterrupted;
+      job->snapshot.error = absl::AbortedError(
+          "the daemon stopped (crash, kill or power loss) while this job was running; it was "
+          "not re-run (submit it again); a record it finished signing is in the log");
+      job->snapshot.finished_at = evidence::Rfc3339Now();
+      if (auto s = Store(job->snapshot); !s.ok()) return s;
+      continue;  // Get answers from the table
+    }
+    job->events.push_back(JobEvent{"queued", 0, 0, "recovered after a restart", false});
+    queue_.push_back(job);
+    jobs_.emplace(job->snapshot.id, std::move(job));
+  }
+  return absl::OkStatus();
+}
+
+void JobManager::Start(unsigned workers) {
+  for (unsigned i = 0; i < std::max(1u, workers); ++i) {
+    workers_.emplace_back([this] { WorkerLoop(); });
+  }
 }
 
 JobManager::~JobManager() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-    for (const std::shared_ptr<Job>& job : queue_) {
-      job->snapshot.state = JobState::kFailed;
-      job->snapshot.error = absl::CancelledError("the daemon stopped before the job started");
-      job->snapshot.finished_at = evidence::Rfc3339Now();
-      job->events.push_back(JobEvent{"cancelled", 0, 0, "daemon stopping", true});
+    stopping_ = draining_ = true;
+    for (auto& [id, job] : jobs_) {
+      if (job->snapshot.state == JobState::kRunning) job->cancel = true;
     }
-    queue_.clear();
   }
   cv_.notify_all();
   for (std::thread& t : workers_) t.join();
 }
 
 absl::StatusOr<std::string> JobManager::Submit(JobSpec spec) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return absl::UnavailableError("the daemon is stopping");
-  if (queue_.size() >= max_queued_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(queue_.size(), " audits already queued; try again later"));
+  if (!accepting_.ok()) return accepting_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_) return absl::UnavailableError("the daemon is shutting down");
+    if (queue_.size() + reserved_ >= max_queued_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(queue_.size(), " audits already queued; try again later"));
+    }
+    ++reserved_;  // a queue slot, held while the row is written
   }
   auto job = std::make_shared<Job>();
-  job->snapshot.id = absl::StrFormat("job-%06d", next_id_++);
   job->snapshot.spec = std::move(spec);
   job->snapshot.created_at = evidence::Rfc3339Now();
+  storage::JobRow row = RowOf(job->snapshot);
+  absl::Status inserted;
+  {
+    std::lock_guard<std::mutex> lock(table_mu_);
+    inserted = table_->Insert(row);
+  }
+  job->snapshot.id = row.id;
   job->events.push_back(JobEvent{"queued", 0, 0, "", false});
-  std::string id = job->snapshot.id;
-  queue_.push_back(job);
-  jobs_.emplace(id, std::move(job));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --reserved_;
+    if (!inserted.ok()) return inserted;
+    queue_.push_back(job);
+    jobs_.emplace(row.id, std::move(job));
+  }
   cv_.notify_all();
-  return id;
+  return row.id;
 }
 
 absl::StatusOr<JobSnapshot> JobManager::Get(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", id));
-  return it->second->snapshot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it != jobs_.end()) return it->second->snapshot;
+  }
+  if (table_ == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
+  std::lock_guard<std::mutex> lock(table_mu_);
+  auto row = table_->Get(id);
+  if (!row.ok()) return row.status();
+  return SnapshotOf(*row);
+}
+
+absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it != jobs_.end()) job = it->second;
+  }
+  if (!job) {
+    auto snapshot = Get(id);  // a job of an earlier run: finished, or NOT_FOUND
+    if (!snapshot.ok()) return snapshot.status();
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " already finished (", JobStateName(snapshot->state), ")"));
+  }
+  JobSnapshot snapshot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Finished(job->snapshot.state)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", id, " already finished (", JobStateName(job->snapshot.state), ")"));
+    }
+    job->cancel = true;
+    if (job->snapshot.state == JobState::kQueued) {
+      std::erase(queue_, job);
+      job->snapshot.state = JobState::kCancelled;
+      job->snapshot.error = absl::CancelledError("cancelled before it started");
+      job->snapshot.finished_at = evidence::Rfc3339Now();
+    }
+    snapshot = job->snapshot;
+  }
+  if (snapshot.state == JobState::kCancelled) {
+    absl::Status stored = Store(snapshot);  // stored before any watcher hears of it
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Finish(*job, JobEvent{"cancelled", 0, 0, "cancelled before it started", true});
+    }
+    cv_.notify_all();
+    if (!stored.ok()) return stored;
+  }
+  return snapshot;
+}
+
+bool JobManager::Drain(absl::Time deadline, absl::Duration grace) {
+  std::unique_lock<std::mutex> lock(mu_);
+  draining_ = true;
+  cv_.notify_all();
+  auto idle = [&] { return running_ == 0; };
+  auto until = [](absl::Time t) { return absl::ToChronoTime(t); };
+  if (cv_.wait_until(lock, until(deadline), idle)) return true;
+  for (auto& [id, job] : jobs_) {
+    if (job->snapshot.state == JobState::kRunning) job->cancel = true;
+  }
+  return cv_.wait_until(lock, until(absl::Now() + grace), idle);
 }
 
 JobCounts JobManager::Counts() const {
   std::lock_guard<std::mutex> lock(mu_);
   JobCounts c;
   c.queued = queue_.size();
-  for (const auto& [id, job] : jobs_) c.running += job->snapshot.state == JobState::kRunning;
+  c.running = running_;
   return c;
 }
 
@@ -109,7 +311,14 @@ absl::Status JobManager::Watch(const std::string& id,
                                const std::function<bool(const JobEvent&)>& on_event) const {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", id));
+  if (it == jobs_.end()) {
+    lock.unlock();
+    auto snapshot = Get(id);
+    if (!snapshot.ok()) return snapshot.status();
+    on_event(JobEvent{JobStateName(snapshot->state), 0, 0,
+                      std::string(snapshot->error.message()), true});
+    return absl::OkStatus();
+  }
   const std::shared_ptr<const Job> held = it->second;
   const Job& job = *held;
   size_t next = 0;
@@ -135,38 +344,56 @@ void JobManager::AddEvent(Job& job, JobEvent event) {
   cv_.notify_all();
 }
 
+void JobManager::Finish(Job& job, JobEvent last) {
+  job.events.push_back(std::move(last));
+  finished_.push_back(job.snapshot.id);
+  while (finished_.size() > max_retained_) {
+    jobs_.erase(finished_.front());
+    finished_.pop_front();
+  }
+}
+
 void JobManager::WorkerLoop() {
   for (;;) {
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping
+      cv_.wait(lock, [&] { return stopping_ || (!draining_ && !queue_.empty()); });
+      if (stopping_) return;
       job = queue_.front();
       queue_.pop_front();
       job->snapshot.state = JobState::kRunning;
+      ++running_;
     }
+    // A job whose state cannot be stored still runs: its record, if any, is in the log.
+    Store(job->snapshot).IgnoreError();
     JobProgress progress(*this, *job);
     absl::StatusOr<JobOutcome> outcome = work_(job->snapshot.spec, progress);
+    JobSnapshot snapshot;
     JobEvent last{"done", 0, 0, "", true};
     {
       std::lock_guard<std::mutex> lock(mu_);
-      job->snapshot.finished_at = evidence::Rfc3339Now();
+      JobSnapshot& s = job->snapshot;
+      s.finished_at = evidence::Rfc3339Now();
       if (outcome.ok()) {
-        job->snapshot.state = JobState::kSucceeded;
-        job->snapshot.outcome = *outcome;
+        s.state = JobState::kSucceeded;
+        s.outcome = *outcome;
         last.message = absl::StrCat("verdict ", outcome->verdict, ", record ", outcome->record_id);
       } else {
-        job->snapshot.state = JobState::kFailed;
-        job->snapshot.error = outcome.status();
+        bool cancelled = job->cancel && absl::IsCancelled(outcome.status());
+        s.state = cancelled ? JobState::kCancelled : JobState::kFailed;
+        s.error = outcome.status();
+        last.phase = cancelled ? "cancelled" : "done";
         last.message = outcome.status().ToString();
       }
-      job->events.push_back(std::move(last));
-      finished_.push_back(job->snapshot.id);
-      while (finished_.size() > max_retained_) {
-        jobs_.erase(finished_.front());
-        finished_.pop_front();
-      }
+      snapshot = s;
+    }
+    // Stored before the last event, so a watcher that saw the end finds it after a crash too.
+    Store(snapshot).IgnoreError();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Finish(*job, std::move(last));
+      --running_;
     }
     cv_.notify_all();
   }

@@ -1,8 +1,17 @@
-// Audit jobs for the daemon: a bounded queue, a fixed set of worker threads, and per-job event
-// histories that any number of watchers can follow (late watchers replay from the start).
+// Audit jobs for the daemon: durable rows in the evidence database (storage/job_table.h), a
+// bounded queue, a fixed set of worker threads, and per-job event histories that any number of
+// watchers can follow (late watchers replay from the start).
+//
+// Durability (docs/daemon.md "Durability"): a job is written to the jobs table before Submit
+// returns its id, and every state change is written as it happens. On start the manager recovers
+// the table: queued jobs are queued again in submission order; jobs that were running when the
+// daemon stopped are marked interrupted with a reason (they are not re-run: a job that crashed
+// the daemon would crash it again). Get answers for every id the table holds; event histories
+// are kept in memory for the jobs of this run only (the newest `max_retained` finished ones).
 //
 // No gRPC in here: the AuditService adapter turns these events into stream messages, and tests
-// drive the manager directly. Thread-safe; all state is guarded by mu_.
+// drive the manager directly. Thread-safe; in-memory state is guarded by mu_, the table by
+// table_mu_ (never held together with mu_ while waiting).
 #ifndef CKPT_SERVICES_DAEMON_JOB_MANAGER_H_
 #define CKPT_SERVICES_DAEMON_JOB_MANAGER_H_
 
@@ -18,16 +27,20 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/progress.h"
+#include "core/quant/format.h"
+#include "storage/job_table.h"
 
 namespace ckpt::daemon {
 
-enum class JobState { kQueued, kRunning, kSucceeded, kFailed };
+enum class JobState { kQueued, kRunning, kSucceeded, kFailed, kCancelled, kInterrupted };
 
 struct JobSpec {
   std::string root;
   std::string source_root;
   std::string policy;
+  std::vector<quant::RootMapping> root_map;
   std::string invoker;  // who asked (auth.h Caller::Invoker()); recorded in the record
 };
 
@@ -48,7 +61,7 @@ struct JobSnapshot {
   JobSpec spec;
   JobState state = JobState::kQueued;
   JobOutcome outcome;
-  absl::Status error;  // set when kFailed
+  absl::Status error;  // set when failed, cancelled or interrupted
   std::string created_at, finished_at;
 };
 
@@ -62,13 +75,21 @@ struct JobEvent {
 
 class JobManager {
  public:
+  // `progress.Cancelled()` turns true when the job is cancelled or the daemon stops; the work
+  // should then return absl::CancelledError without signing anything.
   using Work = std::function<absl::StatusOr<JobOutcome>(const JobSpec&, Progress&)>;
 
-  // `workers` audits run at once; at most `max_queued` wait (RESOURCE_EXHAUSTED beyond); the
-  // newest `max_retained` finished jobs stay queryable (older ones are NOT_FOUND; their
-  // outcomes are in the evidence log).
-  JobManager(Work work, unsigned workers, size_t max_queued, size_t max_retained = 1024);
-  ~JobManager();  // stops accepting, lets running jobs finish, drops queued ones as failed
+  // Jobs persist in `table`, which must outlive the manager. `workers` audits run at once; at
+  // most `max_queued` wait (RESOURCE_EXHAUSTED beyond). With a non-OK `accepting` (a read-only
+  // log) no job is recovered or accepted: Submit returns that status, and `table` (which may
+  // then be null: a log too old to have one) only answers Get.
+  static absl::StatusOr<std::unique_ptr<JobManager>> Create(Work work, storage::JobTable* table,
+                                                            absl::Status accepting,
+                                                            unsigned workers, size_t max_queued,
+                                                            size_t max_retained = 1024);
+  // Stops taking jobs, asks running ones to stop and waits for them. Queued jobs stay queued in
+  // the table and run when the daemon starts again.
+  ~JobManager();
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
 
@@ -76,31 +97,54 @@ class JobManager {
   absl::StatusOr<JobSnapshot> Get(const std::string& id) const;
   JobCounts Counts() const;
 
+  // A queued job is cancelled at once; a running one is asked to stop (its work polls
+  // Progress::Cancelled) and ends kCancelled unless it had already finished. FAILED_PRECONDITION
+  // for a finished job, NOT_FOUND for an unknown id.
+  absl::StatusOr<JobSnapshot> Cancel(const std::string& id);
+
+  // For a graceful stop: refuses new jobs (UNAVAILABLE), starts no queued one, and waits until
+  // no job runs or `deadline` passes; then asks the running jobs to stop and waits at most
+  // `grace` more. True when no job is running on return.
+  bool Drain(absl::Time deadline, absl::Duration grace = absl::Seconds(1));
+
   // Calls `on_event` for every event of the job, from the first, blocking for new ones until
-  // the job is done or `on_event` returns false (the watcher went away). NOT_FOUND for an
-  // unknown id.
+  // the job is done or `on_event` returns false (the watcher went away). A job of an earlier run
+  // replays one final event. NOT_FOUND for an unknown id.
   absl::Status Watch(const std::string& id,
                      const std::function<bool(const JobEvent&)>& on_event) const;
 
  private:
   struct Job;
   class JobProgress;
+  JobManager(Work work, storage::JobTable* table, absl::Status accepting, size_t max_queued,
+             size_t max_retained);
+  absl::Status Recover();
+  void Start(unsigned workers);
   void WorkerLoop();
   void AddEvent(Job& job, JobEvent event);
+  void Finish(Job& job, JobEvent last);  // requires mu_; records the job as finished
+  absl::Status Store(const JobSnapshot& snapshot) const;
 
   const Work work_;
+  storage::JobTable* const table_;
+  const absl::Status accepting_;
   const size_t max_queued_;
   const size_t max_retained_;
+  mutable std::mutex table_mu_;  // serializes table_ (one SQLite connection)
   mutable std::mutex mu_;
-  mutable std::condition_variable cv_;  // signalled on any new event, job, or shutdown
+  mutable std::condition_variable cv_;  // signalled on any new event, job, finish or stop
   // Shared so that a watcher keeps a job alive while it is dropped from the map.
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_
   std::deque<std::shared_ptr<Job>> queue_;            // guarded by mu_
   std::deque<std::string> finished_;                  // guarded by mu_; oldest first
-  bool stopping_ = false;                             // guarded by mu_
-  uint64_t next_id_ = 1;                              // guarded by mu_
+  size_t running_ = 0;                                // guarded by mu_
+  size_t reserved_ = 0;                               // guarded by mu_: Submits writing rows
+  bool draining_ = false;                             // guarded by mu_: no new work
+  bool stopping_ = false;                             // guarded by mu_: workers exit
   std::vector<std::thread> workers_;
 };
+
+std::string JobStateName(JobState s);  // "queued", "running", ... as stored
 
 }  // namespace ckpt::daemon
 

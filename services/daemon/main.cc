@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   app.add_option("--workers", options.workers, "audits run at once");
   app.add_option("--threads-per-audit", options.threads_per_audit, "0: all cores");
   app.add_option("--drain-seconds", drain_seconds,
-                 "on SIGTERM: report NOT_SERVING, then let calls finish this long");
+                 "on SIGTERM: report NOT_SERVING, then let audits and calls finish this long");
   CLI11_PARSE(app, argc, argv);
   options.db_path = db;
   RouteGrpcLogsToJson();
@@ -141,6 +141,9 @@ int main(int argc, char** argv) {
                    {"metrics_port", metrics_port},
                    {"health_port", health_port},
                    {"db", db}});
+  if (absl::Status s = (*backend)->append_status(); !s.ok()) {
+    LogJson("warn", {{"msg", "serving reads only: " + s.ToString()}});
+  }
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
@@ -149,6 +152,10 @@ int main(int argc, char** argv) {
                    {"drain_seconds", drain_seconds}});
   set_serving(false);
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(drain_seconds);
+  // Running audits get the drain deadline to finish; queued ones stay queued in the database.
+  if (!(*backend)->Drain(absl::FromChrono(deadline))) {
+    LogJson("warn", {{"msg", "audits still running after the drain deadline"}});
+  }
   server->Shutdown(deadline);
   if (health_server) health_server->Shutdown(deadline);
   return 0;

@@ -1,7 +1,11 @@
 // The shipped binaries together: ckpt-auditd on a loopback port with a token file, driven by
-// `ckpt-audit submit`, `gate` and `tokens add`, checking the exit codes CI relies on; and
-// `gate` against a fake server that answers pass=true for everything.
+// `ckpt-audit submit`, `gate` and `tokens add` and by a gRPC stub, checking the exit codes CI
+// relies on; `gate` against fake servers; one writer per log; jobs that survive kill -9.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <set>
 
 #include "ckpt_audit/v1/audit.grpc.pb.h"
 #include "core/evidence/dsse.h"
@@ -42,12 +46,7 @@ class DaemonCliTest : public ::testing::Test {
     ASSERT_EQ(token.rc, 0) << token.err;
     ::ckpt::testing::WriteAll(token_file_, token.out);
     ::chmod(token_file_.c_str(), 0600);
-    ASSERT_TRUE(daemon_.Start({"--listen", "127.0.0.1:0", "--tokens", tokens_.string(),
-                               "--db", (dir_ / "ev.db").string(),
-                               "--key", (dir_ / "key.pem").string(),
-                               "--allow-root", dir_.path().string()},
-                              dir_ / "daemon.log"))
-        << daemon_.log();
+    ASSERT_TRUE(daemon_.Start(DaemonArgs(), dir_ / "daemon.log")) << daemon_.log();
   }
   void TearDown() override { EXPECT_EQ(daemon_.Stop(), 0) << "daemon did not stop cleanly"; }
 
@@ -55,6 +54,40 @@ class DaemonCliTest : public ::testing::Test {
     return RunCli(args + " --server " + daemon_.address() + " --token-file " +
                       token_file_.string(),
                   dir_.path());
+  }
+
+  // A gRPC stub to the daemon and a context carrying the admin token.
+  std::unique_ptr<pb::AuditService::Stub> Stub() {
+    return pb::AuditService::NewStub(
+        grpc::CreateChannel(daemon_.address(), grpc::InsecureChannelCredentials()));
+  }
+  std::unique_ptr<grpc::ClientContext> Ctx() {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    std::string token = ReadText(token_file_);
+    ctx->AddMetadata("authorization", "Bearer " + token.substr(0, token.find('\n')));
+    return ctx;
+  }
+  pb::Job GetJob(pb::AuditService::Stub& stub, const std::string& id) {
+    pb::GetJobRequest req;
+    req.set_id(id);
+    pb::Job job;
+    grpc::Status s = stub.GetJob(Ctx().get(), req, &job);
+    EXPECT_TRUE(s.ok()) << id << ": " << s.error_message();
+    return job;
+  }
+  std::string Start(pb::AuditService::Stub& stub, const fs::path& root, const fs::path& source) {
+    pb::StartAuditRequest req;
+    req.set_root(root.string());
+    req.set_source_root(source.string());
+    pb::Job job;
+    grpc::Status s = stub.StartAudit(Ctx().get(), req, &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return job.id();
+  }
+  std::vector<std::string> DaemonArgs() {
+    return {"--listen", "127.0.0.1:0", "--tokens", tokens_.string(),
+            "--db", (dir_ / "ev.db").string(), "--key", (dir_ / "key.pem").string(),
+            "--allow-root", dir_.path().string()};
   }
 
   TempDir dir_;
@@ -191,6 +224,126 @@ TEST(DaemonCliGate, FakeServerSayingPassDoesNotPass) {
   EXPECT_THAT(gate.out, HasSubstr("gate FAIL"));
   EXPECT_THAT(gate.out, HasSubstr("does not verify"));
   server->Shutdown();
+}
+
+// A server that answers every Gate with a canned response.
+class CannedGateServer final : public pb::AuditService::Service {
+ public:
+  explicit CannedGateServer(pb::GateResponse answer) : answer_(std::move(answer)) {}
+  grpc::Status Gate(grpc::ServerContext*, const pb::GateRequest*,
+                    pb::GateResponse* out) override {
+    *out = answer_;
+    return grpc::Status::OK;
+  }
+
+ private:
+  const pb::GateResponse answer_;
+};
+
+// Finding 1 (the CLI half), with real decisions: a genuine FAILED decision relabelled pass, and
+// the same decision re-signed as PASSED by a key the client does not trust, never exit 0.
+TEST_F(DaemonCliTest, GateBelievesOnlyTheSignedVerdict) {
+  auto stub = Stub();
+  pb::GateRequest req;
+  req.set_root(dst_.string());
+  pb::GateResponse real_fail;
+  ASSERT_TRUE(stub->Gate(Ctx().get(), req, &real_fail).ok());
+  ASSERT_FALSE(real_fail.pass());
+  ASSERT_FALSE(real_fail.decision_envelope().empty());
+
+  pb::GateResponse relabelled = real_fail;
+  relabelled.set_pass(true);
+  pb::GateResponse forged = real_fail;
+  {
+    auto rogue = *evidence::SigningKey::Generate();
+    auto env = evidence::ParseEnvelope(real_fail.decision_envelope());
+    auto vsa = nlohmann::json::parse(env->payload);
+    vsa["predicate"]["verificationResult"] = "PASSED";
+    forged.set_decision_envelope(
+        evidence::SignEnvelope(vsa.dump(), evidence::kInTotoPayloadType, rogue));
+    forged.set_pass(true);
+  }
+  for (const pb::GateResponse* answer : {&relabelled, &forged}) {
+    CannedGateServer fake(*answer);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&fake);
+    auto server = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    CliResult r = RunCli("gate " + dst_.string() + " --trust " + trust_.string() +
+                             " --server 127.0.0.1:" + std::to_string(port),
+                         dir_.path());
+    EXPECT_EQ(r.rc, 1) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("does not verify"));
+    server->Shutdown();
+  }
+}
+
+// Finding 9: a second daemon, or a CLI writer, on a log a daemon holds is refused clearly;
+// readers are not.
+TEST_F(DaemonCliTest, OneWriterPerLog) {
+  DaemonProcess second;
+  EXPECT_FALSE(second.Start(DaemonArgs(), dir_ / "second.log"));
+  EXPECT_EQ(second.exit_code(), 2);
+  EXPECT_THAT(second.log(), HasSubstr("another writer (pid"));
+  std::string db = (dir_ / "ev.db").string();
+  CliResult audit = RunCli("audit " + dst_.string() + " --db " + db + " --key " +
+                               (dir_ / "key.pem").string(),
+                           dir_.path());
+  EXPECT_EQ(audit.rc, 2);
+  EXPECT_THAT(audit.err, HasSubstr("another writer (pid"));
+  EXPECT_EQ(RunCli("query --db " + db, dir_.path()).rc, 0);
+  CliResult verify = RunCli("verify-log --db " + db + " --trust " + trust_.string(), dir_.path());
+  EXPECT_EQ(verify.rc, 0) << verify.out << verify.err;
+}
+
+// Finding 5: kill -9 with a job running and two queued. After a restart every id answers: the
+// running one as interrupted, with a reason; the queued ones run. New ids are new.
+TEST_F(DaemonCliTest, JobsSurviveKillDashNine) {
+  // A root whose audit reads a 1 GiB sparse file (inside the engine's memory window): still
+  // running when the daemon is killed. The two jobs behind it are queued first, so the kill
+  // follows the running state by one poll.
+  fs::path slow = dir_ / "slow";
+  fs::copy(dst_, slow, fs::copy_options::recursive);
+  {
+    int fd = ::open((slow / "blob.bin").c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, 1ll << 30), 0);
+    ::close(fd);
+  }
+  auto stub = Stub();
+  std::string running = Start(*stub, slow, "");
+  std::vector<std::string> queued = {Start(*stub, dst_, src_), Start(*stub, src_, "")};
+  for (int i = 0; i < 2000 && GetJob(*stub, running).state() == pb::JOB_STATE_QUEUED; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(GetJob(*stub, running).state(), pb::JOB_STATE_RUNNING);
+  for (const auto& id : queued) ASSERT_EQ(GetJob(*stub, id).state(), pb::JOB_STATE_QUEUED);
+
+  daemon_.Kill();
+  stub.reset();
+  ASSERT_TRUE(daemon_.Start(DaemonArgs(), dir_ / "restarted.log")) << daemon_.log();
+  stub = Stub();
+  pb::Job interrupted = GetJob(*stub, running);
+  EXPECT_EQ(interrupted.state(), pb::JOB_STATE_INTERRUPTED);
+  EXPECT_THAT(interrupted.error_message(), HasSubstr("daemon stopped"));
+  for (const auto& id : queued) {
+    pb::WatchJobRequest watch;
+    watch.set_id(id);
+    auto ctx = Ctx();
+    auto reader = stub->WatchJob(ctx.get(), watch);
+    pb::JobEvent e;
+    while (reader->Read(&e)) {
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    pb::Job job = GetJob(*stub, id);
+    EXPECT_EQ(job.state(), pb::JOB_STATE_SUCCEEDED) << id << " " << job.error_message();
+    EXPECT_EQ(job.verdict(), "pass");
+  }
+  std::set<std::string> ids(queued.begin(), queued.end());
+  ids.insert(running);
+  EXPECT_TRUE(ids.insert(Start(*stub, dst_, src_)).second);
 }
 
 }  // namespace

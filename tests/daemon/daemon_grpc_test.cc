@@ -1,14 +1,23 @@
-// End-to-end: a real ckpt-auditd service on a loopback port, driven by a gRPC client.
-#include <filesystem>
+// End-to-end: a real ckpt-auditd service on a loopback port, driven by a gRPC client. Each
+// finding of the daemon review has a test here that plays the attack or the misuse.
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <future>
+#include <set>
+
+#include "core/audit/audit_checks.h"
+#include "core/evidence/dsse.h"
+#include "core/fingerprint/fingerprint.h"
+#include "core/safetensors.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
-#include "core/evidence/dsse.h"
-#include "core/safetensors.h"
 #include "services/daemon/grpc_service.h"
 #include "storage/merkle.h"
+#include "storage/tlog_checkpoint.h"
+#include "tests/evidence/log_test_util.h"
 #include "tests/test_util.h"
 
 namespace ckpt::daemon {
@@ -17,22 +26,57 @@ namespace {
 namespace fs = std::filesystem;
 namespace pb = ckpt_audit::v1;
 using ::ckpt::testing::CopyFixture;
+using ::ckpt::testing::RawDb;
 using ::ckpt::testing::TempDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
+
+storage::Hash ToHash(const std::string& bytes) {
+  storage::Hash h{};
+  std::copy(bytes.begin(), bytes.end(), h.begin());
+  return h;
+}
+
+// Multiplies one NVFP4 global scale by 2: the pair audit of `root` must then fail.
+void BreakGlobalScale(const fs::path& root) {
+  fs::path shard = root / "model-00001-of-00002.safetensors";
+  auto f = ckpt::SafetensorsFile::Open(shard.string());
+  ASSERT_TRUE(f.ok());
+  uint64_t offset = 0;
+  for (const auto& t : (*f)->tensors()) {
+    if (t.name.find("weight_global_scale") != std::string::npos) {
+      offset = (*f)->data_start() + t.begin;
+      break;
+    }
+  }
+  ASSERT_NE(offset, 0u);
+  f->reset();
+  auto bytes = ::ckpt::testing::ReadAll(shard);
+  float v;
+  std::memcpy(&v, &bytes[offset], 4);
+  v *= 2;
+  std::memcpy(&bytes[offset], &v, 4);
+  ::ckpt::testing::WriteAll(shard, bytes);
+}
 
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
     src_ = CopyFixture("mini-kimi-mxfp4", dir_);
     dst_ = CopyFixture("mini-kimi-nvfp4", dir_);
-    auto key = evidence::SigningKey::Generate();
-    ASSERT_TRUE(key.ok());
-    evidence::TrustStore trust;
-    trust.Add(key->public_key());
+    db_ = (dir_ / "evidence.db").string();
+    key_ = *evidence::SigningKey::Generate();
+    trust_.Add(key_->public_key());
+    Start();
+  }
+  void TearDown() override { Stop(); }
+
+  void Start() {
     BackendOptions options;
-    options.db_path = (dir_ / "evidence.db").string();
+    options.db_path = db_;
     options.allowed_roots = {dir_.path().string()};
-    auto backend = AuditBackend::Create(options, *key, std::move(trust));
+    options.gate_stable_age = absl::ZeroDuration();
+    auto backend = AuditBackend::Create(options, *key_, trust_);
     ASSERT_TRUE(backend.ok()) << backend.status();
     backend_ = *std::move(backend);
     service_ = std::make_unique<GrpcAuditService>(*backend_, auth_);
@@ -45,45 +89,116 @@ class DaemonTest : public ::testing::Test {
     stub_ = pb::AuditService::NewStub(grpc::CreateChannel(
         "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   }
-  void TearDown() override {
+  void Stop() {
     if (server_) server_->Shutdown();
+    server_.reset();
+    service_.reset();
+    backend_.reset();
   }
 
   // Starts an audit and follows its stream to the end; returns the final job.
-  pb::Job AuditAndWait(const fs::path& root, const fs::path& source, int* events) {
+  pb::Job AuditAndWait(const fs::path& root, const fs::path& source,
+                       std::vector<std::string>* phases = nullptr) {
     pb::StartAuditRequest req;
     req.set_root(root.string());
-    req.set_source_root(source.string());
+    if (!source.empty()) req.set_source_root(source.string());
     pb::Job job;
     grpc::ClientContext ctx;
-    EXPECT_TRUE(stub_->StartAudit(&ctx, req, &job).ok());
+    grpc::Status s = stub_->StartAudit(&ctx, req, &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
     pb::WatchJobRequest watch;
     watch.set_id(job.id());
     grpc::ClientContext wctx;
     auto reader = stub_->WatchJob(&wctx, watch);
     pb::JobEvent e;
     pb::Job last;
-    *events = 0;
     while (reader->Read(&e)) {
-      ++*events;
+      if (phases) phases->push_back(e.phase());
       if (e.done()) last = e.job();
     }
     EXPECT_TRUE(reader->Finish().ok());
     return last;
   }
 
-  pb::GateResponse Gate(const fs::path& root) {
+  grpc::Status TryGate(const pb::GateRequest& req, pb::GateResponse* resp) {
+    grpc::ClientContext ctx;
+    return stub_->Gate(&ctx, req, resp);
+  }
+  pb::GateResponse Gate(const fs::path& root, const std::string& source_root_hex = "") {
     pb::GateRequest req;
     req.set_root(root.string());
+    req.set_source_manifest_root(source_root_hex);
     pb::GateResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = stub_->Gate(&ctx, req, &resp);
+    grpc::Status s = TryGate(req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return resp;
+  }
+  grpc::Status Query(const pb::QueryAuditsRequest& q, pb::QueryAuditsResponse* out) {
+    grpc::ClientContext ctx;
+    return stub_->QueryAudits(&ctx, q, out);
+  }
+
+  // The decision in a gate answer must verify: signature, then inclusion against the signed
+  // checkpoint it came with.
+  void ExpectDecisionVerifies(const pb::GateResponse& g) {
+    auto env = evidence::ParseEnvelope(g.decision_envelope());
+    ASSERT_TRUE(env.ok()) << env.status();
+    EXPECT_TRUE(evidence::VerifyEnvelope(*env, trust_).ok());
+    const pb::InclusionProof& p = g.decision_proof();
+    const std::string& note = p.checkpoint();
+    auto head = storage::VerifyCheckpoint(note, note.substr(0, note.find('\n')), trust_);
+    ASSERT_TRUE(head.ok()) << head.status();
+    EXPECT_EQ(p.leaf_index(), g.decision_id());
+    std::vector<storage::Hash> hashes;
+    for (const auto& h : p.hashes()) hashes.push_back(ToHash(h));
+    EXPECT_TRUE(storage::VerifyInclusion(storage::LeafHash(evidence::AsBytes(g.decision_envelope())),
+                                         p.leaf_index(), head->size, hashes, head->root)
+                    .ok());
+  }
+
+  // A signed evidence record of `root` exactly as it is now, with the given checks, bound to a
+  // source whose OMS ROOT is `source_manifest_root` (as the engine binds a pair audit's source).
+  std::string RecordOf(const fs::path& root, const std::map<std::string, std::string>& checks,
+                       const std::string& source_manifest_root) {
+    auto fp = FingerprintTree(fs::canonical(root).string(), {}, NoProgress());
+    EXPECT_TRUE(fp.ok());
+    evidence::EvidenceRecord r;
+    r.root = fs::canonical(root).string();
+    r.subjects = audit::SubjectsOf(*fp);
+    r.source = evidence::SourceBinding{"/models/source", source_manifest_root,
+                                       {{"model.safetensors", std::string(64, '0')}}};
+    r.policy = audit::PolicyRefOf(*audit::PolicyByName("scale-window"));
+    for (const auto& [name, verdict] : checks) {
+      evidence::CheckResult c;
+      c.name = name;
+      c.verdict = verdict == "pass" ? evidence::Verdict::kPass : evidence::Verdict::kFail;
+      r.checks.push_back(c);
+    }
+    r.started_at = r.finished_at = evidence::Rfc3339Now();
+    auto payload = evidence::RecordPayload(r);
+    EXPECT_TRUE(payload.ok()) << payload.status();
+    return evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, *key_);
+  }
+  // Appends with the daemon stopped (one writer at a time), then starts it again.
+  void AppendOffline(const std::vector<std::string>& envelopes) {
+    Stop();
+    {
+      auto log = storage::EvidenceLog::Open(db_, /*create=*/false);
+      ASSERT_TRUE(log.ok()) << log.status();
+      for (const auto& e : envelopes) ASSERT_TRUE((*log)->Append(e, *key_).ok());
+    }
+    Start();
+  }
+  uint64_t LogSize() {
+    auto log = storage::EvidenceLog::OpenReadOnly(db_);
+    return *(*log)->Size();
   }
 
   TempDir dir_;
   fs::path src_, dst_;
+  std::string db_;
+  std::optional<evidence::SigningKey> key_;
+  evidence::TrustStore trust_;
   const Authenticator auth_ = Authenticator::NoAuth();  // roles: daemon_auth_test.cc
   std::unique_ptr<AuditBackend> backend_;
   std::unique_ptr<GrpcAuditService> service_;
@@ -92,25 +207,31 @@ class DaemonTest : public ::testing::Test {
 };
 
 TEST_F(DaemonTest, PairAuditThenGatePassesAndProofVerifies) {
-  int events = 0;
-  pb::Job job = AuditAndWait(dst_, src_, &events);
+  std::vector<std::string> phases;
+  pb::Job job = AuditAndWait(dst_, src_, &phases);
   ASSERT_EQ(job.state(), pb::JOB_STATE_SUCCEEDED) << job.error_message();
   EXPECT_EQ(job.verdict(), "pass");
-  EXPECT_GT(events, 3);  // queued, progress..., done
+  // The phases the proto documents, and no others.
+  const std::set<std::string> documented = {"queued", "read", "scale-window", "verify-pair",
+                                            "done"};
+  for (const auto& p : phases) EXPECT_TRUE(documented.count(p)) << p;
+  EXPECT_EQ(phases.front(), "queued");
+  EXPECT_EQ(phases.back(), "done");
 
   pb::GateResponse gate = Gate(dst_);
   EXPECT_TRUE(gate.pass());
   EXPECT_EQ(gate.record_id(), job.record_id());
   EXPECT_GT(gate.decision_id(), job.record_id());
+  EXPECT_THAT(gate.gate_policy(), HasSubstr("ckpt-audit:gate/derived-lossless@1"));
   ASSERT_FALSE(gate.reasons().empty());
   EXPECT_THAT(gate.reasons(0), HasSubstr("passed"));
+  ExpectDecisionVerifies(gate);
 
   // The record is findable by the content digest the gate computed.
   pb::QueryAuditsRequest q;
   q.set_digest(gate.manifest_root());
   pb::QueryAuditsResponse page;
-  grpc::ClientContext qctx;
-  ASSERT_TRUE(stub_->QueryAudits(&qctx, q, &page).ok());
+  ASSERT_TRUE(Query(q, &page).ok());
   ASSERT_EQ(page.audits_size(), 3);  // the audit record, its test result, the gate decision
 
   // An inclusion proof of the audit record verifies against the signed checkpoint's root.
@@ -125,17 +246,9 @@ TEST_F(DaemonTest, PairAuditThenGatePassesAndProofVerifies) {
   grpc::ClientContext pctx;
   ASSERT_TRUE(stub_->GetInclusionProof(&pctx, pr, &proof).ok());
   std::vector<storage::Hash> hashes;
-  for (const auto& h : proof.hashes()) {
-    storage::Hash x;
-    ASSERT_EQ(h.size(), x.size());
-    std::copy(h.begin(), h.end(), x.begin());
-    hashes.push_back(x);
-  }
-  storage::Hash root;
-  std::copy(proof.root_hash().begin(), proof.root_hash().end(), root.begin());
-  const std::string& env = rec.envelope();
-  storage::Hash leaf = storage::LeafHash(
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(env.data()), env.size()));
+  for (const auto& h : proof.hashes()) hashes.push_back(ToHash(h));
+  storage::Hash root = ToHash(proof.root_hash());
+  storage::Hash leaf = storage::LeafHash(evidence::AsBytes(rec.envelope()));
   EXPECT_TRUE(storage::VerifyInclusion(leaf, proof.leaf_index(), proof.tree_size(), hashes, root)
                   .ok());
   leaf[0] ^= 1;  // a different entry must not verify
@@ -150,8 +263,7 @@ TEST_F(DaemonTest, PairAuditThenGatePassesAndProofVerifies) {
 }
 
 TEST_F(DaemonTest, GateFailsForContentNeverAudited) {
-  int events = 0;
-  ASSERT_EQ(AuditAndWait(dst_, src_, &events).verdict(), "pass");
+  ASSERT_EQ(AuditAndWait(dst_, src_).verdict(), "pass");
   // Change one byte of the audited checkpoint: the old record no longer covers it.
   fs::path shard = dst_ / "model-00002-of-00002.safetensors";
   auto bytes = ::ckpt::testing::ReadAll(shard);
@@ -162,32 +274,17 @@ TEST_F(DaemonTest, GateFailsForContentNeverAudited) {
   ASSERT_FALSE(gate.reasons().empty());
   EXPECT_THAT(gate.reasons(0), HasSubstr("no audit record"));
   EXPECT_EQ(gate.record_id(), -1);
+  ExpectDecisionVerifies(gate);
+  // Finding 10: a decision that rests on no record lists no input attestation.
+  auto env = evidence::ParseEnvelope(gate.decision_envelope());
+  auto vsa = nlohmann::json::parse(env->payload);
+  EXPECT_TRUE(vsa["predicate"]["inputAttestations"].empty());
+  EXPECT_EQ(vsa["predicate"]["verificationResult"], "FAILED");
 }
 
 TEST_F(DaemonTest, FailedAuditMakesGateFailWithReasons) {
-  // Scale one NVFP4 global scale by 2: the pair audit must fail, and so must the gate.
-  auto f = ckpt::SafetensorsFile::Open((dst_ / "model-00001-of-00002.safetensors").string());
-  ASSERT_TRUE(f.ok());
-  const ckpt::TensorInfo* gs = nullptr;
-  for (const auto& t : (*f)->tensors()) {
-    if (t.name.find("weight_global_scale") != std::string::npos) {
-      gs = &t;
-      break;
-    }
-  }
-  ASSERT_NE(gs, nullptr);
-  uint64_t offset = (*f)->data_start() + gs->begin;
-  f->reset();
-  fs::path shard = dst_ / "model-00001-of-00002.safetensors";
-  auto bytes = ::ckpt::testing::ReadAll(shard);
-  float v;
-  std::memcpy(&v, &bytes[offset], 4);
-  v *= 2;
-  std::memcpy(&bytes[offset], &v, 4);
-  ::ckpt::testing::WriteAll(shard, bytes);
-
-  int events = 0;
-  pb::Job job = AuditAndWait(dst_, src_, &events);
+  BreakGlobalScale(dst_);
+  pb::Job job = AuditAndWait(dst_, src_);
   ASSERT_EQ(job.state(), pb::JOB_STATE_SUCCEEDED) << job.error_message();
   EXPECT_EQ(job.verdict(), "fail");
   pb::GateResponse gate = Gate(dst_);
@@ -195,6 +292,311 @@ TEST_F(DaemonTest, FailedAuditMakesGateFailWithReasons) {
   EXPECT_EQ(gate.record_id(), job.record_id());
   ASSERT_GE(gate.reasons_size(), 2);
   EXPECT_THAT(gate.reasons(1), HasSubstr("failed"));
+}
+
+// Finding 2: an audit that skipped the lossless proof cannot decide a derived checkpoint's gate,
+// whether it is the only record or newer than a failing pair audit.
+TEST_F(DaemonTest, DerivedCheckpointNeedsAPassingPairAudit) {
+  pb::Job alone = AuditAndWait(dst_, "");
+  ASSERT_EQ(alone.verdict(), "pass");  // structure fine, scale-window skipped: overall pass
+  pb::GateResponse g1 = Gate(dst_);
+  EXPECT_FALSE(g1.pass());
+  EXPECT_THAT(g1.reasons(0), HasSubstr("pair_verify"));
+  EXPECT_THAT(g1.reasons(0), HasSubstr("1 did not run every required check"));
+
+  BreakGlobalScale(dst_);
+  ASSERT_EQ(AuditAndWait(dst_, src_).verdict(), "fail");
+  ASSERT_EQ(AuditAndWait(dst_, "").verdict(), "pass");  // the downgrade attempt
+  pb::GateResponse g2 = Gate(dst_);
+  EXPECT_FALSE(g2.pass());
+  EXPECT_THAT(g2.reasons(0), HasSubstr("failed"));
+}
+
+// An MXFP4 original passes on structure and scale-window, with no pair audit.
+TEST_F(DaemonTest, Mxfp4OriginalPassesOnStructureAndScaleWindow) {
+  ASSERT_EQ(AuditAndWait(src_, "").verdict(), "pass");
+  pb::GateResponse g = Gate(src_);
+  EXPECT_TRUE(g.pass()) << (g.reasons_size() ? g.reasons(0) : "");
+  EXPECT_THAT(g.gate_policy(), HasSubstr("mxfp4-original"));
+}
+
+// A newer failing record of the required scope revokes an older pass; with a pinned source,
+// only records bound to that source are in scope.
+TEST_F(DaemonTest, PinnedSourceAndRevocation) {
+  const std::string a(64, 'a'), b(64, 'b');
+  const std::map<std::string, std::string> pass = {{"checkpoint_structure", "pass"},
+                                                   {"pair_verify", "pass"}};
+  const std::map<std::string, std::string> fail = {{"checkpoint_structure", "pass"},
+                                                   {"pair_verify", "fail"}};
+  AppendOffline({RecordOf(dst_, pass, a)});
+  EXPECT_TRUE(Gate(dst_).pass());
+  EXPECT_TRUE(Gate(dst_, a).pass());
+  pb::GateResponse other = Gate(dst_, b);
+  EXPECT_FALSE(other.pass());
+  EXPECT_THAT(other.reasons(0), HasSubstr("against source " + b));
+  // Pins are normalised: upper case and a sha256: prefix name the same source.
+  std::string upper = "SHA256:" + std::string(64, 'A');
+  EXPECT_TRUE(Gate(dst_, upper).pass());
+
+  AppendOffline({RecordOf(dst_, fail, b)});  // a newer failing pair audit, against b
+  EXPECT_FALSE(Gate(dst_).pass());           // unpinned: it is in scope and revokes
+  EXPECT_TRUE(Gate(dst_, a).pass());         // pinned to a: out of scope
+  AppendOffline({RecordOf(dst_, fail, a)});
+  EXPECT_FALSE(Gate(dst_, a).pass());
+}
+
+// A pair audit through the daemon binds its source by content; a gate pinned to that source's
+// OMS ROOT passes, pinned to another it does not.
+TEST_F(DaemonTest, PairAuditDecidesAGatePinnedToItsSource) {
+  ASSERT_EQ(AuditAndWait(dst_, src_).verdict(), "pass");
+  auto source = FingerprintTree(fs::canonical(src_).string(), {}, NoProgress());
+  ASSERT_TRUE(source.ok());
+  pb::GateResponse pinned = Gate(dst_, source->manifest.RootHex());
+  EXPECT_TRUE(pinned.pass()) << (pinned.reasons_size() ? pinned.reasons(0) : "");
+  EXPECT_THAT(pinned.gate_policy(), HasSubstr("&source=" + source->manifest.RootHex()));
+  EXPECT_FALSE(Gate(dst_, std::string(64, 'c')).pass());
+}
+
+// Finding 3: index rows are not evidence. Rows inserted or changed with sqlite3 (triggers
+// dropped, as the file's owner can) never make a gate pass, while running or after a restart:
+// a subject row that files a passing record of other content under this content's ROOT, and a
+// verdict column flipped to pass.
+TEST_F(DaemonTest, IndexTablesCannotMakeAGatePass) {
+  pb::Job other = AuditAndWait(src_, "");
+  ASSERT_EQ(other.verdict(), "pass");
+  pb::GateResponse never = Gate(dst_);  // dst_ was never audited
+  ASSERT_FALSE(never.pass());
+  fs::path broken = dir_ / "broken";
+  fs::copy(dst_, broken, fs::copy_options::recursive);
+  BreakGlobalScale(broken);
+  pb::Job failing = AuditAndWait(broken, src_);
+  ASSERT_EQ(failing.verdict(), "fail");
+  {
+    RawDb db(db_);
+    db.DropTriggers();
+    ASSERT_EQ(db.Exec("DROP TRIGGER subjects_of_newest"), SQLITE_OK);
+    ASSERT_EQ(db.Exec(absl::StrCat("INSERT INTO subjects(seq, name, sha256) VALUES(",
+                                   other.record_id(), ", 'oms-manifest-root', '",
+                                   never.manifest_root(), "')")),
+              SQLITE_OK);
+    ASSERT_EQ(db.Exec(absl::StrCat("UPDATE entries SET verdict = 'pass' WHERE seq = ",
+                                   failing.record_id())),
+              SQLITE_OK);
+  }
+  for (int restart = 0; restart < 2; ++restart) {
+    if (restart) {
+      Stop();
+      Start();
+    }
+    pb::GateResponse g1 = Gate(dst_);
+    EXPECT_FALSE(g1.pass());
+    EXPECT_EQ(g1.record_id(), -1);
+    pb::GateResponse g2 = Gate(broken);
+    EXPECT_FALSE(g2.pass());
+    EXPECT_EQ(g2.record_id(), failing.record_id());
+  }
+}
+
+// Rewriting an entry's bytes breaks the signed tree: gates are refused, not decided.
+TEST_F(DaemonTest, GatesAreRefusedWhenTheLogDoesNotMatchItsCheckpoint) {
+  ASSERT_EQ(AuditAndWait(dst_, src_).verdict(), "pass");
+  Stop();
+  {
+    RawDb db(db_);
+    db.DropTriggers();
+    db.SetBlob("UPDATE entries SET envelope = ? WHERE seq = 0",
+               ::ckpt::testing::SampleEnvelope(*key_, 1));
+  }
+  Start();
+  pb::GateRequest req;
+  req.set_root(dst_.string());
+  pb::GateResponse resp;
+  grpc::Status s = TryGate(req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("signed checkpoint"));
+}
+
+// Finding 6: repeated gates on unchanged content read no file bytes and append nothing.
+TEST_F(DaemonTest, RepeatedGateReusesItsDecision) {
+  ASSERT_EQ(AuditAndWait(dst_, src_).verdict(), "pass");
+  pb::GateResponse first = Gate(dst_);
+  ASSERT_TRUE(first.pass());
+  EXPECT_FALSE(first.reused());
+  uint64_t size = LogSize();
+  GateRequest req{dst_.string(), "", "", {}};
+  auto again = backend_->Gate(req, NoProgress());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->reused);
+  EXPECT_EQ(again->decision_id, first.decision_id());
+  EXPECT_EQ(again->hashed_bytes, 0u);
+  EXPECT_EQ(LogSize(), size);
+  pb::GateResponse third = Gate(dst_);
+  EXPECT_TRUE(third.reused());
+  ExpectDecisionVerifies(third);
+  // A new audit of the same content changes what the decision rests on: a new decision.
+  ASSERT_EQ(AuditAndWait(dst_, src_).verdict(), "pass");
+  pb::GateResponse fourth = Gate(dst_);
+  EXPECT_FALSE(fourth.reused());
+  EXPECT_GT(fourth.decision_id(), third.decision_id());
+}
+
+// Finding 6: a gate stops when its caller's deadline passes (a 1 TiB sparse file would keep a
+// core busy for minutes); TearDown's Shutdown waits for the handler to return.
+TEST_F(DaemonTest, GateStopsAtTheCallersDeadline) {
+  fs::create_directory(dir_ / "huge");
+  {
+    int fd = ::open((dir_ / "huge" / "blob.bin").c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, 1ll << 40), 0);
+    ::close(fd);
+  }
+  pb::GateRequest req;
+  req.set_root((dir_ / "huge").string());
+  pb::GateResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  grpc::Status s = stub_->Gate(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The handler has returned once the server can shut down; nothing was appended.
+  Stop();
+  EXPECT_EQ(LogSize(), 0u);
+}
+
+// Finding 7: VerifyLog runs on its own connection; reads and appends go on while it runs.
+TEST_F(DaemonTest, ReadsProceedWhileVerifyLogRuns) {
+  Stop();
+  {
+    auto log = storage::EvidenceLog::Open(db_, /*create=*/false);
+    std::vector<std::string> many;
+    for (int i = 0; i < 1000; ++i) many.push_back(::ckpt::testing::SampleEnvelope(*key_, i));
+    ASSERT_TRUE((*log)->AppendBatch(many, *key_).ok());
+  }
+  Start();
+  auto verifying = std::async(std::launch::async, [&] { return backend_->VerifyLog(false); });
+  int reads_during = 0;
+  storage::QueryFilter f;
+  f.limit = 10;
+  while (verifying.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    ASSERT_TRUE(backend_->Query(f).ok());
+    ASSERT_TRUE(backend_->GetRecord(7).ok());
+    if (verifying.wait_for(std::chrono::seconds(0)) != std::future_status::ready) ++reads_during;
+  }
+  auto full = verifying.get();
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_TRUE(full->ok()) << full->problems[0];
+  // Serialised behind the verification, at most a read that started before it could finish.
+  EXPECT_GE(reads_during, 5);
+
+  // Incremental: only what was appended since, through the consistency proof.
+  ASSERT_EQ(AuditAndWait(dst_, src_).verdict(), "pass");
+  pb::VerifyLogRequest inc;
+  inc.set_incremental(true);
+  pb::VerifyLogResponse v;
+  grpc::ClientContext vctx;
+  ASSERT_TRUE(stub_->VerifyLog(&vctx, inc, &v).ok());
+  EXPECT_TRUE(v.ok()) << (v.problems_size() ? v.problems(0) : "");
+  EXPECT_EQ(v.verified_from(), 1000);
+  EXPECT_EQ(v.entries(), 1002);  // the record and its test result
+  EXPECT_EQ(v.checkpoints(), 2);
+}
+
+// Finding 10: every request field is checked, and the error names the field.
+TEST_F(DaemonTest, InvalidRequestFieldsAreNamed) {
+  auto query_error = [&](const std::function<void(pb::QueryAuditsRequest&)>& set) {
+    pb::QueryAuditsRequest q;
+    set(q);
+    pb::QueryAuditsResponse out;
+    grpc::Status s = Query(q, &out);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    return s.error_message();
+  };
+  EXPECT_THAT(query_error([](auto& q) { q.set_verdict("maybe"); }), HasSubstr("verdict"));
+  EXPECT_THAT(query_error([](auto& q) { q.set_limit(-1); }), HasSubstr("limit"));
+  EXPECT_THAT(query_error([](auto& q) { q.set_limit(1001); }), HasSubstr("limit"));
+  EXPECT_THAT(query_error([](auto& q) { q.set_digest("abc"); }), HasSubstr("digest"));
+  EXPECT_THAT(query_error([](auto& q) { q.set_since("yesterday"); }), HasSubstr("since"));
+  EXPECT_THAT(query_error([](auto& q) { q.set_until("2026-13-01T00:00:00Z"); }),
+              HasSubstr("until"));
+  EXPECT_THAT(query_error([](auto& q) { q.set_root("relative/path"); }), HasSubstr("root"));
+  EXPECT_THAT(query_error([](auto& q) { q.set_page_token("x"); }), HasSubstr("page_token"));
+  EXPECT_THAT(query_error([](auto& q) { q.set_predicate_type("other"); }),
+              HasSubstr("predicate_type"));
+
+  pb::StartAuditRequest empty;
+  pb::Job job;
+  grpc::ClientContext c1;
+  grpc::Status s1 = stub_->StartAudit(&c1, empty, &job);
+  EXPECT_EQ(s1.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s1.error_message(), HasSubstr("root"));
+  pb::GateRequest gate;
+  pb::GateResponse resp;
+  grpc::Status s2 = TryGate(gate, &resp);
+  EXPECT_EQ(s2.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s2.error_message(), HasSubstr("root"));
+  gate.set_root(dst_.string());
+  gate.set_source_manifest_root("not-hex");
+  EXPECT_THAT(TryGate(gate, &resp).error_message(), HasSubstr("source_manifest_root"));
+  gate.set_source_manifest_root("");
+  gate.set_policy("lenient");
+  EXPECT_THAT(TryGate(gate, &resp).error_message(), HasSubstr("policy"));
+  pb::GetJobRequest bad_id;
+  bad_id.set_id("../etc");
+  grpc::ClientContext c3;
+  EXPECT_EQ(stub_->GetJob(&c3, bad_id, &job).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// Finding 10: filters are normalised and compared as values, not as strings.
+TEST_F(DaemonTest, QueryFiltersAreNormalised) {
+  pb::Job job = AuditAndWait(dst_, src_);
+  pb::GateResponse gate = Gate(dst_);
+  auto count = [&](const std::function<void(pb::QueryAuditsRequest&)>& set) {
+    pb::QueryAuditsRequest q;
+    set(q);
+    pb::QueryAuditsResponse out;
+    grpc::Status s = Query(q, &out);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return out.audits_size();
+  };
+  std::string upper = gate.manifest_root();
+  for (char& c : upper) c = static_cast<char>(std::toupper(c));
+  // The record, its test result and the gate decision all name the content's ROOT.
+  EXPECT_EQ(count([&](auto& q) { q.set_digest(upper); }), 3);
+  EXPECT_EQ(count([&](auto& q) { q.set_digest("sha256:" + gate.manifest_root()); }), 3);
+  std::string real = fs::canonical(dst_).string();
+  std::string messy = real.substr(0, real.rfind('/')) + "/./" + dst_.filename().string() + "/";
+  EXPECT_EQ(count([&](auto& q) { q.set_root(messy); }), 3);
+  // The same instant written with an offset: everything is at or after "an hour ago".
+  absl::Time hour_ago = absl::Now() - absl::Hours(1);
+  std::string with_offset =
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E3S+02:00", hour_ago, absl::FixedTimeZone(2 * 3600));
+  EXPECT_EQ(count([&](auto& q) { q.set_since(with_offset); }), 3);
+  EXPECT_EQ(count([&](auto& q) { q.set_until(with_offset); }), 0);
+  EXPECT_EQ(count([&](auto& q) { q.set_predicate_type("audit"); }), 1);
+  EXPECT_EQ(count([&](auto& q) { q.set_predicate_type("gate"); }), 1);
+  EXPECT_EQ(count([&](auto& q) { q.set_predicate_type("test-result"); }), 1);
+  EXPECT_EQ(count([&](auto& q) { q.set_verdict("pass"); }), 3);
+}
+
+TEST_F(DaemonTest, UnknownJobAndRecordAreNotFoundWithoutServerPaths) {
+  pb::GetJobRequest jr;
+  jr.set_id("job-424242");
+  pb::Job job;
+  grpc::ClientContext ctx;
+  EXPECT_EQ(stub_->GetJob(&ctx, jr, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+  pb::GetInclusionProofRequest pr;
+  pr.set_id(5);
+  pb::InclusionProof proof;
+  grpc::ClientContext ctx2;
+  EXPECT_EQ(stub_->GetInclusionProof(&ctx2, pr, &proof).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  pb::GetRecordRequest rr;
+  rr.set_id(5);
+  pb::Record rec;
+  grpc::ClientContext ctx3;
+  grpc::Status s = stub_->GetRecord(&ctx3, rr, &rec);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), Not(HasSubstr(db_)));
+  EXPECT_THAT(s.error_message(), Not(HasSubstr(dir_.path().string())));
 }
 
 TEST_F(DaemonTest, RootOutsideAllowListIsDenied) {
@@ -207,26 +609,59 @@ TEST_F(DaemonTest, RootOutsideAllowListIsDenied) {
   grpc::Status s = stub_->StartAudit(&ctx, req, &job);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(s.error_message(), HasSubstr("outside the daemon's allowed roots"));
-  // A symlink inside the allowed directory that points outside is denied too.
+  // A symlink inside the allowed directory that points outside is denied too, without saying
+  // where it points.
   fs::create_directory_symlink(outside, dir_ / "link");
   req.set_root((dir_ / "link").string());
   grpc::ClientContext ctx2;
-  EXPECT_EQ(stub_->StartAudit(&ctx2, req, &job).error_code(),
-            grpc::StatusCode::PERMISSION_DENIED);
+  grpc::Status s2 = stub_->StartAudit(&ctx2, req, &job);
+  EXPECT_EQ(s2.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s2.error_message(), Not(HasSubstr(other.path().string())));
 }
 
-TEST_F(DaemonTest, UnknownJobAndRecordAreNotFound) {
-  pb::GetJobRequest jr;
-  jr.set_id("job-424242");
-  pb::Job job;
-  grpc::ClientContext ctx;
-  EXPECT_EQ(stub_->GetJob(&ctx, jr, &job).error_code(), grpc::StatusCode::NOT_FOUND);
-  pb::GetInclusionProofRequest pr;
-  pr.set_id(5);
-  pb::InclusionProof proof;
-  grpc::ClientContext ctx2;
-  EXPECT_EQ(stub_->GetInclusionProof(&ctx2, pr, &proof).error_code(),
-            grpc::StatusCode::NOT_FOUND);
+// Finding 8: X4T roots are mapped in Gate; the actual side must be allow-listed.
+TEST_F(DaemonTest, RootMappingIsLimitedToTheAllowList) {
+  fs::path x4t = CopyFixture("mini-kimi-x4t", dir_);
+  pb::GateRequest req;
+  req.set_root(x4t.string());
+  auto* m = req.add_root_map();
+  m->set_declared("/x4t");
+  m->set_actual("/etc");
+  pb::GateResponse resp;
+  grpc::Status denied = TryGate(req, &resp);
+  EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(denied.error_message(), HasSubstr("root_map"));
+  m->set_actual("relative");
+  EXPECT_EQ(TryGate(req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  m->set_actual(x4t.string());
+  grpc::Status s = TryGate(req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(resp.pass());  // nothing audited; the X4T container takes the derived policy
+  EXPECT_THAT(resp.gate_policy(), HasSubstr("derived-lossless"));
+}
+
+// Finding 4 (durability) through gRPC: CancelJob on a queued job, and ids answered from the
+// database once the daemon restarts.
+TEST_F(DaemonTest, CancelledAndFinishedJobsAnswerAfterARestart) {
+  pb::Job done = AuditAndWait(dst_, src_);
+  ASSERT_EQ(done.state(), pb::JOB_STATE_SUCCEEDED);
+  pb::CancelJobRequest cancel;
+  cancel.set_id(done.id());
+  pb::Job out;
+  grpc::ClientContext c1;
+  EXPECT_EQ(stub_->CancelJob(&c1, cancel, &out).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  Stop();
+  Start();
+  pb::GetJobRequest get;
+  get.set_id(done.id());
+  grpc::ClientContext c2;
+  ASSERT_TRUE(stub_->GetJob(&c2, get, &out).ok());
+  EXPECT_EQ(out.state(), pb::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(out.record_id(), done.record_id());
+  EXPECT_EQ(out.verdict(), "pass");
+  pb::Job next = AuditAndWait(dst_, src_);
+  EXPECT_NE(next.id(), done.id());
 }
 
 // Roots reached through symlinks whose real paths are not UTF-8, holding a file whose name is
@@ -236,10 +671,9 @@ TEST_F(DaemonTest, UnknownJobAndRecordAreNotFound) {
 TEST_F(DaemonTest, NamesThatAreNotUtf8AreAuditedOverGrpc) {
   const fs::path odd = dir_ / "nv-\xFF";
   fs::rename(dst_, odd);
-  testing::WriteAll(odd / "notes-\xFF.txt", std::string("operator notes\n"));
+  ::ckpt::testing::WriteAll(odd / "notes-\xFF.txt", std::string("operator notes\n"));
   fs::create_directory_symlink(odd, dir_ / "nv-link");
-  int events = 0;
-  pb::Job job = AuditAndWait(dir_ / "nv-link", src_, &events);
+  pb::Job job = AuditAndWait(dir_ / "nv-link", src_);
   ASSERT_EQ(job.state(), pb::JOB_STATE_SUCCEEDED) << job.error_message();
   EXPECT_EQ(job.verdict(), "pass");
   EXPECT_THAT(job.root(), ::testing::EndsWith("/nv-%FF"));
@@ -259,13 +693,17 @@ TEST_F(DaemonTest, NamesThatAreNotUtf8AreAuditedOverGrpc) {
   EXPECT_THAT(statement["predicate"]["root"].get<std::string>(),
               ::testing::EndsWith("/nv-%FF"));
 
+  // The gate computes the same encoded names, so the record decides it.
+  pb::GateResponse gate = Gate(dir_ / "nv-link");
+  EXPECT_TRUE(gate.pass()) << (gate.reasons_size() ? gate.reasons(0) : "");
+
   // A job that fails on such a path reports the path encoded in its error message.
   const fs::path bad = dir_ / "bad-\xFF";
   fs::create_directory(bad);
-  testing::WriteAll(bad / "config.json", std::string("{}"));
+  ::ckpt::testing::WriteAll(bad / "config.json", std::string("{}"));
   fs::create_symlink("/etc/hostname", bad / "model.safetensors");
   fs::create_directory_symlink(bad, dir_ / "bad-link");
-  pb::Job failed = AuditAndWait(dir_ / "bad-link", fs::path(), &events);
+  pb::Job failed = AuditAndWait(dir_ / "bad-link", fs::path());
   ASSERT_EQ(failed.state(), pb::JOB_STATE_FAILED);
   EXPECT_THAT(failed.error_message(), HasSubstr("/bad-%FF/model.safetensors"));
 

@@ -90,6 +90,14 @@ class DaemonProcess {
     return exit_code_;
   }
 
+  // SIGKILL and reap, as a crash or the OOM killer would stop it.
+  void Kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
   pid_t pid() const { return pid_; }
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }

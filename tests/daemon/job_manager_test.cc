@@ -1,15 +1,23 @@
+// The job manager: event histories, bounded queue, cancellation, and durability through the
+// jobs table of a real evidence database (recovery after a stop, ids that never repeat).
 #include "services/daemon/job_manager.h"
 
 #include <atomic>
 #include <future>
+#include <set>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "storage/evidence_log.h"
+#include "tests/test_util.h"
 
 namespace ckpt::daemon {
 namespace {
 
-// A job that reports 4 progress steps, then blocks until released.
+using ::ckpt::testing::TempDir;
+using ::testing::HasSubstr;
+
+// A job that reports 4 progress steps, then blocks until released (or cancelled).
 struct GatedWork {
   std::promise<void> release;
   std::shared_future<void> released{release.get_future().share()};
@@ -17,98 +25,229 @@ struct GatedWork {
     p.Begin("work", 4);
     for (int i = 0; i < 4; ++i) p.Advance(1);
     p.End();
-    released.wait();
+    // Polls for cancellation the way the audit engine does, in bounded steps.
+    while (released.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
+      if (p.Cancelled()) return absl::CancelledError("stopped");
+    }
     if (spec.root == "bad") return absl::InvalidArgumentError("bad root");
     return JobOutcome{"pass", 7};
   }
 };
 
-TEST(JobManager, LateWatcherReplaysHistoryAndSeesOutcome) {
+// A fresh evidence database (schema with the jobs table) and a connection to its jobs.
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = (dir_ / "ev.db").string();
+    ASSERT_TRUE(storage::EvidenceLog::Open(path_, /*create=*/true).ok());
+    table_ = OpenTable();
+  }
+  std::unique_ptr<storage::JobTable> OpenTable() {
+    auto t = storage::JobTable::Open(path_, "evidence log", /*read_only=*/false);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? *std::move(t) : nullptr;
+  }
+  std::unique_ptr<JobManager> Manager(GatedWork& work, size_t max_queued = 4,
+                                      size_t max_retained = 1024,
+                                      storage::JobTable* table = nullptr) {
+    auto m = JobManager::Create([&](const JobSpec& s, Progress& p) { return work(s, p); },
+                                table ? table : table_.get(), absl::OkStatus(), 1, max_queued,
+                                max_retained);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? *std::move(m) : nullptr;
+  }
+  static void WaitDone(JobManager& jobs, const std::string& id) {
+    ASSERT_TRUE(jobs.Watch(id, [](const JobEvent&) { return true; }).ok());
+  }
+
+  TempDir dir_;
+  std::string path_;
+  std::unique_ptr<storage::JobTable> table_;
+};
+
+TEST_F(JobManagerTest, LateWatcherReplaysHistoryAndSeesOutcome) {
   GatedWork work;
-  JobManager jobs([&](const JobSpec& s, Progress& p) { return work(s, p); }, 1, 4);
-  auto id = jobs.Submit({"root", "", "scale-window"});
+  auto jobs = Manager(work);
+  auto id = jobs->Submit({"root", "", "scale-window"});
   ASSERT_TRUE(id.ok());
   work.release.set_value();
   std::vector<JobEvent> events;
-  ASSERT_TRUE(jobs.Watch(*id, [&](const JobEvent& e) {
+  ASSERT_TRUE(jobs->Watch(*id, [&](const JobEvent& e) {
     events.push_back(e);
     return true;
   }).ok());
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.front().phase, "queued");
   EXPECT_TRUE(events.back().done);
-  EXPECT_THAT(events.back().message, ::testing::HasSubstr("record 7"));
+  EXPECT_THAT(events.back().message, HasSubstr("record 7"));
   bool saw_full = false;
   for (const auto& e : events) saw_full |= e.phase == "work" && e.done_units == 4;
   EXPECT_TRUE(saw_full);
-  auto snap = jobs.Get(*id);
+  auto snap = jobs->Get(*id);
   ASSERT_TRUE(snap.ok());
   EXPECT_EQ(snap->state, JobState::kSucceeded);
   EXPECT_EQ(snap->outcome.record_id, 7);
   EXPECT_FALSE(snap->finished_at.empty());
 }
 
-TEST(JobManager, FailedJobKeepsItsStatus) {
+TEST_F(JobManagerTest, FailedJobKeepsItsStatus) {
   GatedWork work;
   work.release.set_value();
-  JobManager jobs([&](const JobSpec& s, Progress& p) { return work(s, p); }, 1, 4);
-  auto id = jobs.Submit({"bad", "", ""});
+  auto jobs = Manager(work);
+  auto id = jobs->Submit({"bad", "", ""});
   ASSERT_TRUE(id.ok());
-  ASSERT_TRUE(jobs.Watch(*id, [](const JobEvent&) { return true; }).ok());
-  auto snap = jobs.Get(*id);
+  WaitDone(*jobs, *id);
+  auto snap = jobs->Get(*id);
   ASSERT_TRUE(snap.ok());
   EXPECT_EQ(snap->state, JobState::kFailed);
   EXPECT_EQ(snap->error.code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(JobManager, QueueIsBounded) {
+TEST_F(JobManagerTest, QueueIsBounded) {
   GatedWork work;
-  {
-    JobManager jobs([&](const JobSpec& s, Progress& p) { return work(s, p); }, 1, 2);
-    // One job runs (blocked), two wait; the fourth is refused.
-    std::vector<std::string> ids;
-    for (int i = 0; i < 3; ++i) {
-      auto id = jobs.Submit({"root", "", ""});
-      ASSERT_TRUE(id.ok()) << id.status();
-      ids.push_back(*id);
-      if (i == 0) {  // make sure the first job left the queue before counting
-        jobs.Watch(*id, [](const JobEvent& e) { return e.phase != "work"; }).IgnoreError();
-      }
+  auto jobs = Manager(work, /*max_queued=*/2);
+  // One job runs (blocked), two wait; the fourth is refused.
+  for (int i = 0; i < 3; ++i) {
+    auto id = jobs->Submit({"root", "", ""});
+    ASSERT_TRUE(id.ok()) << id.status();
+    if (i == 0) {  // make sure the first job left the queue before counting
+      jobs->Watch(*id, [](const JobEvent& e) { return e.phase != "work"; }).IgnoreError();
     }
-    auto refused = jobs.Submit({"root", "", ""});
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
-    EXPECT_TRUE(jobs.Get("job-999999").status().code() == absl::StatusCode::kNotFound);
-    work.release.set_value();
-  }  // destructor joins the workers
+  }
+  auto refused = jobs->Submit({"root", "", ""});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(jobs->Get("job-999999").status().code(), absl::StatusCode::kNotFound);
+  work.release.set_value();
 }
 
-TEST(JobManager, WatcherCanStopEarly) {
+TEST_F(JobManagerTest, WatcherCanStopEarly) {
   GatedWork work;
-  JobManager jobs([&](const JobSpec& s, Progress& p) { return work(s, p); }, 1, 4);
-  auto id = jobs.Submit({"root", "", ""});
+  auto jobs = Manager(work);
+  auto id = jobs->Submit({"root", "", ""});
   ASSERT_TRUE(id.ok());
   int seen = 0;
-  ASSERT_TRUE(jobs.Watch(*id, [&](const JobEvent&) { return ++seen < 2; }).ok());
+  ASSERT_TRUE(jobs->Watch(*id, [&](const JobEvent&) { return ++seen < 2; }).ok());
   EXPECT_EQ(seen, 2);
   work.release.set_value();
 }
 
-TEST(JobManager, KeepsOnlyTheNewestFinishedJobs) {
+// Event histories are bounded in memory; the jobs themselves stay answerable from the table.
+TEST_F(JobManagerTest, OldFinishedJobsAnswerFromTheTable) {
   GatedWork work;
   work.release.set_value();
-  JobManager jobs([&](const JobSpec& s, Progress& p) { return work(s, p); }, 1, 8,
-                  /*max_retained=*/2);
+  auto jobs = Manager(work, 8, /*max_retained=*/2);
   std::vector<std::string> ids;
   for (int i = 0; i < 4; ++i) {
-    auto id = jobs.Submit({"root", "", ""});
+    auto id = jobs->Submit({"root", "", ""});
     ASSERT_TRUE(id.ok());
-    ASSERT_TRUE(jobs.Watch(*id, [](const JobEvent&) { return true; }).ok());
+    WaitDone(*jobs, *id);
     ids.push_back(*id);
   }
-  EXPECT_EQ(jobs.Get(ids[0]).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(jobs.Get(ids[1]).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(jobs.Get(ids[2]).ok());
-  EXPECT_TRUE(jobs.Get(ids[3]).ok());
+  for (const std::string& id : ids) {
+    auto snap = jobs->Get(id);
+    ASSERT_TRUE(snap.ok()) << id;
+    EXPECT_EQ(snap->state, JobState::kSucceeded);
+    EXPECT_EQ(snap->outcome.record_id, 7);
+  }
+  std::vector<JobEvent> replay;
+  ASSERT_TRUE(jobs->Watch(ids[0], [&](const JobEvent& e) {
+    replay.push_back(e);
+    return true;
+  }).ok());
+  ASSERT_EQ(replay.size(), 1u);
+  EXPECT_TRUE(replay[0].done);
+}
+
+TEST_F(JobManagerTest, CancelQueuedAndRunningJobs) {
+  GatedWork work;
+  auto jobs = Manager(work);
+  auto running = jobs->Submit({"root", "", ""});
+  auto queued = jobs->Submit({"root", "", ""});
+  ASSERT_TRUE(running.ok() && queued.ok());
+  jobs->Watch(*running, [](const JobEvent& e) { return e.phase != "work"; }).IgnoreError();
+
+  auto q = jobs->Cancel(*queued);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->state, JobState::kCancelled);
+  auto r = jobs->Cancel(*running);
+  ASSERT_TRUE(r.ok()) << r.status();
+  WaitDone(*jobs, *running);  // the work polls Cancelled and stops
+  EXPECT_EQ(jobs->Get(*running)->state, JobState::kCancelled);
+  EXPECT_EQ(jobs->Cancel(*running).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(jobs->Cancel("job-nope").status().code(), absl::StatusCode::kNotFound);
+  // The cancelled states are stored.
+  auto table = OpenTable();
+  EXPECT_EQ(table->Get(*queued)->state, "cancelled");
+  EXPECT_EQ(table->Get(*running)->state, "cancelled");
+}
+
+// A stop with jobs in flight: the running one is recorded as running and the queued ones as
+// queued (what a crash leaves), then a new manager recovers them.
+TEST_F(JobManagerTest, RecoversQueuedAndInterruptedJobsAfterAStop) {
+  std::vector<std::string> ids;
+  {
+    // Rows as a killed daemon leaves them: one running, two queued.
+    for (int i = 0; i < 3; ++i) {
+      storage::JobRow row;
+      row.root = absl::StrCat("root", i);
+      row.created_at = "2026-01-01T00:00:00.000Z";
+      ASSERT_TRUE(table_->Insert(row).ok());
+      ids.push_back(row.id);
+      if (i == 0) {
+        row.state = "running";
+        ASSERT_TRUE(table_->Update(row).ok());
+      }
+    }
+  }
+  GatedWork work;
+  work.release.set_value();
+  auto jobs = Manager(work);
+  auto interrupted = jobs->Get(ids[0]);
+  ASSERT_TRUE(interrupted.ok());
+  EXPECT_EQ(interrupted->state, JobState::kInterrupted);
+  EXPECT_THAT(interrupted->error.message(), HasSubstr("stopped"));
+  for (int i = 1; i < 3; ++i) {
+    WaitDone(*jobs, ids[i]);
+    auto snap = jobs->Get(ids[i]);
+    ASSERT_TRUE(snap.ok());
+    EXPECT_EQ(snap->state, JobState::kSucceeded) << ids[i];
+    EXPECT_EQ(snap->spec.root, absl::StrCat("root", i));
+  }
+  // Ids never repeat: a new table connection (a restart) issues fresh ones.
+  auto fresh = jobs->Submit({"root", "", ""});
+  ASSERT_TRUE(fresh.ok());
+  std::set<std::string> all(ids.begin(), ids.end());
+  EXPECT_TRUE(all.insert(*fresh).second) << *fresh;
+}
+
+TEST_F(JobManagerTest, QueuedJobsSurviveAStopAndRunAfterIt) {
+  std::string first, second;
+  {
+    GatedWork blocked;
+    auto jobs = Manager(blocked);
+    first = *jobs->Submit({"root", "", ""});
+    second = *jobs->Submit({"root", "", ""});
+    jobs->Watch(first, [](const JobEvent& e) { return e.phase != "work"; }).IgnoreError();
+    // The deadline has passed at once: the running job is asked to stop, and its work (which
+    // polls) does; the queued job is not started.
+    EXPECT_TRUE(jobs->Drain(absl::Now()));
+  }  // the queued job stays queued in the table
+  auto table = OpenTable();
+  EXPECT_EQ(table->Get(first)->state, "cancelled");
+  EXPECT_EQ(table->Get(second)->state, "queued");
+  GatedWork work;
+  work.release.set_value();
+  auto jobs = Manager(work, 4, 1024, table.get());
+  WaitDone(*jobs, second);
+  EXPECT_EQ(jobs->Get(second)->state, JobState::kSucceeded);
+}
+
+TEST_F(JobManagerTest, DrainRefusesNewJobs) {
+  GatedWork work;
+  work.release.set_value();
+  auto jobs = Manager(work);
+  EXPECT_TRUE(jobs->Drain(absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(jobs->Submit({"root", "", ""}).status().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

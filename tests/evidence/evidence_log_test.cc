@@ -2,7 +2,10 @@
 // catching each kind of tampering (the tests play the attacker through the sqlite3 C API).
 #include "storage/evidence_log.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
+#include <fstream>
 
 #include "core/evidence/base64.h"
 #include "gmock/gmock.h"
@@ -164,8 +167,9 @@ TEST_F(LogTest, QueryFiltersAndPaginates) {
   EXPECT_EQ(hit->entries[0].seq, 11u);
 
   QueryFilter by_time;
-  by_time.since = "2026-01-03";
-  by_time.until = "2026-01-05";  // days 3 and 4: i = 2, 3
+  by_time.since = absl::FromCivil(absl::CivilDay(2026, 1, 3), absl::UTCTimeZone());
+  by_time.until = absl::FromCivil(absl::CivilDay(2026, 1, 5), absl::UTCTimeZone());
+  // days 3 and 4: i = 2, 3
   EXPECT_EQ(log->Query(by_time)->entries.size(), 2u);
 
   QueryFilter bad;
@@ -308,6 +312,238 @@ TEST_F(LogTest, RejectsEnvelopeThatIsNotEvidence) {
   EXPECT_EQ(log->Append(not_statement, *key_).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(*log->Size(), 0u);
+}
+
+// Finding: the database was created 0644. Every file of a new log is 0600 whatever the umask.
+TEST_F(LogTest, NewLogFilesAreOwnerOnly) {
+  mode_t old = ::umask(0);
+  {
+    auto log = Open();
+    ASSERT_TRUE(log->Append(SampleEnvelope(*key_, 0), *key_).ok());
+    for (const char* suffix : {"", "-wal", "-shm", ".lock"}) {
+      struct stat st;
+      ASSERT_EQ(::stat((path_ + suffix).c_str(), &st), 0) << suffix;
+      EXPECT_EQ(st.st_mode & 0777, 0600u) << path_ << suffix;
+    }
+  }
+  ::umask(old);
+}
+
+// Finding: two writers could share one log. The second is refused while the first lives, and
+// names the holder; readers are never refused.
+TEST_F(LogTest, SecondWriterIsRefusedReadersAreNot) {
+  auto first = Open();
+  auto second = EvidenceLog::Open(path_, /*create=*/true);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr(absl::StrCat("another writer (pid ", ::getpid())));
+  auto reader = EvidenceLog::OpenReadOnly(path_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_TRUE(first->Append(SampleEnvelope(*key_, 0), *key_).ok());
+  EXPECT_EQ(*(*reader)->Size(), 1u);
+  EXPECT_FALSE((*reader)->append_status().ok());
+  EXPECT_FALSE((*reader)->Append(SampleEnvelope(*key_, 1), *key_).ok());
+  first.reset();
+  EXPECT_TRUE(EvidenceLog::Open(path_, /*create=*/false).ok());
+}
+
+// Finding: a corrupted database was still appended to. quick_check at open refuses appends;
+// reads of intact pages and verification still work.
+TEST_F(LogTest, DamagedLogRefusesAppendsButServesReadsAndVerification) {
+  Fill(30);
+  int64_t page = 0, page_size = 0;
+  {
+    RawDb db(path_);
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(db.get(), "SELECT rootpage FROM sqlite_schema WHERE name = 'entries_time'",
+                       -1, &st, nullptr);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    page = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_prepare_v2(db.get(), "PRAGMA page_size", -1, &st, nullptr);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    page_size = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+  }  // the last connection closes: the WAL is folded into the file
+  {
+    // The b-tree page type byte of the time index's root: an invalid type.
+    std::fstream f(path_, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp((page - 1) * page_size);
+    f.put('\x07');
+  }
+  auto log = EvidenceLog::Open(path_, /*create=*/false);
+  ASSERT_TRUE(log.ok()) << log.status();
+  EXPECT_EQ((*log)->append_status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT((*log)->append_status().message(), HasSubstr("quick_check"));
+  auto refused = (*log)->Append(SampleEnvelope(*key_, 99), *key_);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(*(*log)->Size(), 30u);  // nothing was added
+  auto entry = (*log)->Get(7);
+  ASSERT_TRUE(entry.ok()) << entry.status();
+  auto v = VerifyLog(**log, trust_);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_FALSE(v->ok());  // integrity_check names the damage
+}
+
+// Finding: a read-only filesystem could not be queried. A database file without write
+// permission opens read-only (for root too), answers queries and verifies; appends are refused.
+TEST_F(LogTest, ReadOnlyFileIsQueriedAndVerified) {
+  Fill(5);
+  std::filesystem::permissions(path_, std::filesystem::perms::owner_read |
+                                          std::filesystem::perms::group_read);
+  auto log = EvidenceLog::Open(path_, /*create=*/true);
+  ASSERT_TRUE(log.ok()) << log.status();
+  EXPECT_EQ((*log)->append_status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT((*log)->append_status().message(), HasSubstr("no write permission"));
+  QueryFilter all;
+  auto page = (*log)->Query(all);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->entries.size(), 5u);
+  auto v = VerifyLog(**log, trust_);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->ok()) << v->problems[0];
+  EXPECT_FALSE((*log)->Append(SampleEnvelope(*key_, 5), *key_).ok());
+}
+
+// On read-only media SQLite cannot create the WAL index (-shm). With no WAL to lose, the reader
+// falls back to immutable mode. A directory in the -shm file's place stands in for the media.
+TEST_F(LogTest, ReaderFallsBackToImmutableWhenTheWalIndexCannotBeCreated) {
+  Fill(4);
+  ASSERT_FALSE(std::filesystem::exists(path_ + "-wal"));
+  std::filesystem::create_directory(path_ + "-shm");
+  auto log = EvidenceLog::OpenReadOnly(path_);
+  ASSERT_TRUE(log.ok()) << log.status();
+  EXPECT_EQ(*(*log)->Size(), 4u);
+  auto v = VerifyLog(**log, trust_);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->ok()) << v->problems[0];
+}
+
+// Finding 3 (defence in depth): index rows can only be added for the entry being appended.
+TEST_F(LogTest, IndexRowsForOldEntriesAreRefused) {
+  Fill(3);
+  RawDb db(path_);
+  EXPECT_NE(db.Exec("INSERT INTO subjects(seq, name, sha256) VALUES(0, 'oms-manifest-root', "
+                    "'" + std::string(64, 'a') + "')"),
+            SQLITE_OK);
+  EXPECT_THAT(db.error(), HasSubstr("belong to the entry being appended"));
+  EXPECT_NE(db.Exec("INSERT INTO entries SELECT seq + 10, envelope, leaf_hash, predicate_type,"
+                    " keyid, root_path, policy, verdict, audit_time FROM entries WHERE seq = 0"),
+            SQLITE_OK);
+  EXPECT_THAT(db.error(), HasSubstr("seq order"));
+  EXPECT_NE(db.Exec("INSERT INTO checkpoints(size, note) VALUES(1, 'x')"), SQLITE_OK);
+  // Jobs change state, but are never deleted and their requests never change.
+  ASSERT_EQ(db.Exec("INSERT INTO jobs VALUES(1, 'job-1', '/m', '', 'scale-window', '', '',"
+                    " 'queued', '', -1, 0, '', '2026-01-01T00:00:00.000Z', '')"),
+            SQLITE_OK);
+  EXPECT_EQ(db.Exec("UPDATE jobs SET state = 'running' WHERE id = 'job-1'"), SQLITE_OK);
+  EXPECT_NE(db.Exec("UPDATE jobs SET root = '/etc' WHERE id = 'job-1'"), SQLITE_OK);
+  EXPECT_NE(db.Exec("DELETE FROM jobs"), SQLITE_OK);
+  // Dropping the triggers is possible for whoever owns the file, and verify-log says so.
+  ASSERT_EQ(db.Exec("DROP TRIGGER subjects_of_newest"), SQLITE_OK);
+  EXPECT_THAT(AllProblems(), HasSubstr("subjects_of_newest is missing"));
+}
+
+// Finding 10: times compare as times, whatever offset the filter was written with.
+TEST_F(LogTest, TimeFiltersCompareInstants) {
+  Fill(6);  // finished_at 2026-01-0{1..6}T00:00:01.000Z
+  auto log = Open();
+  absl::Time t;
+  std::string err;
+  // 2026-01-03T02:00:01+02:00 is 2026-01-03T00:00:01Z: inclusive, so days 3..6.
+  ASSERT_TRUE(absl::ParseTime(absl::RFC3339_full, "2026-01-03T02:00:01+02:00", &t, &err));
+  QueryFilter f;
+  f.since = t;
+  EXPECT_EQ(log->Query(f)->entries.size(), 4u);
+  // One nanosecond later excludes day 3 (stored times are whole milliseconds, rounded up).
+  f.since = t + absl::Nanoseconds(1);
+  EXPECT_EQ(log->Query(f)->entries.size(), 3u);
+  QueryFilter until;
+  until.until = t;  // exclusive: days 1 and 2
+  EXPECT_EQ(log->Query(until)->entries.size(), 2u);
+  QueryFilter far;
+  far.since = absl::InfiniteFuture();
+  EXPECT_TRUE(log->Query(far)->entries.empty());
+  far.since = absl::InfinitePast();
+  far.until = absl::InfiniteFuture();
+  EXPECT_EQ(log->Query(far)->entries.size(), 6u);
+}
+
+TEST_F(LogTest, PredicateTypeFilterSeparatesDecisionsFromAudits) {
+  auto log = Open();
+  ASSERT_TRUE(log->Append(SampleEnvelope(*key_, 0), *key_).ok());
+  evidence::EvidenceRecord r;
+  r.root = "/models/m0";
+  r.subjects = {{"model.safetensors", std::string(64, 'b')}};
+  r.policy = {"gate-none", "1"};
+  r.finished_at = "2026-01-01T00:00:02.000Z";
+  auto vsa = evidence::VerificationSummaryPayload(r, "https://v.example", "", "");
+  ASSERT_TRUE(vsa.ok());
+  ASSERT_TRUE(log->Append(evidence::SignEnvelope(*vsa, evidence::kInTotoPayloadType, *key_),
+                          *key_).ok());
+  QueryFilter audits;
+  audits.predicate_type = evidence::kEvidencePredicateType;
+  auto a = log->Query(audits);
+  ASSERT_EQ(a->entries.size(), 1u);
+  EXPECT_EQ(a->entries[0].seq, 0u);
+  QueryFilter gates;
+  gates.predicate_type = evidence::kVerificationSummaryType;
+  auto g = log->Query(gates);
+  ASSERT_EQ(g->entries.size(), 1u);
+  EXPECT_EQ(g->entries[0].seq, 1u);
+}
+
+// VerifyLog in incremental mode: from a clean run's state, the log's consistency proof to the
+// newest checkpoint and only the newer entries.
+TEST_F(LogTest, IncrementalVerificationChecksOnlyNewEntriesAndTheConsistencyProof) {
+  Fill(10);
+  VerifiedLogState state;
+  {
+    auto reader = EvidenceLog::OpenReadOnly(path_);
+    auto full = VerifyLogFrom(**reader, trust_, {}, &state);
+    ASSERT_TRUE(full.ok() && full->ok());
+    EXPECT_EQ(state.size, 10u);
+  }
+  {
+    auto log = Open();
+    for (int i = 10; i < 15; ++i) ASSERT_TRUE(log->Append(SampleEnvelope(*key_, i), *key_).ok());
+  }
+  auto reader = EvidenceLog::OpenReadOnly(path_);
+  VerifiedLogState next;
+  auto inc = VerifyLogFrom(**reader, trust_, state, &next);
+  ASSERT_TRUE(inc.ok()) << inc.status();
+  EXPECT_TRUE(inc->ok()) << inc->problems[0];
+  EXPECT_EQ(inc->verified_from, 10u);
+  EXPECT_EQ(inc->entries, 15u);
+  EXPECT_EQ(inc->checkpoints, 5u);
+  EXPECT_EQ(next.size, 15u);
+
+  // A new entry rewritten after the fact is caught by the incremental run.
+  {
+    RawDb db(path_);
+    db.DropTriggers();
+    ASSERT_EQ(db.Exec("UPDATE entries SET verdict = 'fail' WHERE seq = 12"), SQLITE_OK);
+  }
+  auto tampered = VerifyLogFrom(**reader, trust_, state, nullptr);
+  ASSERT_TRUE(tampered.ok());
+  EXPECT_FALSE(tampered->ok());
+  // A stored tree node of the already-verified range, changed before the next append, breaks
+  // the log's consistency proof from the verified checkpoint.
+  {
+    RawDb db(path_);
+    ASSERT_EQ(db.Exec("UPDATE entries SET verdict = 'pass' WHERE seq = 12"), SQLITE_OK);
+    ASSERT_EQ(db.Exec("UPDATE tree_nodes SET hash = zeroblob(32) WHERE level = 3 AND idx = 0"),
+              SQLITE_OK);
+  }
+  {
+    auto log = Open();
+    ASSERT_TRUE(log->Append(SampleEnvelope(*key_, 15), *key_).ok());
+  }
+  auto inconsistent = VerifyLogFrom(**reader, trust_, next, nullptr);
+  ASSERT_TRUE(inconsistent.ok());
+  std::string problems;
+  for (const auto& p : inconsistent->problems) problems += p + "\n";
+  EXPECT_THAT(problems, HasSubstr("consistency proof"));
 }
 
 }  // namespace

@@ -161,6 +161,25 @@ TEST(TrustStore, RotationKeepsOldRecordsVerifiable) {
   EXPECT_FALSE(VerifyEnvelope(*ParseEnvelope(old_env), *revoked).ok());
 }
 
+// Finding 9: whoever can write the trust file chooses which signatures verify.
+TEST(TrustStore, FileOthersCanWriteIsRefused) {
+  TempDir dir;
+  std::string path = (dir / "trusted").string();
+  auto key = SigningKey::Generate();
+  mode_t old = ::umask(0);
+  ASSERT_TRUE(TrustStore::AppendToFile(path, key->public_key(), "k").ok());
+  ::umask(old);
+  EXPECT_EQ(std::filesystem::status(path).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms(0644));  // created 0644 whatever the umask
+  EXPECT_TRUE(TrustStore::Load(path).ok());
+  for (auto mode : {std::filesystem::perms(0664), std::filesystem::perms(0646)}) {
+    std::filesystem::permissions(path, mode);
+    auto refused = TrustStore::Load(path);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr("writable by group or others"));
+  }
+}
+
 TEST(TrustStore, MalformedLineNamed) {
   auto t = TrustStore::Parse("# comment\n\ned25519 notbase64!\n", "trust.txt");
   ASSERT_FALSE(t.ok());
@@ -245,6 +264,14 @@ TEST(Record, VerificationSummary) {
   auto idx = IndexPayload(*vsa);
   ASSERT_TRUE(idx.ok());
   EXPECT_EQ(idx->verdict, "fail");
+  ASSERT_EQ(j["predicate"]["inputAttestations"].size(), 1u);
+  EXPECT_EQ(j["predicate"]["inputAttestations"][0]["uri"], "log#3");
+  // A decision that rests on no record names no input attestation, and a policy URI given
+  // with the policy is stated as is.
+  r.policy.uri = "ckpt-audit:gate/none@1?policy=scale-window";
+  auto none = nlohmann::json::parse(*VerificationSummaryPayload(r, "https://v", "", ""));
+  EXPECT_TRUE(none["predicate"]["inputAttestations"].empty());
+  EXPECT_EQ(none["predicate"]["policy"]["uri"], r.policy.uri);
 }
 
 }  // namespace

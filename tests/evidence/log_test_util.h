@@ -38,7 +38,10 @@ inline std::string SampleEnvelope(const evidence::SigningKey& key, int i,
 // A raw connection for tests that play the attacker.
 class RawDb {
  public:
-  explicit RawDb(const std::string& path) { sqlite3_open(path.c_str(), &db_); }
+  explicit RawDb(const std::string& path) {
+    sqlite3_open(path.c_str(), &db_);
+    sqlite3_busy_timeout(db_, 10000);  // a live daemon may be writing a job row
+  }
   ~RawDb() { sqlite3_close(db_); }
   // Returns the SQLite result code and leaves the error message in error().
   int Exec(const std::string& sql) {

@@ -1,0 +1,110 @@
+#include "services/daemon/content_fingerprint.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/fingerprint/oms_manifest.h"
+#include "core/io/tree_walk.h"
+#include "core/parallel.h"
+#include "core/text/name_encoding.h"
+
+namespace ckpt::daemon {
+namespace {
+
+constexpr size_t kChunk = 4 << 20;
+
+absl::Status CancelledGate() {
+  return absl::CancelledError("gate cancelled: the caller left or its deadline passed");
+}
+
+absl::StatusOr<Digest> HashFile(const io::RandomAccessFile& file, const io::FileIdentity& before,
+                                const std::string& shown, Progress& progress,
+                                uint64_t* read_bytes) {
+  Sha256 h;
+  std::vector<uint8_t> buf(static_cast<size_t>(std::min<uint64_t>(kChunk, before.size)));
+  for (uint64_t offset = 0; offset < before.size;) {
+    if (progress.Cancelled()) return CancelledGate();
+    size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), before.size - offset));
+    std::span<uint8_t> chunk(buf.data(), want);
+    if (auto s = io::ReadExactly(file, offset, chunk, shown); !s.ok()) return s;
+    h.Update(chunk);
+    offset += want;
+    *read_bytes += want;
+    progress.Advance(want);
+  }
+  auto after = file.Identity();
+  if (!after.ok() || !(*after == before)) {
+    return absl::DataLossError(absl::StrCat(shown, ": changed while it was hashed"));
+  }
+  return h.Finish();
+}
+
+}  // namespace
+
+std::vector<evidence::Subject> Content::Subjects() const {
+  std::vector<evidence::Subject> subjects;
+  subjects.reserve(files.size() + 1);
+  for (const ContentFile& f : files) subjects.push_back({f.path, ToHex(f.sha256)});
+  subjects.push_back({evidence::kManifestRootSubject, ToHex(manifest_root)});
+  return subjects;
+}
+
+absl::StatusOr<Content> ContentFingerprinter::Fingerprint(const std::string& root,
+                                                          Progress& progress) {
+  auto listing = ListTree(root);
+  if (!listing.ok()) return listing.status();
+  const absl::Time start = absl::Now();
+  const int64_t stable_before = absl::ToUnixNanos(start - stable_age_);
+
+  Content content;
+  content.root = listing->root_dir->label();
+  content.files.resize(listing->files.size());
+  uint64_t total = 0;
+  for (const TreeFile& f : listing->files) total += f.size;
+  progress.Begin("gate-fingerprint", total);
+  std::vector<uint64_t> read(listing->files.size(), 0);
+  absl::Status s = ParallelFor(listing->files.size(), threads_, [&](size_t i) -> absl::Status {
+    if (progress.Cancelled()) return CancelledGate();
+    const TreeFile& f = listing->files[i];
+    auto file = f.parent->OpenFile(f.leaf);
+    if (!file.ok()) return file.status();
+    auto identity = (*file)->Identity();
+    if (!identity.ok()) return identity.status();
+    ContentFile& out = content.files[i];
+    out.path = f.name;
+    out.identity = *identity;
+    const std::string key = absl::StrCat(content.root, "/", f.path);
+    bool hit = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = cache_.find(key);
+      hit = it != cache_.end() && it->second.stable && it->second.identity == out.identity;
+      if (hit) out.sha256 = it->second.sha256;
+    }
+    if (hit) {
+      progress.Advance(out.identity.size);
+      return absl::OkStatus();
+    }
+    auto digest = HashFile(**file, out.identity, f.name, progress, &read[i]);
+    if (!digest.ok()) return digest.status();
+    out.sha256 = *digest;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cache_.size() >= max_cached_) cache_.clear();
+    cache_[key] = Cached{out.identity, out.sha256, out.identity.ctime_ns <= stable_before};
+    return absl::OkStatus();
+  });
+  progress.End();
+  if (!s.ok()) return s;
+  for (uint64_t r : read) content.hashed_bytes += r;
+
+  std::vector<OmsResource> resources;
+  resources.reserve(content.files.size());
+  for (const ContentFile& f : content.files) {
+    resources.push_back({f.path, 0, f.identity.size, f.sha256});
+  }
+  std::string name = EncodeName(content.root.substr(content.root.find_last_of('/') + 1));
+  content.manifest_root = BuildOmsManifest(OmsMode::kFiles, 0, std::move(name),
+                                           TreeWalkOptions().ignore_paths, std::move(resources))
+                              .root;
+  return content;
+}
+
+}  // namespace ckpt::daemon

@@ -1,0 +1,165 @@
+#include "storage/job_table.h"
+
+#include <openssl/rand.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/sha256.h"
+#include "storage/sqlite.h"
+
+namespace ckpt::storage {
+namespace {
+
+constexpr char kColumns[] =
+    "id, root, source_root, policy, root_map, invoker, state, verdict, record_id,"
+    " error_code, error_message, created_at, finished_at";
+
+JobRow ReadRow(const Statement& q) {
+  JobRow r;
+  r.id = q.Text(0);
+  r.root = q.Text(1);
+  r.source_root = q.Text(2);
+  r.policy = q.Text(3);
+  r.root_map = q.Text(4);
+  r.invoker = q.Text(5);
+  r.state = q.Text(6);
+  r.verdict = q.Text(7);
+  r.record_id = q.Int(8);
+  r.error_code = static_cast<int>(q.Int(9));
+  r.error_message = q.Text(10);
+  r.created_at = q.Text(11);
+  r.finished_at = q.Text(12);
+  return r;
+}
+
+// Rolls back unless committed.
+class WriteTransaction {
+ public:
+  explicit WriteTransaction(sqlite3* db) : db_(db) {}
+  ~WriteTransaction() {
+    if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  void Committed() { done_ = true; }
+
+ private:
+  sqlite3* db_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(const std::string& path,
+                                                         const std::string& label,
+                                                         bool read_only) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(
+      path.c_str(), &db,
+      (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    absl::Status s = SqliteStatus(db, rc, label);
+    sqlite3_close(db);
+    return s;
+  }
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_busy_timeout(db, 10000);
+  uint8_t tag[4];
+  RAND_bytes(tag, sizeof(tag));
+  std::unique_ptr<JobTable> table(new JobTable(db, label, ToHex(tag)));
+  if (!read_only) {
+    if (auto s = Exec(db, "PRAGMA synchronous=FULL", label); !s.ok()) return s;
+  }
+  auto v = Statement::Prepare(db, "PRAGMA user_version", label);
+  if (!v.ok()) return v.status();
+  auto row = v->Step();
+  if (!row.ok()) return row.status();
+  if (v->Int(0) < 2) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label, ": schema version ", v->Int(0), " has no jobs table"));
+  }
+  return table;
+}
+
+JobTable::~JobTable() { sqlite3_close(db_); }
+
+absl::Status JobTable::Insert(JobRow& row) {
+  if (auto s = Exec(db_, "BEGIN IMMEDIATE", label_); !s.ok()) return s;
+  WriteTransaction tx(db_);
+  auto next = Statement::Prepare(db_, "SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs", label_);
+  if (!next.ok()) return next.status();
+  auto has = next->Step();
+  if (!has.ok()) return has.status();
+  int64_t seq = next->Int(0);
+  row.id = absl::StrFormat("job-%06d-%s", seq, tag_);
+  row.state = "queued";
+  auto ins = Statement::Prepare(
+      db_, absl::StrCat("INSERT INTO jobs(seq, ", kColumns,
+                        ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)"),
+      label_);
+  if (!ins.ok()) return ins.status();
+  ins->Bind(1, seq)
+      .Bind(2, row.id)
+      .Bind(3, row.root)
+      .Bind(4, row.source_root)
+      .Bind(5, row.policy)
+      .Bind(6, row.root_map)
+      .Bind(7, row.invoker)
+      .Bind(8, row.state)
+      .Bind(9, row.verdict)
+      .Bind(10, row.record_id)
+      .Bind(11, static_cast<int64_t>(row.error_code))
+      .Bind(12, row.error_message)
+      .Bind(13, row.created_at)
+      .Bind(14, row.finished_at);
+  if (auto s = ins->Run(); !s.ok()) return s;
+  if (auto s = Exec(db_, "COMMIT", label_); !s.ok()) return s;
+  tx.Committed();
+  return absl::OkStatus();
+}
+
+absl::Status JobTable::Update(const JobRow& row) {
+  auto up = Statement::Prepare(
+      db_,
+      "UPDATE jobs SET state = ?, verdict = ?, record_id = ?, error_code = ?, error_message = ?,"
+      " finished_at = ? WHERE id = ?",
+      label_);
+  if (!up.ok()) return up.status();
+  up->Bind(1, row.state)
+      .Bind(2, row.verdict)
+      .Bind(3, row.record_id)
+      .Bind(4, static_cast<int64_t>(row.error_code))
+      .Bind(5, row.error_message)
+      .Bind(6, row.finished_at)
+      .Bind(7, row.id);
+  if (auto s = up->Run(); !s.ok()) return s;
+  if (sqlite3_changes(db_) != 1) {
+    return absl::NotFoundError(absl::StrCat("no job ", row.id));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobRow> JobTable::Get(const std::string& id) const {
+  auto q = Statement::Prepare(db_, absl::StrCat("SELECT ", kColumns, " FROM jobs WHERE id = ?"),
+                              label_);
+  if (!q.ok()) return q.status();
+  q->Bind(1, id);
+  auto row = q->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::NotFoundError(absl::StrCat("no job ", id));
+  return ReadRow(*q);
+}
+
+absl::StatusOr<std::vector<JobRow>> JobTable::Unfinished() const {
+  auto q = Statement::Prepare(
+      db_,
+      absl::StrCat("SELECT ", kColumns,
+                   " FROM jobs WHERE state IN ('queued', 'running') ORDER BY seq"),
+      label_);
+  if (!q.ok()) return q.status();
+  std::vector<JobRow> rows;
+  absl::StatusOr<bool> row;
+  while ((row = q->Step()).ok() && *row) rows.push_back(ReadRow(*q));
+  if (!row.ok()) return row.status();
+  return rows;
+}
+
+}  // namespace ckpt::storage

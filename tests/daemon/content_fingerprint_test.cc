@@ -1,0 +1,143 @@
+// The gate's fingerprinter: the same digests as the audit pipeline, metadata-only repeats, and
+// the change detection the cache rests on (an in-place rewrite with the mtime put back is still
+// seen, through ctime), symlinks refused, and cancellation between bounded reads.
+#include "services/daemon/content_fingerprint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+
+#include "core/audit/audit_checks.h"
+#include "core/fingerprint/fingerprint.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace ckpt::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+using ::ckpt::testing::CopyFixture;
+using ::ckpt::testing::TempDir;
+
+// Cancelled once `after` bytes were reported; counts what was reported.
+class CancelAfter final : public Progress {
+ public:
+  explicit CancelAfter(uint64_t after) : after_(after) {}
+  void Begin(std::string_view, uint64_t) override {}
+  void Advance(uint64_t units) override { seen_ += units; }
+  void End() override {}
+  bool Cancelled() const override { return seen_ >= after_; }
+  uint64_t seen() const { return seen_; }
+
+ private:
+  const uint64_t after_;
+  std::atomic<uint64_t> seen_{0};
+};
+
+TEST(ContentFingerprint, SameDigestsAndSubjectsAsTheAuditPipeline) {
+  TempDir dir;
+  fs::path root = CopyFixture("mini-kimi-nvfp4", dir);
+  std::string real = fs::canonical(root).string();
+  ContentFingerprinter fp;
+  auto content = fp.Fingerprint(real, NoProgress());
+  ASSERT_TRUE(content.ok()) << content.status();
+  auto reference = FingerprintTree(real, {}, NoProgress());
+  ASSERT_TRUE(reference.ok());
+  EXPECT_EQ(ToHex(content->manifest_root), reference->manifest.RootHex());
+  auto want = audit::SubjectsOf(*reference);
+  auto got = content->Subjects();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].name, want[i].name);
+    EXPECT_EQ(got[i].sha256, want[i].sha256);
+  }
+  EXPECT_GT(content->hashed_bytes, 0u);
+}
+
+TEST(ContentFingerprint, UnchangedFilesCostMetadataOnly) {
+  TempDir dir;
+  std::string root = fs::canonical(CopyFixture("mini-kimi-nvfp4", dir)).string();
+  ContentFingerprinter fp(1, /*stable_age=*/absl::ZeroDuration());
+  auto first = fp.Fingerprint(root, NoProgress());
+  ASSERT_TRUE(first.ok());
+  auto second = fp.Fingerprint(root, NoProgress());
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->hashed_bytes, 0u);
+  EXPECT_EQ(second->manifest_root, first->manifest_root);
+}
+
+// The racily-clean rule: a file changed within the stable age is hashed again every time.
+TEST(ContentFingerprint, RecentlyChangedFilesAreHashedAgain) {
+  TempDir dir;
+  std::string root = fs::canonical(CopyFixture("mini-kimi-nvfp4", dir)).string();
+  ContentFingerprinter fp(1, /*stable_age=*/absl::Hours(1));
+  auto first = fp.Fingerprint(root, NoProgress());
+  auto second = fp.Fingerprint(root, NoProgress());
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(second->hashed_bytes, first->hashed_bytes);
+}
+
+// The attack on an (inode, size, mtime) cache: rewrite bytes in place, keep the size, put the
+// mtime back. ctime moves anyway, and the new digest is computed.
+TEST(ContentFingerprint, InPlaceRewriteWithRestoredMtimeIsSeen) {
+  TempDir dir;
+  std::string root = fs::canonical(CopyFixture("mini-kimi-nvfp4", dir)).string();
+  ContentFingerprinter fp(1, /*stable_age=*/absl::ZeroDuration());
+  auto before = fp.Fingerprint(root, NoProgress());
+  ASSERT_TRUE(before.ok());
+  std::string shard = root + "/model-00002-of-00002.safetensors";
+  struct stat st;
+  ASSERT_EQ(::stat(shard.c_str(), &st), 0);
+  int fd = ::open(shard.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  char flipped = 0;
+  ASSERT_EQ(::pread(fd, &flipped, 1, st.st_size - 1), 1);
+  flipped ^= 1;
+  ASSERT_EQ(::pwrite(fd, &flipped, 1, st.st_size - 1), 1);
+  struct timespec times[2] = {st.st_atim, st.st_mtim};
+  ASSERT_EQ(::futimens(fd, times), 0);
+  ::close(fd);
+  struct stat now;
+  ASSERT_EQ(::stat(shard.c_str(), &now), 0);
+  ASSERT_EQ(now.st_mtim.tv_nsec, st.st_mtim.tv_nsec);
+  ASSERT_EQ(now.st_size, st.st_size);
+
+  auto after = fp.Fingerprint(root, NoProgress());
+  ASSERT_TRUE(after.ok());
+  EXPECT_GT(after->hashed_bytes, 0u);
+  EXPECT_NE(after->manifest_root, before->manifest_root);
+}
+
+TEST(ContentFingerprint, SymlinkInTheTreeIsRefused) {
+  TempDir dir;
+  std::string root = fs::canonical(CopyFixture("mini-kimi-nvfp4", dir)).string();
+  fs::create_symlink("/etc/hostname", root + "/notes.txt");
+  ContentFingerprinter fp;
+  auto content = fp.Fingerprint(root, NoProgress());
+  EXPECT_EQ(content.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Finding 6: a gate kept hashing after its client left. Hashing polls between 4 MiB reads: a
+// 64 GiB sparse file is abandoned after the first reads once cancelled.
+TEST(ContentFingerprint, CancellationStopsHashingWithinOneRead) {
+  TempDir dir;
+  fs::create_directory(dir / "huge");
+  std::string root = fs::canonical(dir / "huge").string();
+  {
+    int fd = ::open((root + "/blob.bin").c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, 64ll << 30), 0);
+    ::close(fd);
+  }
+  ContentFingerprinter fp(2);
+  CancelAfter progress(1);
+  auto content = fp.Fingerprint(root, progress);
+  EXPECT_EQ(content.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_LE(progress.seen(), 2u * (4u << 20));  // at most one read per thread
+}
+
+}  // namespace
+}  // namespace ckpt::daemon
