@@ -590,7 +590,12 @@ absl::StatusOr<QueryPage> EvidenceLog::Query(const QueryFilter& f) const {
     add(*since, "audit_time >= ?");
   }
   if (f.until) {
-    if (std::optional<std::string> until = CanonicalTime(*f.until)) add(*until, "audit_time < ?");
+    // An entry without a time (a test result) is not "before" any time.
+    if (std::optional<std::string> until = CanonicalTime(*f.until)) {
+      add(*until, "audit_time <> '' AND audit_time < ?");
+    } else {
+      absl::StrAppend(&sql, " AND audit_time <> ''");
+    }
   }
   int64_t before = -1;
   if (!f.page_token.empty()) {

@@ -61,7 +61,7 @@ struct QueryFilter {
   std::string verdict;
   std::string policy;
   std::string predicate_type;      // exact predicateType URI
-  std::optional<absl::Time> since;  // inclusive
+  std::optional<absl::Time> since;  // inclusive; entries without a time never match a time filter
   std::optional<absl::Time> until;  // exclusive
   int limit = 50;
   std::string page_token;  // from a previous QueryPage; newest first

@@ -29,7 +29,7 @@ int Run(const ExportArgs& a) {
         absl::StrCat("--format ", a.format, ": only intoto-jsonl is supported")));
   }
   if (a.id < 0) return ReportError(absl::InvalidArgumentError("--id must be a record id >= 0"));
-  auto log = storage::EvidenceLog::Open(a.db, /*create=*/false);
+  auto log = storage::EvidenceLog::OpenReadOnly(a.db);
   if (!log.ok()) return ReportError(log.status());
   auto bundle = interop::ExportInTotoBundle(**log, static_cast<uint64_t>(a.id));
   if (!bundle.ok()) return ReportError(bundle.status());

@@ -66,7 +66,7 @@ void PrintEcdsaKey(const evidence::EcdsaPublicKey& pub, const std::string& path,
 // The note verifier key of `pub` under the name of the log at `db`; empty without a db.
 absl::StatusOr<std::string> LogVerifierKey(const std::string& db, const evidence::PublicKey& pub) {
   if (db.empty()) return std::string();
-  auto log = storage::EvidenceLog::Open(db, /*create=*/false);
+  auto log = storage::EvidenceLog::OpenReadOnly(db);
   if (!log.ok()) return log.status();
   return storage::FormatNoteVerifierKey((*log)->origin(), pub);
 }

@@ -40,7 +40,7 @@ struct VerifyProofArgs {
 
 int Prove(const ProofArgs& a) {
   if (a.id < 0) return ReportError(absl::InvalidArgumentError("--id must be a record id >= 0"));
-  auto log = storage::EvidenceLog::Open(a.db, /*create=*/false);
+  auto log = storage::EvidenceLog::OpenReadOnly(a.db);
   if (!log.ok()) return ReportError(log.status());
   auto proof = storage::ProveEntry(**log, static_cast<uint64_t>(a.id));
   if (!proof.ok()) return ReportError(proof.status());

@@ -52,7 +52,7 @@ void PrintChain(const interop::ChainReport& r) {
 int Run(const ChainArgs& a) {
   auto trust = LoadTrust(a.trust);
   if (!trust.ok()) return ReportError(trust.status());
-  auto log = storage::EvidenceLog::Open(a.db, /*create=*/false);
+  auto log = storage::EvidenceLog::OpenReadOnly(a.db);
   if (!log.ok()) return ReportError(log.status());
   TerminalProgress progress;
   auto report = interop::VerifyChain(a.options, **log, *trust, progress);

@@ -564,12 +564,12 @@ TEST_F(DaemonTest, QueryFiltersAreNormalised) {
   EXPECT_EQ(count([&](auto& q) { q.set_digest("sha256:" + gate.manifest_root()); }), 3);
   std::string real = fs::canonical(dst_).string();
   std::string messy = real.substr(0, real.rfind('/')) + "/./" + dst_.filename().string() + "/";
-  EXPECT_EQ(count([&](auto& q) { q.set_root(messy); }), 3);
+  EXPECT_EQ(count([&](auto& q) { q.set_root(messy); }), 2);  // a test result names no root
   // The same instant written with an offset: everything is at or after "an hour ago".
   absl::Time hour_ago = absl::Now() - absl::Hours(1);
   std::string with_offset =
       absl::FormatTime("%Y-%m-%dT%H:%M:%E3S+02:00", hour_ago, absl::FixedTimeZone(2 * 3600));
-  EXPECT_EQ(count([&](auto& q) { q.set_since(with_offset); }), 3);
+  EXPECT_EQ(count([&](auto& q) { q.set_since(with_offset); }), 2);  // nor a time
   EXPECT_EQ(count([&](auto& q) { q.set_until(with_offset); }), 0);
   EXPECT_EQ(count([&](auto& q) { q.set_predicate_type("audit"); }), 1);
   EXPECT_EQ(count([&](auto& q) { q.set_predicate_type("gate"); }), 1);

@@ -189,6 +189,9 @@ test('StartAudit, the WatchJob stream to completion, Gate and QueryAudits', asyn
   const ids = page.audits.map((a) => a.id).sort((a, b) => a - b);
   // The record, its in-toto test result (appended right after it) and the gate decision.
   assert.deepEqual(ids, [last.job.record_id, last.job.record_id + 1, gate.decision_id]);
+  const gates = await unary(client, 'QueryAudits',
+    { digest: gate.manifest_root, predicate_type: 'gate' }, withToken('reader'));
+  assert.deepEqual(gates.audits.map((a) => a.id), [gate.decision_id]);
   // The signed record names who caused it.
   const rec = await unary(client, 'GetRecord', { id: last.job.record_id }, withToken('reader'));
   const envelope = JSON.parse(rec.envelope.toString('utf8'));
