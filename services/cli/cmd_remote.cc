@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "ckpt_audit/v1/audit.grpc.pb.h"
 #include "core/text/json_dump.h"
+#include "core/text/json_parse.h"
 #include "core/evidence/dsse.h"
 #include "core/evidence/record.h"
 #include "grpcpp/grpcpp.h"
@@ -221,7 +222,9 @@ absl::Status VerifyPass(const pb::GateResponse& resp, const evidence::TrustStore
   auto env = evidence::ParseEnvelope(resp.decision_envelope());
   if (!env.ok()) return env.status();
   if (auto signer = evidence::VerifyEnvelope(*env, trust); !signer.ok()) return signer.status();
-  auto j = nlohmann::json::parse(env->payload, nullptr, /*allow_exceptions=*/false);
+  auto parsed = ParseBoundedJson(env->payload, "the signed decision");
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& j = *parsed;
   if (!j.is_object() || j.value("predicateType", "") != evidence::kVerificationSummaryType ||
       !j.contains("predicate") || !j["predicate"].is_object()) {
     return absl::FailedPreconditionError("the signed statement is not a gate decision");

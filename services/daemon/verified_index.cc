@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/evidence/dsse.h"
+#include "core/text/json_parse.h"
 #include "nlohmann/json.hpp"
 #include "storage/tlog_checkpoint.h"
 
@@ -32,8 +33,9 @@ std::string VerifiedLogIndex::DecisionKey(const ContentKey& key, const std::stri
 void VerifiedLogIndex::Index(uint64_t seq, const std::string& envelope, Facts& facts) const {
   auto env = evidence::ParseEnvelope(envelope);
   if (!env.ok() || !evidence::VerifyEnvelope(*env, trust_).ok()) return;  // not evidence to us
-  auto j = nlohmann::json::parse(env->payload, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return;
+  auto parsed = ParseBoundedJson(env->payload, "statement");
+  if (!parsed.ok() || !parsed->is_object()) return;
+  const nlohmann::json& j = *parsed;
   try {
     std::vector<evidence::Subject> subjects;
     for (const auto& s : j.at("subject")) {
