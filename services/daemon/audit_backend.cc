@@ -367,11 +367,11 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Prog
   std::string input_uri, input_sha256;
   if (outcome.record) {
     d.record_id = static_cast<int64_t>(outcome.record->seq);
-    auto envelope = ReadVerifiedEntry(outcome.record->seq);
-    if (!envelope.ok()) return envelope.status();
     input_uri = absl::StrCat(index_.origin(), "#", outcome.record->seq);
-    input_sha256 = ToHex(Sha256Of(evidence::AsBytes(*envelope)));
-    if (!d.pass) {
+    input_sha256 = outcome.record->envelope_sha256;
+    if (!d.pass) {  // the failing checks' first findings, from the verified payload
+      auto envelope = ReadVerifiedEntry(outcome.record->seq);
+      if (!envelope.ok()) return envelope.status();
       auto parsed = evidence::ParseEnvelope(*envelope);
       if (parsed.ok()) {
         for (auto& r : FailureReasons(parsed->payload)) d.reasons.push_back(std::move(r));

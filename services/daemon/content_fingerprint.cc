@@ -9,7 +9,7 @@
 namespace ckpt::daemon {
 namespace {
 
-constexpr size_t kChunk = 4 << 20;
+constexpr size_t kChunk = 64 << 10;
 
 absl::Status CancelledGate() {
   return absl::CancelledError("gate cancelled: the caller left or its deadline passed");
@@ -60,35 +60,48 @@ absl::StatusOr<Content> ContentFingerprinter::Fingerprint(const std::string& roo
   uint64_t total = 0;
   for (const TreeFile& f : listing->files) total += f.size;
   progress.Begin("gate-fingerprint", total);
-  std::vector<uint64_t> read(listing->files.size(), 0);
-  absl::Status s = ParallelFor(listing->files.size(), threads_, [&](size_t i) -> absl::Status {
+  // Metadata first, on this thread: a file whose identity is cached costs one fstatat (no
+  // symlink followed: a link swapped in has an inode of its own and cannot match).
+  std::vector<size_t> changed;
+  for (size_t i = 0; i < listing->files.size(); ++i) {
     if (progress.Cancelled()) return CancelledGate();
     const TreeFile& f = listing->files[i];
+    ContentFile& out = content.files[i];
+    out.path = f.name;
+    auto identity = f.parent->StatAt(f.leaf);
+    if (!identity.ok()) return identity.status();
+    bool hit = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = cache_.find(absl::StrCat(content.root, "/", f.path));
+      hit = it != cache_.end() && it->second.stable && it->second.identity == *identity;
+      if (hit) out.sha256 = it->second.sha256;
+    }
+    if (hit) {
+      out.identity = *identity;
+      progress.Advance(identity->size);
+    } else {
+      changed.push_back(i);
+    }
+  }
+  // Then the bytes of the files that changed, in parallel, each through its own descriptor.
+  std::vector<uint64_t> read(changed.size(), 0);
+  absl::Status s = ParallelFor(changed.size(), threads_, [&](size_t k) -> absl::Status {
+    if (progress.Cancelled()) return CancelledGate();
+    const TreeFile& f = listing->files[changed[k]];
     auto file = f.parent->OpenFile(f.leaf);
     if (!file.ok()) return file.status();
     auto identity = (*file)->Identity();
     if (!identity.ok()) return identity.status();
-    ContentFile& out = content.files[i];
-    out.path = f.name;
+    ContentFile& out = content.files[changed[k]];
     out.identity = *identity;
-    const std::string key = absl::StrCat(content.root, "/", f.path);
-    bool hit = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = cache_.find(key);
-      hit = it != cache_.end() && it->second.stable && it->second.identity == out.identity;
-      if (hit) out.sha256 = it->second.sha256;
-    }
-    if (hit) {
-      progress.Advance(out.identity.size);
-      return absl::OkStatus();
-    }
-    auto digest = HashFile(**file, out.identity, f.name, progress, &read[i]);
+    auto digest = HashFile(**file, out.identity, f.name, progress, &read[k]);
     if (!digest.ok()) return digest.status();
     out.sha256 = *digest;
     std::lock_guard<std::mutex> lock(mu_);
     if (cache_.size() >= max_cached_) cache_.clear();
-    cache_[key] = Cached{out.identity, out.sha256, out.identity.ctime_ns <= stable_before};
+    cache_[absl::StrCat(content.root, "/", f.path)] =
+        Cached{out.identity, out.sha256, out.identity.ctime_ns <= stable_before};
     return absl::OkStatus();
   });
   progress.End();

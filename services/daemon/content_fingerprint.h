@@ -10,9 +10,12 @@
 // older than kStableAge before the hash started (the same rule git uses for racily clean
 // files); younger files are hashed again each time.
 //
-// Files are listed and opened through core/io (the root opened once, everything under it with
-// openat and O_NOFOLLOW), so a symlink swapped into the tree is refused, never followed.
-// Hashing polls Progress::Cancelled between 4 MiB reads. Thread-safe.
+// Files are listed, stat'ed and opened through core/io (the root opened once, everything under
+// it with openat/fstatat and O_NOFOLLOW), so a symlink swapped into the tree is refused, never
+// followed. Only files whose identity is not cached are opened and read, in parallel; hashing
+// polls Progress::Cancelled between 64 KiB reads (larger buffers, allocated per file, made the
+// allocator keep their memory and the daemon's RSS grow under many concurrent gates).
+// Thread-safe.
 #ifndef CKPT_SERVICES_DAEMON_CONTENT_FINGERPRINT_H_
 #define CKPT_SERVICES_DAEMON_CONTENT_FINGERPRINT_H_
 

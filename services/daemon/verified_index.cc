@@ -48,6 +48,7 @@ void VerifiedLogIndex::Index(uint64_t seq, const std::string& envelope, Facts& f
     if (type == evidence::kEvidencePredicateType) {
       AuditFacts a;
       a.seq = seq;
+      a.envelope_sha256 = ToHex(Sha256Of(evidence::AsBytes(envelope)));
       a.policy = p.at("policy").at("name").get<std::string>();
       a.verdict = p.at("verdict").get<std::string>();
       for (const auto& c : p.at("checks")) {

@@ -38,6 +38,7 @@ ContentKey ContentKeyOf(const std::vector<evidence::Subject>& subjects);
 // Facts read from one verified evidence record.
 struct AuditFacts {
   uint64_t seq = 0;
+  std::string envelope_sha256;  // of the exact envelope bytes, as a decision cites it
   std::string policy;   // predicate.policy.name
   std::string verdict;  // predicate.verdict
   std::map<std::string, std::string> checks;  // check name -> "pass" | "fail" | "skipped"
