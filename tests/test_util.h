@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "gtest/gtest.h"
+
 namespace ckpt::testing {
 
 inline std::filesystem::path Fixture(const std::string& relative) {
@@ -88,6 +90,24 @@ inline CliResult RunCli(const std::string& args, const std::filesystem::path& sc
   r.err.assign(err.begin(), err.end());
   return r;
 }
+
+// A test that drives the CLI in a scratch directory of its own: a per-test XDG data home, an
+// evidence database, a signing key and its trust file.
+class CliWorkspace : public ::testing::Test {
+ protected:
+  CliResult Run(const std::string& args) {
+    return RunCli(args, dir_.path(), "XDG_DATA_HOME='" + (dir_ / "xdg").string() + "'");
+  }
+  std::string Db() { return (dir_ / "log.db").string(); }
+  std::string Key() { return (dir_ / "key.pem").string(); }
+  std::string Trust() { return (dir_ / "trusted").string(); }
+  void MakeKey() {
+    CliResult r = Run("keys generate --out " + Key() + " --trust " + Trust());
+    ASSERT_EQ(r.rc, 0) << r.err;
+  }
+
+  TempDir dir_;
+};
 
 }  // namespace ckpt::testing
 

@@ -8,6 +8,7 @@
 #include "core/checkpoint.h"
 #include "core/evidence/environment.h"
 #include "core/text/json_dump.h"
+#include "core/text/name_encoding.h"
 
 namespace ckpt::audit {
 namespace {
@@ -278,9 +279,17 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   if (ckpt.ok() && source_ckpt != nullptr) {
     quant::PairVerifyOptions popt;
     popt.threads = options.threads;
+    popt.format.root_map = options.root_map;
     auto pair = quant::VerifyPair(*source_ckpt, **ckpt, popt, progress);
     if (!pair.ok()) return pair.status();
     rec.checks.push_back(PairCheck(*pair));
+    if (!options.root_map.empty()) {  // what the X4T checkpoint_root was compared with
+      ojson maps = ojson::array();
+      for (const quant::RootMapping& m : options.root_map) {
+        maps.push_back(EncodeName(m.declared) + "=" + EncodeName(m.actual));
+      }
+      rec.checks.back().details["root_map"] = std::move(maps);
+    }
     rec.pair_audit = Ordered(pair->ToJson());
   }
   if (ckpt.ok() && options.forward_layer >= 0) {

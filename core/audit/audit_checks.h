@@ -18,6 +18,7 @@
 #include "core/io/tree_image.h"
 #include "core/forward/forward_audit.h"
 #include "core/progress.h"
+#include "core/quant/format.h"
 #include "core/quant/pair_verify.h"
 #include "core/quant/scale_window.h"
 
@@ -32,6 +33,9 @@ struct AuditOptions {
   // checks a root when a job is submitted) and `root` / `source` are not resolved again.
   std::shared_ptr<const io::Directory> root_dir, source_dir;
   std::string policy = kDefaultPolicy;
+  // Where an X4T container's declared checkpoint_root is mounted (docs/quant.md): the pair
+  // check's format contract compares the mapped path with the root actually read.
+  std::vector<quant::RootMapping> root_map;
   int forward_layer = -1;  // >= 0: run the block forward audit on this layer (CPU reference)
   unsigned threads = 0;
   uint64_t memory_window = kDefaultMemoryWindow;  // bytes of both trees kept at once

@@ -1,21 +1,15 @@
 #include "core/evidence/ecdsa.h"
 
-#include <fcntl.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/objects.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "core/evidence/key_file.h"
 #include "core/sha256.h"
 
 namespace ckpt::evidence {
@@ -32,12 +26,6 @@ struct BioDeleter {
   void operator()(BIO* b) const { BIO_free(b); }
 };
 using BioPtr = std::unique_ptr<BIO, BioDeleter>;
-
-std::string BioToString(BIO* bio) {
-  char* data = nullptr;
-  long n = BIO_get_mem_data(bio, &data);
-  return std::string(data, static_cast<size_t>(n));
-}
 
 // Refuses encrypted keys instead of letting OpenSSL prompt on the terminal.
 int NoPassphrase(char*, int, int, void*) { return 0; }
@@ -126,9 +114,7 @@ absl::StatusOr<EcdsaPublicKey> EcdsaPublicKey::FromDer(std::span<const uint8_t> 
 }
 
 std::string EcdsaPublicKey::PublicPem() const {
-  BioPtr bio(BIO_new(BIO_s_mem()));
-  PEM_write_bio_PUBKEY(bio.get(), pkey_->pkey);
-  return BioToString(bio.get());
+  return PublicKeyPem(pkey_->pkey);
 }
 
 std::string EcdsaPublicKey::Hint() const {
@@ -152,10 +138,9 @@ absl::StatusOr<EcdsaSigningKey> EcdsaSigningKey::Generate(EcCurve curve) {
   if (pkey == nullptr) {
     return absl::InternalError(absl::StrCat("ECDSA ", GroupName(curve), " key generation failed"));
   }
-  BioPtr bio(BIO_new(BIO_s_mem()));
-  PEM_write_bio_PrivateKey(bio.get(), pkey, nullptr, nullptr, 0, nullptr, nullptr);
+  const std::string pem = PrivateKeyPem(pkey);
   EVP_PKEY_free(pkey);
-  return FromPem(BioToString(bio.get()), "generated key");
+  return FromPem(pem, "generated key");
 }
 
 absl::StatusOr<EcdsaSigningKey> EcdsaSigningKey::FromPem(const std::string& pem,
@@ -180,38 +165,13 @@ absl::StatusOr<EcdsaSigningKey> EcdsaSigningKey::FromPem(const std::string& pem,
 }
 
 absl::StatusOr<EcdsaSigningKey> EcdsaSigningKey::Load(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(errno)));
-  }
-  if ((st.st_mode & 077) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, ": private key is accessible by group/other (mode ",
-        absl::StrFormat("%04o", st.st_mode & 0777), "); run chmod 600 and consider it exposed"));
-  }
-  if (!S_ISREG(st.st_mode) || st.st_size > (1 << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a key file"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::string pem{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  return FromPem(pem, path);
+  absl::StatusOr<std::string> pem = ReadPrivateKeyFile(path);
+  if (!pem.ok()) return pem.status();
+  return FromPem(*pem, path);
 }
 
 absl::Status EcdsaSigningKey::Save(const std::string& path) const {
-  BioPtr bio(BIO_new(BIO_s_mem()));
-  PEM_write_bio_PrivateKey(bio.get(), pkey_->pkey, nullptr, nullptr, 0, nullptr, nullptr);
-  std::string pem = BioToString(bio.get());
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    if (errno == EEXIST) return absl::AlreadyExistsError(absl::StrCat(path, ": already exists"));
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::strerror(errno)));
-  }
-  ::fchmod(fd, 0600);
-  bool ok = ::write(fd, pem.data(), pem.size()) == static_cast<ssize_t>(pem.size()) &&
-            ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok) return absl::DataLossError(absl::StrCat(path, ": write failed"));
-  return absl::OkStatus();
+  return WritePrivateKeyFile(path, PrivateKeyPem(pkey_->pkey));
 }
 
 absl::StatusOr<std::vector<uint8_t>> EcdsaSigningKey::Sign(

@@ -1,19 +1,13 @@
 #include "core/evidence/ed25519.h"
 
-#include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "core/evidence/key_file.h"
 #include "core/sha256.h"
 
 namespace ckpt::evidence {
@@ -23,12 +17,6 @@ struct BioDeleter {
   void operator()(BIO* b) const { BIO_free(b); }
 };
 using BioPtr = std::unique_ptr<BIO, BioDeleter>;
-
-std::string BioToString(BIO* bio) {
-  char* data = nullptr;
-  long n = BIO_get_mem_data(bio, &data);
-  return std::string(data, static_cast<size_t>(n));
-}
 
 }  // namespace
 
@@ -65,10 +53,9 @@ std::string PublicKey::KeyId() const { return ToHex(Sha256Of(raw_)); }
 
 std::string PublicKey::ToPem() const {
   EVP_PKEY* pkey = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, raw_.data(), 32);
-  BioPtr bio(BIO_new(BIO_s_mem()));
-  PEM_write_bio_PUBKEY(bio.get(), pkey);
+  std::string pem = PublicKeyPem(pkey);
   EVP_PKEY_free(pkey);
-  return BioToString(bio.get());
+  return pem;
 }
 
 bool PublicKey::Verify(std::span<const uint8_t> message,
@@ -88,10 +75,9 @@ bool PublicKey::Verify(std::span<const uint8_t> message,
 absl::StatusOr<SigningKey> SigningKey::Generate() {
   EVP_PKEY* pkey = EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519");
   if (pkey == nullptr) return absl::InternalError("Ed25519 key generation failed");
-  BioPtr bio(BIO_new(BIO_s_mem()));
-  PEM_write_bio_PrivateKey(bio.get(), pkey, nullptr, nullptr, 0, nullptr, nullptr);
+  const std::string pem = PrivateKeyPem(pkey);
   EVP_PKEY_free(pkey);
-  return FromPkeyPem(BioToString(bio.get()), "generated key");
+  return FromPkeyPem(pem, "generated key");
 }
 
 absl::StatusOr<SigningKey> SigningKey::FromPkeyPem(const std::string& pem,
@@ -112,36 +98,13 @@ absl::StatusOr<SigningKey> SigningKey::FromPkeyPem(const std::string& pem,
 }
 
 absl::StatusOr<SigningKey> SigningKey::Load(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(errno)));
-  }
-  if ((st.st_mode & 077) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, ": private key is accessible by group/other (mode ",
-        absl::StrFormat("%04o", st.st_mode & 0777), "); run chmod 600 and consider it exposed"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::string pem{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  return FromPkeyPem(pem, path);
+  absl::StatusOr<std::string> pem = ReadPrivateKeyFile(path);
+  if (!pem.ok()) return pem.status();
+  return FromPkeyPem(*pem, path);
 }
 
 absl::Status SigningKey::Save(const std::string& path) const {
-  BioPtr bio(BIO_new(BIO_s_mem()));
-  PEM_write_bio_PrivateKey(bio.get(), pkey_->pkey, nullptr, nullptr, 0, nullptr, nullptr);
-  std::string pem = BioToString(bio.get());
-  // O_EXCL with mode 0600: the key is never visible with wider permissions, not even briefly.
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    if (errno == EEXIST) return absl::AlreadyExistsError(absl::StrCat(path, ": already exists"));
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::strerror(errno)));
-  }
-  ::fchmod(fd, 0600);  // the umask may have narrowed it further, never widened; be exact
-  bool ok = ::write(fd, pem.data(), pem.size()) == static_cast<ssize_t>(pem.size()) &&
-            ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok) return absl::DataLossError(absl::StrCat(path, ": write failed"));
-  return absl::OkStatus();
+  return WritePrivateKeyFile(path, PrivateKeyPem(pkey_->pkey));
 }
 
 Signature SigningKey::Sign(std::span<const uint8_t> message) const {

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/evidence/json_guard.h"
+#include "core/evidence/hex_digest.h"
 #include "core/evidence/strict_json.h"
 #include "core/text/json_dump.h"
 
@@ -12,18 +13,10 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-bool IsHex64(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
 absl::StatusOr<ojson> Descriptors(const std::vector<Subject>& subjects, const char* what) {
   ojson out = ojson::array();
   for (const Subject& s : subjects) {
-    if (!IsHex64(s.sha256)) {
+    if (!IsSha256Hex(s.sha256)) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " ", s.name, ": sha256 is not 64 lowercase hex characters"));
     }
@@ -40,7 +33,7 @@ absl::StatusOr<Subject> ReadDescriptor(const json& d, const std::string& where) 
     return absl::InvalidArgumentError(absl::StrCat(where, ": needs a name and a sha256 digest"));
   }
   Subject s{d["name"].get<std::string>(), d["digest"]["sha256"].get<std::string>()};
-  if (!IsHex64(s.sha256)) {
+  if (!IsSha256Hex(s.sha256)) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, " ", s.name, ": sha256 is not 64 lowercase hex characters"));
   }

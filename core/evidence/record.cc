@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/evidence/json_guard.h"
+#include "core/evidence/hex_digest.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
 #include "core/evidence/provenance.h"
@@ -13,18 +14,10 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-bool IsHex64(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
 absl::StatusOr<ojson> SubjectsJson(const std::vector<Subject>& subjects) {
   ojson out = ojson::array();
   for (const Subject& s : subjects) {
-    if (!IsHex64(s.sha256)) {
+    if (!IsSha256Hex(s.sha256)) {
       return absl::InvalidArgumentError(
           absl::StrCat("subject ", s.name, ": sha256 is not 64 lowercase hex characters"));
     }

@@ -1,24 +1,13 @@
 #include "core/evidence/test_result.h"
 
-
 #include "absl/strings/str_cat.h"
 #include "core/evidence/json_guard.h"
+#include "core/evidence/hex_digest.h"
 #include "core/text/json_dump.h"
 
 namespace ckpt::evidence {
-namespace {
 
 using ojson = nlohmann::ordered_json;
-
-bool IsHex64(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 absl::StatusOr<std::string> TestResultPayload(const EvidenceRecord& record,
                                               const RecordLink& link) {
@@ -26,12 +15,12 @@ absl::StatusOr<std::string> TestResultPayload(const EvidenceRecord& record,
   for (const Subject& s : record.subjects) {
     if (s.name == kManifestRootSubject) root = &s;
   }
-  if (root == nullptr || !IsHex64(root->sha256)) {
+  if (root == nullptr || !IsSha256Hex(root->sha256)) {
     return absl::InvalidArgumentError(
         absl::StrCat("record of ", record.root, " has no valid ", kManifestRootSubject,
                      " subject; a test result needs the OMS manifest ROOT"));
   }
-  if (!IsHex64(link.envelope_sha256)) {
+  if (!IsSha256Hex(link.envelope_sha256)) {
     return absl::InvalidArgumentError("record link: envelope digest is not 64 hex characters");
   }
   ojson passed = ojson::array(), failed = ojson::array();
@@ -79,7 +68,7 @@ absl::StatusOr<RecordLink> TestResultRecordLink(const std::string& payload) {
       break;
     }
     RecordLink link{c["uri"].get<std::string>(), c["digest"].value("sha256", "")};
-    if (IsHex64(link.envelope_sha256)) return link;
+    if (IsSha256Hex(link.envelope_sha256)) return link;
     break;
   }
   return absl::InvalidArgumentError(

@@ -23,6 +23,7 @@ struct AuditArgs {
   std::string db;
   std::string key;
   std::string vsa;
+  std::vector<std::string> map_root;
   bool json = false;
 };
 
@@ -39,7 +40,12 @@ absl::Status WriteSummary(const evidence::EvidenceRecord& rec, const storage::Ev
   return absl::OkStatus();
 }
 
-int Run(const AuditArgs& a) {
+int Run(AuditArgs a) {
+  for (const std::string& spec : a.map_root) {
+    absl::StatusOr<quant::RootMapping> m = quant::ParseRootMapping(spec);
+    if (!m.ok()) return ReportError(m.status());
+    a.options.root_map.push_back(*m);
+  }
   auto setup = ResolveEvidenceSetup(a.db, a.key);
   if (!setup.ok()) return ReportError(setup.status());
   if (!setup->defaults_note.empty()) {
@@ -107,6 +113,8 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
                   "recorded as given: where --source came from");
   cmd->add_option("--image-digest", a->options.refs.image_digest,
                   "recorded as given: the container image this audit runs in");
+  cmd->add_option("--map-root", a->map_root,
+                  "/DECLARED=/ACTUAL: where an X4T checkpoint_root is mounted now");
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->callback([=] { *exit_code = Run(*a); });
 }

@@ -182,6 +182,22 @@ absl::StatusOr<std::string> AuditBackend::CheckAllowed(const std::string& root) 
       absl::StrCat(root, " is outside the daemon's allowed roots"));
 }
 
+absl::StatusOr<std::shared_ptr<const io::Directory>> AuditBackend::OpenAllowed(
+    const std::string& root) const {
+  if (root.empty()) return absl::InvalidArgumentError("root: required");
+  absl::StatusOr<std::unique_ptr<io::Directory>> dir = io::RealFileSystem().OpenRoot(root);
+  if (!dir.ok()) return dir.status();
+  // The label is where the descriptor points (/proc/self/fd), whatever the path said.
+  const std::string& real = (*dir)->label();
+  for (const std::string& allowed : options_.allowed_roots) {
+    if (real == allowed || absl::StartsWith(real, allowed + "/")) {
+      return std::shared_ptr<const io::Directory>(*std::move(dir));
+    }
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat(root, " is outside the daemon's allowed roots"));
+}
+
 absl::Status AuditBackend::CheckRootMap(const std::vector<quant::RootMapping>& map) const {
   for (const quant::RootMapping& m : map) {
     auto actual = CheckAllowed(m.actual);
@@ -194,21 +210,17 @@ absl::Status AuditBackend::CheckRootMap(const std::vector<quant::RootMapping>& m
 }
 
 absl::StatusOr<std::string> AuditBackend::StartAudit(JobSpec spec) {
-  auto root = CheckAllowed(spec.root);
+  auto root = OpenAllowed(spec.root);
   if (!root.ok()) return root.status();
-  spec.root = *root;
+  spec.root_dir = *std::move(root);
+  spec.root = spec.root_dir->label();
   if (!spec.source_root.empty()) {
-    auto source = CheckAllowed(spec.source_root);
+    auto source = OpenAllowed(spec.source_root);
     if (!source.ok()) return source.status();
-    spec.source_root = *source;
+    spec.source_dir = *std::move(source);
+    spec.source_root = spec.source_dir->label();
   }
   if (auto s = CheckRootMap(spec.root_map); !s.ok()) return s;
-  if (!spec.root_map.empty()) {
-    // The audit engine (core/audit) takes no root mapping yet; accepting one and auditing
-    // without it would fail every X4T pair for a reason the caller did not cause.
-    return absl::UnimplementedError(
-        "root_map: this build's audit engine cannot map X4T roots yet (Gate accepts root_map)");
-  }
   if (spec.policy.empty()) spec.policy = audit::kDefaultPolicy;
   if (auto p = audit::PolicyByName(spec.policy); !p.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("policy: ", p.status().message()));
@@ -263,17 +275,24 @@ absl::Status AuditBackend::IndexAppendedLocked(uint64_t from) {
 }
 
 absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, Progress& progress) {
-  // Checked again when the job starts: a queued job may be recovered after a restart with a
-  // different allow-list, and the table is not signed.
-  auto root = CheckAllowed(spec.root);
-  if (!root.ok()) return root.status();
+  // A job submitted in this process reads through the directories opened at submission. One
+  // recovered after a restart opens and checks its roots again (the allow-list may have changed,
+  // and the jobs table is not signed).
   audit::AuditOptions options;
-  options.root = *root;
-  if (!spec.source_root.empty()) {
-    auto source = CheckAllowed(spec.source_root);
-    if (!source.ok()) return source.status();
-    options.source = *source;
+  options.root_dir = spec.root_dir;
+  if (options.root_dir == nullptr) {
+    auto root = OpenAllowed(spec.root);
+    if (!root.ok()) return root.status();
+    options.root_dir = *std::move(root);
   }
+  options.source_dir = spec.source_dir;
+  if (options.source_dir == nullptr && !spec.source_root.empty()) {
+    auto source = OpenAllowed(spec.source_root);
+    if (!source.ok()) return source.status();
+    options.source_dir = *std::move(source);
+  }
+  if (auto s = CheckRootMap(spec.root_map); !s.ok()) return s;
+  options.root_map = spec.root_map;
   options.policy = spec.policy;
   options.threads = options_.threads_per_audit;
   options.invoker = spec.invoker;
@@ -291,9 +310,11 @@ absl::StatusOr<std::string> AuditBackend::ReadVerifiedEntry(uint64_t seq) {
   return std::move(entry->envelope);
 }
 
-absl::StatusOr<GatePolicy> AuditBackend::PolicyFor(const Content& content,
+absl::StatusOr<GatePolicy> AuditBackend::PolicyFor(std::shared_ptr<const io::Directory> root,
+                                                   const Content& content,
                                                    const GateRequest& request,
-                                                   const std::string& scale_policy) {
+                                                   const std::string& scale_policy,
+                                                   Progress& progress) {
   GatePolicy policy;
   policy.scale_policy = scale_policy;
   policy.source_manifest_root = request.source_manifest_root;
@@ -313,7 +334,11 @@ absl::StatusOr<GatePolicy> AuditBackend::PolicyFor(const Content& content,
   ReadOptions read = Checkpoint::ReadOnly();
   read.keep = ReadOptions::Keep::kMetadata;
   read.threads = options_.threads_per_audit;
-  auto ckpt = Checkpoint::Open(content.root, read);
+  auto listing = ListTree(std::move(root));
+  if (!listing.ok()) return listing.status();
+  auto read_tree = ReadTree(*std::move(listing), read, progress);
+  if (!read_tree.ok()) return read_tree.status();
+  auto ckpt = Checkpoint::Open(*std::move(read_tree));
   if (!ckpt.ok()) {
     if (absl::IsDataLoss(ckpt.status())) return ckpt.status();  // changed while read
     policy.requirement = GateRequirement::kNone;
@@ -342,17 +367,18 @@ absl::StatusOr<GatePolicy> AuditBackend::PolicyFor(const Content& content,
 }
 
 absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Progress& progress) {
-  auto real = CheckAllowed(request.root);
-  if (!real.ok()) return real.status();
+  auto dir = OpenAllowed(request.root);
+  if (!dir.ok()) return dir.status();
+  const std::string real = (*dir)->label();
   if (auto s = CheckRootMap(request.root_map); !s.ok()) return s;
   const std::string scale_policy = request.policy.empty() ? audit::kDefaultPolicy : request.policy;
   if (auto p = audit::PolicyByName(scale_policy); !p.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("policy: ", p.status().message()));
   }
   if (auto s = index_.WaitReady(progress); !s.ok()) return s;
-  auto content = fingerprinter_.Fingerprint(*real, progress);
+  auto content = fingerprinter_.Fingerprint(*dir, progress);
   if (!content.ok()) return content.status();
-  auto policy = PolicyFor(*content, request, scale_policy);
+  auto policy = PolicyFor(*dir, *content, request, scale_policy, progress);
   if (!policy.ok()) return policy.status();
 
   const std::vector<evidence::Subject> subjects = content->Subjects();
@@ -380,7 +406,7 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Prog
   }
   if (progress.Cancelled()) return absl::CancelledError("gate cancelled; nothing was signed");
 
-  const std::string resource_uri = absl::StrCat("file://", EncodeName(*real));
+  const std::string resource_uri = absl::StrCat("file://", EncodeName(real));
   std::lock_guard<std::mutex> lock(decision_mu_);
   std::optional<DecisionFacts> last = index_.LatestDecision(key, d.policy_uri, resource_uri);
   if (last && last->pass == d.pass && last->input_seq == d.record_id) {
@@ -391,7 +417,7 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Prog
     d.envelope = *std::move(envelope);
   } else {
     evidence::EvidenceRecord decision;
-    decision.root = *real;
+    decision.root = real;
     decision.policy = {policy->Name(), "1", nlohmann::ordered_json::object(), d.policy_uri};
     decision.environment = evidence::CollectEnvironment();
     decision.started_at = decision.finished_at = evidence::Rfc3339Now();

@@ -96,6 +96,9 @@ class AuditBackend {
 
   // realpath(root) if it lies inside an allowed directory; PERMISSION_DENIED otherwise.
   absl::StatusOr<std::string> CheckAllowed(const std::string& root) const;
+  // Opens `root` and checks where the opened directory really is against the allow-list;
+  // work then goes through the descriptor, never the path again. PERMISSION_DENIED outside.
+  absl::StatusOr<std::shared_ptr<const io::Directory>> OpenAllowed(const std::string& root) const;
 
   // For a graceful stop (SIGTERM): see JobManager::Drain.
   bool Drain(absl::Time deadline) { return jobs_->Drain(deadline); }
@@ -113,8 +116,10 @@ class AuditBackend {
   absl::StatusOr<JobOutcome> Publish(const evidence::EvidenceRecord& record);
   // Adds entries [from, log size) to the gate index; requires write_mu_.
   absl::Status IndexAppendedLocked(uint64_t from);
-  absl::StatusOr<GatePolicy> PolicyFor(const Content& content, const GateRequest& request,
-                                       const std::string& scale_policy);
+  // The format of the checkpoint under `root`, whose files must be those of `content`.
+  absl::StatusOr<GatePolicy> PolicyFor(std::shared_ptr<const io::Directory> root,
+                                       const Content& content, const GateRequest& request,
+                                       const std::string& scale_policy, Progress& progress);
   absl::StatusOr<std::string> ReadVerifiedEntry(uint64_t seq);
 
   const BackendOptions options_;

@@ -47,9 +47,9 @@ std::vector<evidence::Subject> Content::Subjects() const {
   return subjects;
 }
 
-absl::StatusOr<Content> ContentFingerprinter::Fingerprint(const std::string& root,
-                                                          Progress& progress) {
-  auto listing = ListTree(root);
+absl::StatusOr<Content> ContentFingerprinter::Fingerprint(
+    std::shared_ptr<const io::Directory> root, Progress& progress) {
+  auto listing = ListTree(std::move(root));
   if (!listing.ok()) return listing.status();
   const absl::Time start = absl::Now();
   const int64_t stable_before = absl::ToUnixNanos(start - stable_age_);

@@ -20,6 +20,7 @@
 #define CKPT_SERVICES_DAEMON_CONTENT_FINGERPRINT_H_
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -61,9 +62,10 @@ class ContentFingerprinter {
                                 size_t max_cached = 1 << 18)
       : threads_(threads), stable_age_(stable_age), max_cached_(max_cached) {}
 
-  // `root` must be a realpath. Errors: NOT_FOUND, INVALID_ARGUMENT (a symlink or special file
-  // in the tree), DATA_LOSS (a file changed while it was read), CANCELLED.
-  absl::StatusOr<Content> Fingerprint(const std::string& root, Progress& progress);
+  // The tree under an opened root. Errors: INVALID_ARGUMENT (a symlink or special file in the
+  // tree), DATA_LOSS (a file changed while it was read), CANCELLED.
+  absl::StatusOr<Content> Fingerprint(std::shared_ptr<const io::Directory> root,
+                                      Progress& progress);
 
  private:
   struct Cached {

@@ -345,6 +345,8 @@ void JobManager::AddEvent(Job& job, JobEvent event) {
 }
 
 void JobManager::Finish(Job& job, JobEvent last) {
+  job.snapshot.spec.root_dir.reset();
+  job.snapshot.spec.source_dir.reset();
   job.events.push_back(std::move(last));
   finished_.push_back(job.snapshot.id);
   while (finished_.size() > max_retained_) {

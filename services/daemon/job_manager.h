@@ -28,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/io/file_system.h"
 #include "core/progress.h"
 #include "core/quant/format.h"
 #include "storage/job_table.h"
@@ -42,6 +43,11 @@ struct JobSpec {
   std::string policy;
   std::vector<quant::RootMapping> root_map;
   std::string invoker;  // who asked (auth.h Caller::Invoker()); recorded in the record
+  // The directories opened and allow-list checked at submission; the job reads through them,
+  // so a path swapped while the job waits cannot redirect it. In memory only (a descriptor
+  // cannot outlive the process): a job recovered after a restart opens and checks its roots
+  // again. Released when the job finishes.
+  std::shared_ptr<const io::Directory> root_dir, source_dir;
 };
 
 // What a finished audit reports back.

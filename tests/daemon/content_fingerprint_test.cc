@@ -22,6 +22,14 @@ namespace fs = std::filesystem;
 using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::TempDir;
 
+// The fingerprinter works on an opened root, as the gate does.
+absl::StatusOr<Content> FingerprintPath(ContentFingerprinter& fp, const fs::path& root,
+                                        Progress& progress) {
+  auto dir = io::RealFileSystem().OpenRoot(root.string());
+  if (!dir.ok()) return dir.status();
+  return fp.Fingerprint(*std::move(dir), progress);
+}
+
 // Cancelled once `after` bytes were reported; counts what was reported.
 class CancelAfter final : public Progress {
  public:
@@ -42,7 +50,7 @@ TEST(ContentFingerprint, SameDigestsAndSubjectsAsTheAuditPipeline) {
   fs::path root = CopyFixture("mini-kimi-nvfp4", dir);
   std::string real = fs::canonical(root).string();
   ContentFingerprinter fp;
-  auto content = fp.Fingerprint(real, NoProgress());
+  auto content = FingerprintPath(fp, real, NoProgress());
   ASSERT_TRUE(content.ok()) << content.status();
   auto reference = FingerprintTree(real, {}, NoProgress());
   ASSERT_TRUE(reference.ok());
@@ -61,9 +69,9 @@ TEST(ContentFingerprint, UnchangedFilesCostMetadataOnly) {
   TempDir dir;
   std::string root = fs::canonical(CopyFixture("mini-kimi-nvfp4", dir)).string();
   ContentFingerprinter fp(1, /*stable_age=*/absl::ZeroDuration());
-  auto first = fp.Fingerprint(root, NoProgress());
+  auto first = FingerprintPath(fp, root, NoProgress());
   ASSERT_TRUE(first.ok());
-  auto second = fp.Fingerprint(root, NoProgress());
+  auto second = FingerprintPath(fp, root, NoProgress());
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->hashed_bytes, 0u);
   EXPECT_EQ(second->manifest_root, first->manifest_root);
@@ -74,8 +82,8 @@ TEST(ContentFingerprint, RecentlyChangedFilesAreHashedAgain) {
   TempDir dir;
   std::string root = fs::canonical(CopyFixture("mini-kimi-nvfp4", dir)).string();
   ContentFingerprinter fp(1, /*stable_age=*/absl::Hours(1));
-  auto first = fp.Fingerprint(root, NoProgress());
-  auto second = fp.Fingerprint(root, NoProgress());
+  auto first = FingerprintPath(fp, root, NoProgress());
+  auto second = FingerprintPath(fp, root, NoProgress());
   ASSERT_TRUE(first.ok() && second.ok());
   EXPECT_EQ(second->hashed_bytes, first->hashed_bytes);
 }
@@ -86,7 +94,7 @@ TEST(ContentFingerprint, InPlaceRewriteWithRestoredMtimeIsSeen) {
   TempDir dir;
   std::string root = fs::canonical(CopyFixture("mini-kimi-nvfp4", dir)).string();
   ContentFingerprinter fp(1, /*stable_age=*/absl::ZeroDuration());
-  auto before = fp.Fingerprint(root, NoProgress());
+  auto before = FingerprintPath(fp, root, NoProgress());
   ASSERT_TRUE(before.ok());
   std::string shard = root + "/model-00002-of-00002.safetensors";
   struct stat st;
@@ -105,7 +113,7 @@ TEST(ContentFingerprint, InPlaceRewriteWithRestoredMtimeIsSeen) {
   ASSERT_EQ(now.st_mtim.tv_nsec, st.st_mtim.tv_nsec);
   ASSERT_EQ(now.st_size, st.st_size);
 
-  auto after = fp.Fingerprint(root, NoProgress());
+  auto after = FingerprintPath(fp, root, NoProgress());
   ASSERT_TRUE(after.ok());
   EXPECT_GT(after->hashed_bytes, 0u);
   EXPECT_NE(after->manifest_root, before->manifest_root);
@@ -116,7 +124,7 @@ TEST(ContentFingerprint, SymlinkInTheTreeIsRefused) {
   std::string root = fs::canonical(CopyFixture("mini-kimi-nvfp4", dir)).string();
   fs::create_symlink("/etc/hostname", root + "/notes.txt");
   ContentFingerprinter fp;
-  auto content = fp.Fingerprint(root, NoProgress());
+  auto content = FingerprintPath(fp, root, NoProgress());
   EXPECT_EQ(content.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -134,7 +142,7 @@ TEST(ContentFingerprint, CancellationStopsHashingWithinOneRead) {
   }
   ContentFingerprinter fp(2);
   CancelAfter progress(1);
-  auto content = fp.Fingerprint(root, progress);
+  auto content = FingerprintPath(fp, root, progress);
   EXPECT_EQ(content.status().code(), absl::StatusCode::kCancelled);
   EXPECT_LE(progress.seen(), 2u * (64u << 10));  // at most one read per thread
 }

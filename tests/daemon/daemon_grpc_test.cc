@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <set>
 
 #include "core/audit/audit_checks.h"
@@ -59,6 +61,34 @@ void BreakGlobalScale(const fs::path& root) {
   ::ckpt::testing::WriteAll(shard, bytes);
 }
 
+// Holds the first audit's worker in AuditFinished until released, so a job submitted
+// meanwhile stays queued (one worker) for as long as the test needs.
+class HoldFirstAudit final : public AuditObserver {
+ public:
+  void AuditFinished(std::string_view, double, uint64_t) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finished_++ > 0) return;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return released_; });
+  }
+  void GateDecided(bool) override {}
+  void WaitHeld() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return finished_ > 0; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int finished_ = 0;
+  bool released_ = false;
+};
+
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -71,11 +101,44 @@ class DaemonTest : public ::testing::Test {
   }
   void TearDown() override { Stop(); }
 
+  // Submits an audit; the job's id.
+  std::string Submit(const fs::path& root, const fs::path& source,
+                     const std::vector<std::pair<std::string, std::string>>& root_map = {}) {
+    pb::StartAuditRequest req;
+    req.set_root(root.string());
+    if (!source.empty()) req.set_source_root(source.string());
+    for (const auto& [declared, actual] : root_map) {
+      pb::RootMapping* m = req.add_root_map();
+      m->set_declared(declared);
+      m->set_actual(actual);
+    }
+    pb::Job job;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->StartAudit(&ctx, req, &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return job.id();
+  }
+  // Follows a job's stream to its end; the final job.
+  pb::Job Wait(const std::string& id) {
+    pb::WatchJobRequest watch;
+    watch.set_id(id);
+    grpc::ClientContext wctx;
+    auto reader = stub_->WatchJob(&wctx, watch);
+    pb::JobEvent e;
+    pb::Job last;
+    while (reader->Read(&e)) {
+      if (e.done()) last = e.job();
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    return last;
+  }
+
   void Start() {
     BackendOptions options;
     options.db_path = db_;
     options.allowed_roots = {dir_.path().string()};
     options.gate_stable_age = absl::ZeroDuration();
+    options.observer = observer_;
     auto backend = AuditBackend::Create(options, *key_, trust_);
     ASSERT_TRUE(backend.ok()) << backend.status();
     backend_ = *std::move(backend);
@@ -99,15 +162,8 @@ class DaemonTest : public ::testing::Test {
   // Starts an audit and follows its stream to the end; returns the final job.
   pb::Job AuditAndWait(const fs::path& root, const fs::path& source,
                        std::vector<std::string>* phases = nullptr) {
-    pb::StartAuditRequest req;
-    req.set_root(root.string());
-    if (!source.empty()) req.set_source_root(source.string());
-    pb::Job job;
-    grpc::ClientContext ctx;
-    grpc::Status s = stub_->StartAudit(&ctx, req, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
     pb::WatchJobRequest watch;
-    watch.set_id(job.id());
+    watch.set_id(Submit(root, source));
     grpc::ClientContext wctx;
     auto reader = stub_->WatchJob(&wctx, watch);
     pb::JobEvent e;
@@ -196,6 +252,7 @@ class DaemonTest : public ::testing::Test {
 
   TempDir dir_;
   fs::path src_, dst_;
+  AuditObserver* observer_ = nullptr;
   std::string db_;
   std::optional<evidence::SigningKey> key_;
   evidence::TrustStore trust_;
@@ -638,6 +695,55 @@ TEST_F(DaemonTest, RootMappingIsLimitedToTheAllowList) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_FALSE(resp.pass());  // nothing audited; the X4T container takes the derived policy
   EXPECT_THAT(resp.gate_policy(), HasSubstr("derived-lossless"));
+}
+
+// Finding 8: an X4T container declares the absolute root it was built at; StartAudit's
+// root_map says where it is mounted now, and the pair audit then passes.
+TEST_F(DaemonTest, X4TPairAuditsWithARootMapping) {
+  fs::path x4t = CopyFixture("mini-kimi-x4t", dir_);
+  pb::Job unmapped = Wait(Submit(x4t, src_));
+  ASSERT_EQ(unmapped.state(), pb::JOB_STATE_SUCCEEDED) << unmapped.error_message();
+  EXPECT_EQ(unmapped.verdict(), "fail");  // checkpoint-root-mismatch
+  pb::Job mapped = Wait(Submit(x4t, src_, {{"/x4t", x4t.string()}}));
+  ASSERT_EQ(mapped.state(), pb::JOB_STATE_SUCCEEDED) << mapped.error_message();
+  EXPECT_EQ(mapped.verdict(), "pass");
+  pb::GateRequest gate;
+  gate.set_root(x4t.string());
+  pb::RootMapping* m = gate.add_root_map();
+  m->set_declared("/x4t");
+  m->set_actual(x4t.string());
+  pb::GateResponse resp;
+  ASSERT_TRUE(TryGate(gate, &resp).ok());
+  EXPECT_TRUE(resp.pass()) << (resp.reasons_size() ? resp.reasons(0) : "");
+  EXPECT_EQ(resp.record_id(), mapped.record_id());
+}
+
+// Finding 4: a job works on the directory that was checked when it was submitted. While it
+// waits in the queue, the checked directory is moved away and a symlink to another tree takes
+// its name; the job still audits the bytes of the directory it was given (and passes), where
+// re-resolving the path would have audited the other tree (which fails).
+TEST_F(DaemonTest, AQueuedJobAuditsTheDirectoryItWasGiven) {
+  Stop();
+  HoldFirstAudit hold;
+  observer_ = &hold;
+  Start();
+  const fs::path target = dir_ / "target", other = dir_ / "other";
+  fs::copy(dst_, target, fs::copy_options::recursive);
+  fs::copy(dst_, other, fs::copy_options::recursive);
+  BreakGlobalScale(other);
+  const std::string first = Submit(dst_, src_);
+  hold.WaitHeld();  // the one worker is busy: the next job stays queued
+  const std::string queued = Submit(target, src_);
+  fs::rename(target, dir_ / "moved");
+  fs::create_directory_symlink(other, target);
+  hold.Release();
+  pb::Job job = Wait(queued);
+  ASSERT_EQ(job.state(), pb::JOB_STATE_SUCCEEDED) << job.error_message();
+  EXPECT_EQ(job.verdict(), "pass");
+  EXPECT_EQ(job.root(), fs::canonical(dir_.path()).string() + "/target");
+  EXPECT_EQ(Wait(first).verdict(), "pass");
+  Stop();
+  observer_ = nullptr;
 }
 
 // Finding 4 (durability) through gRPC: CancelJob on a queued job, and ids answered from the

@@ -28,25 +28,11 @@ using ::testing::Not;
 
 using Result = ::ckpt::testing::CliResult;
 
-class CliTest : public ::testing::Test {
+class CliTest : public ::ckpt::testing::CliWorkspace {
  protected:
-  // Runs ckpt-audit with XDG_DATA_HOME inside the test's directory.
-  Result Run(const std::string& args) {
-    return ::ckpt::testing::RunCli(args, dir_.path(),
-                                   "XDG_DATA_HOME='" + (dir_ / "xdg").string() + "'");
-  }
-  std::string Db() { return (dir_ / "log.db").string(); }
-  std::string Key() { return (dir_ / "key.pem").string(); }
-  std::string Trust() { return (dir_ / "trusted").string(); }
-  void MakeKey() {
-    Result r = Run("keys generate --out " + Key() + " --trust " + Trust());
-    ASSERT_EQ(r.rc, 0) << r.err;
-  }
   Result Audit(const std::string& root, const std::string& extra = "") {
     return Run("audit " + root + " --db " + Db() + " --key " + Key() + " --json " + extra);
   }
-
-  TempDir dir_;
 };
 
 // Makes layer 1 expert 0's w1 scale (row 0, group 0) tiny, so its span leaves the window.

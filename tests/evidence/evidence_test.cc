@@ -7,6 +7,7 @@
 
 #include "core/evidence/base64.h"
 #include "core/evidence/dsse.h"
+#include "core/evidence/ecdsa.h"
 #include "core/evidence/ed25519.h"
 #include "core/evidence/json_guard.h"
 #include "core/evidence/record.h"
@@ -130,6 +131,36 @@ TEST(Keys, RefusesGroupOrOtherReadableKey) {
     EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(std::string(loaded.status().message()), HasSubstr(path));
   }
+}
+
+// A key path is followed if it is a link (secret mounts), but what it leads to must be a small
+// regular file: a FIFO planted there is refused at once instead of blocking the open or the read
+// forever, and a huge file is refused before it is read. Both key types share these rules.
+TEST(Keys, KeyFileMustBeASmallRegularFile) {
+  TempDir dir;
+  const std::string fifo = (dir / "fifo.pem").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(SigningKey::Load(fifo).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EcdsaSigningKey::Load(fifo).status().code(), absl::StatusCode::kInvalidArgument);
+
+  const std::string big = (dir / "big.pem").string();
+  WriteAll(big, std::string((1 << 20) + 1, 'A'));
+  ::chmod(big.c_str(), 0600);
+  auto loaded = SigningKey::Load(big);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("too large"));
+
+  auto key = SigningKey::Generate();
+  const std::string real = (dir / "k.pem").string();
+  ASSERT_TRUE(key->Save(real).ok());
+  std::filesystem::create_symlink(real, dir / "link.pem");
+  auto linked = SigningKey::Load((dir / "link.pem").string());
+  ASSERT_TRUE(linked.ok()) << linked.status();
+  EXPECT_EQ(linked->public_key().raw(), key->public_key().raw());
+  // Saving never writes through a link, and never replaces what is there.
+  EXPECT_FALSE(key->Save((dir / "link.pem").string()).ok());
+  EXPECT_EQ(EcdsaSigningKey::Load("/nonexistent/key.pem").status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST(Keys, PublicKeyPemRoundTrip) {

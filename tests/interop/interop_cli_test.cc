@@ -29,19 +29,8 @@ using json = nlohmann::json;
 
 const std::string kVectors = "interop/model-signing/model-transparency/";
 
-class InteropCli : public ::testing::Test {
+class InteropCli : public ::ckpt::testing::CliWorkspace {
  protected:
-  Result Run(const std::string& args) {
-    return ::ckpt::testing::RunCli(args, dir_.path(),
-                                   "XDG_DATA_HOME='" + (dir_ / "xdg").string() + "'");
-  }
-  std::string Db() { return (dir_ / "log.db").string(); }
-  std::string Key() { return (dir_ / "key.pem").string(); }
-  std::string Trust() { return (dir_ / "trusted").string(); }
-  void MakeKey() {
-    Result r = Run("keys generate --out " + Key() + " --trust " + Trust());
-    ASSERT_EQ(r.rc, 0) << r.err;
-  }
   // Copies an upstream model_signing vector directory under its own name.
   fs::path CopyVector(const std::string& name) {
     fs::path dst = dir_ / name;
@@ -52,7 +41,6 @@ class InteropCli : public ::testing::Test {
     fs::permissions(dst, fs::perms::owner_write, fs::perm_options::add);
     return dst;
   }
-  TempDir dir_;
 };
 
 TEST_F(InteropCli, UpstreamSignaturesVerifyWithExitCodes) {

@@ -1,0 +1,100 @@
+#include "core/evidence/key_file.h"
+
+#include <fcntl.h>
+#include <openssl/pem.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ckpt::evidence {
+namespace {
+
+constexpr off_t kMaxKeyFile = 1 << 20;
+
+struct Fd {
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  int fd;
+};
+
+struct BioDeleter {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+
+std::string PemOf(EVP_PKEY* pkey, bool private_key) {
+  std::unique_ptr<BIO, BioDeleter> bio(BIO_new(BIO_s_mem()));
+  if (private_key) {
+    PEM_write_bio_PrivateKey(bio.get(), pkey, nullptr, nullptr, 0, nullptr, nullptr);
+  } else {
+    PEM_write_bio_PUBKEY(bio.get(), pkey);
+  }
+  char* data = nullptr;
+  long n = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadPrivateKeyFile(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO planted at the path must not hang; it is refused below.
+  Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  if (f.fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(err)));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::strerror(err)));
+  }
+  struct stat st;
+  if (::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": private key is accessible by group/other (mode ",
+        absl::StrFormat("%04o", st.st_mode & 0777), "); run chmod 600 and consider it exposed"));
+  }
+  if (st.st_size > kMaxKeyFile) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", st.st_size, " bytes is too large for a key file"));
+  }
+  std::string pem(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < pem.size()) {
+    ssize_t n = ::pread(f.fd, pem.data() + got, pem.size() - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  pem.resize(got);  // a file that shrank meanwhile gives a shorter PEM, which will not parse
+  return pem;
+}
+
+absl::Status WritePrivateKeyFile(const std::string& path, const std::string& pem) {
+  Fd f(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (f.fd < 0) {
+    if (errno == EEXIST) return absl::AlreadyExistsError(absl::StrCat(path, ": already exists"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::strerror(errno)));
+  }
+  ::fchmod(f.fd, 0600);  // the umask may have narrowed it further, never widened; be exact
+  size_t put = 0;
+  while (put < pem.size()) {
+    ssize_t n = ::write(f.fd, pem.data() + put, pem.size() - put);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return absl::DataLossError(absl::StrCat(path, ": write failed"));
+    put += static_cast<size_t>(n);
+  }
+  if (::fsync(f.fd) != 0) return absl::DataLossError(absl::StrCat(path, ": fsync failed"));
+  return absl::OkStatus();
+}
+
+std::string PrivateKeyPem(EVP_PKEY* pkey) { return PemOf(pkey, true); }
+std::string PublicKeyPem(EVP_PKEY* pkey) { return PemOf(pkey, false); }
+
+}  // namespace ckpt::evidence
