@@ -173,6 +173,30 @@ TEST_F(CliTest, PairRecordBindsTheSourceAndItsRefsAndVerifyChecksIt) {
   EXPECT_THAT(none.out, HasSubstr("source: the record binds none"));
 }
 
+// An X4T container declares the absolute root it was built at (/x4t); mounted elsewhere, its
+// pair audit fails the format contract unless --map-root says where it is, and the mapping used
+// is in the signed record.
+TEST_F(CliTest, X4TPairAuditTakesARootMapping) {
+  MakeKey();
+  fs::path x4t = CopyFixture("mini-kimi-x4t", dir_);
+  const std::string source = " --source " + Fixture("mini-kimi-mxfp4").string();
+  Result unmapped = Audit(x4t.string(), source);
+  EXPECT_EQ(unmapped.rc, 1) << unmapped.err;
+  const std::string real = fs::canonical(x4t).string();
+  Result mapped = Audit(x4t.string(), source + " --map-root /x4t=" + real);
+  ASSERT_EQ(mapped.rc, 0) << mapped.err;
+  const int64_t id = nlohmann::json::parse(mapped.out)["record_id"];
+  Result js =
+      Run("report --db " + Db() + " " + std::to_string(id) + " --format json --trust " + Trust());
+  const nlohmann::json report = nlohmann::json::parse(js.out);
+  std::string listed;
+  for (const auto& c : report["statement"]["predicate"]["checks"]) {
+    if (c["name"] == "pair_verify") listed = c["details"]["root_map"].dump();
+  }
+  EXPECT_EQ(listed, "[\"/x4t=" + real + "\"]");
+  EXPECT_EQ(Audit(x4t.string(), source + " --map-root x4t").rc, 2);  // not /DECLARED=/ACTUAL
+}
+
 TEST_F(CliTest, VsaFileVerifiesAgainstTheLog) {
   MakeKey();
   std::string vsa = (dir_ / "vsa.json").string();
