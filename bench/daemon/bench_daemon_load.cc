@@ -180,6 +180,10 @@ int main(int argc, char** argv) {
     std::ifstream in("/proc/loadavg");
     std::getline(in, load_before);
   }
+  // Gates reuse a file's digest only once its ctime is older than the daemon's stable age
+  // (2 s; docs/daemon.md "Gate cost and change detection"): the fixture was just copied, so
+  // wait until it is, as a release gate run after its audit would find it.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
   const long rss_before = RssKib(pid);
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::seconds(seconds);
