@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/evidence/base64.h"
+#include "core/evidence/strict_json.h"
 #include "core/text/json_dump.h"
 #include "nlohmann/json.hpp"
 
@@ -26,7 +27,9 @@ std::string SignEnvelope(const std::string& payload, const std::string& payload_
 }
 
 absl::StatusOr<Envelope> ParseEnvelope(const std::string& json_text) {
-  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<nlohmann::json> parsed = ParseStrictJson(json_text, "DSSE envelope");
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& j = *parsed;
   if (!j.is_object() || !j.contains("payload") || !j["payload"].is_string() ||
       !j.contains("payloadType") || !j["payloadType"].is_string() ||
       !j.contains("signatures") || !j["signatures"].is_array()) {

@@ -2,12 +2,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/evidence/json_guard.h"
 #include "core/evidence/hex_digest.h"
+#include "core/evidence/json_guard.h"
+#include "core/evidence/provenance.h"
+#include "core/evidence/strict_json.h"
+#include "core/evidence/test_result.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
-#include "core/evidence/provenance.h"
-#include "core/evidence/test_result.h"
 
 namespace ckpt::evidence {
 namespace {
@@ -135,10 +136,12 @@ absl::StatusOr<std::string> VerificationSummaryPayload(const EvidenceRecord& r,
 }
 
 absl::StatusOr<RecordIndex> IndexPayload(const std::string& payload) {
-  auto j = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
   auto bad = [](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("not an evidence statement: ", why));
   };
+  absl::StatusOr<nlohmann::json> parsed = ParseStrictJson(payload, "statement");
+  if (!parsed.ok()) return bad(std::string(parsed.status().message()));
+  const nlohmann::json& j = *parsed;
   if (!j.is_object() || j.value("_type", "") != "https://in-toto.io/Statement/v1") {
     return bad("_type is not https://in-toto.io/Statement/v1");
   }

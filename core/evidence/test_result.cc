@@ -1,8 +1,9 @@
 #include "core/evidence/test_result.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/evidence/json_guard.h"
 #include "core/evidence/hex_digest.h"
+#include "core/evidence/json_guard.h"
+#include "core/evidence/strict_json.h"
 #include "core/text/json_dump.h"
 
 namespace ckpt::evidence {
@@ -55,7 +56,9 @@ absl::StatusOr<std::string> TestResultPayload(const EvidenceRecord& record,
 }
 
 absl::StatusOr<RecordLink> TestResultRecordLink(const std::string& payload) {
-  auto j = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<nlohmann::json> parsed = ParseStrictJson(payload, "statement");
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& j = *parsed;
   if (!j.is_object() || j.value("predicateType", "") != kTestResultPredicateType ||
       !j.contains("predicate") || !j["predicate"].is_object()) {
     return absl::InvalidArgumentError("not a test-result statement");

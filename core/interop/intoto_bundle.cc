@@ -7,11 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "core/evidence/dsse.h"
 #include "core/evidence/record.h"
+#include "core/evidence/strict_json.h"
 #include "core/evidence/test_result.h"
 #include "core/interop/publish.h"
 #include "core/sha256.h"
-#include "nlohmann/json.hpp"
 #include "core/text/json_dump.h"
+#include "nlohmann/json.hpp"
 
 namespace ckpt::interop {
 namespace {
@@ -21,7 +22,9 @@ std::optional<std::pair<std::string, std::string>> NamedRecord(const std::string
   if (auto link = evidence::TestResultRecordLink(payload); link.ok()) {
     return std::make_pair(link->uri, link->envelope_sha256);
   }
-  auto j = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<nlohmann::json> parsed = evidence::ParseStrictJson(payload, "statement");
+  if (!parsed.ok()) return std::nullopt;
+  const nlohmann::json& j = *parsed;
   if (!j.is_object() || j.value("predicateType", "") != evidence::kVerificationSummaryType ||
       !j.contains("predicate") || !j["predicate"].is_object()) {
     return std::nullopt;
@@ -102,9 +105,9 @@ absl::StatusOr<ExportedBundle> ExportInTotoBundle(const storage::EvidenceLog& lo
     // One line per envelope: DSSE signs the payload, not the envelope's JSON whitespace.
     std::string line = e->envelope;
     if (line.find_first_of("\r\n") != std::string::npos) {
-      auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_discarded()) return absl::DataLossError(absl::StrCat("entry ", i, ": not JSON"));
-      line = DumpJson(j);
+      auto j = evidence::ParseStrictJson(line, absl::StrCat("entry ", i));
+      if (!j.ok()) return absl::DataLossError(j.status().message());
+      line = DumpJson(*j);
     }
     absl::StrAppend(&out.jsonl, line, "\n");
   }

@@ -7,12 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/evidence/strict_json.h"
 #include "core/fingerprint/fingerprint.h"
 #include "core/fingerprint/partition.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
+#include "services/cli/read_file.h"
 
 namespace ckpt::cli {
 namespace {
@@ -45,12 +47,14 @@ absl::StatusOr<PartSpec> ParsePart(const std::string& text) {
 absl::StatusOr<Fingerprint> Merge(const FingerprintArgs& args) {
   std::vector<nlohmann::json> parts;
   for (const std::string& path : args.merge) {
-    std::ifstream in(path);
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (!in || j.is_discarded()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON fingerprint part"));
+    absl::StatusOr<std::string> text = ReadSmallFile(path);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<nlohmann::json> j = evidence::ParseStrictJson(*text, path);
+    if (!j.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(j.status().message(), " (not a JSON fingerprint part)"));
     }
-    parts.push_back(std::move(j));
+    parts.push_back(*std::move(j));
   }
   return MergeFingerprintParts(args.root, parts);
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/evidence/dsse.h"
 #include "core/evidence/record.h"
+#include "core/evidence/strict_json.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
@@ -36,10 +37,12 @@ int Run(const ReportArgs& a) {
   }
   auto env = evidence::ParseEnvelope(entry->envelope);
   if (!env.ok()) return ReportError(env.status());
-  auto statement = nlohmann::ordered_json::parse(env->payload, nullptr, false);
-  if (statement.is_discarded()) {
-    return ReportError(absl::DataLossError(absl::StrCat(a.db, ": record ", a.id, " payload is not JSON")));
+  // Bounded first (a stored payload may nest without end); then in its own key order for display.
+  const std::string label = absl::StrCat(a.db, ": record ", a.id, " payload");
+  if (auto checked = evidence::ParseStrictJson(env->payload, label); !checked.ok()) {
+    return ReportError(absl::DataLossError(checked.status().message()));
   }
+  auto statement = nlohmann::ordered_json::parse(env->payload, nullptr, false);
   ReportContext ctx;
   ctx.record_id = a.id;
   ctx.db = a.db;

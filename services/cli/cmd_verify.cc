@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/evidence/dsse.h"
 #include "core/evidence/record.h"
+#include "core/evidence/strict_json.h"
 #include "core/fingerprint/fingerprint.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
@@ -161,13 +162,22 @@ int Verify(const VerifyArgs& a) {
   if (log && idx->predicate_type == evidence::kVerificationSummaryType) {
     // A VSA is not itself logged: it names the logged record it summarizes ("origin#seq") and
     // that record's envelope digest. Check both, then prove that record's inclusion.
-    auto vsa = nlohmann::json::parse(env->payload, nullptr, false);
+    const nlohmann::json vsa =
+        evidence::ParseStrictJson(env->payload, "summary").value_or(nlohmann::json());
     std::string uri, digest;
-    if (vsa.is_object() && vsa["predicate"].contains("inputAttestations") &&
+    const nlohmann::json* in = nullptr;
+    if (vsa.is_object() && vsa.contains("predicate") && vsa["predicate"].is_object() &&
+        vsa["predicate"].contains("inputAttestations") &&
+        vsa["predicate"]["inputAttestations"].is_array() &&
         !vsa["predicate"]["inputAttestations"].empty()) {
-      const auto& in = vsa["predicate"]["inputAttestations"][0];
-      uri = in.value("uri", "");
-      digest = in.contains("digest") ? in["digest"].value("sha256", "") : "";
+      in = &vsa["predicate"]["inputAttestations"][0];
+    }
+    if (in != nullptr && in->is_object()) {
+      if (in->contains("uri") && (*in)["uri"].is_string()) uri = (*in)["uri"];
+      if (in->contains("digest") && (*in)["digest"].is_object() &&
+          (*in)["digest"].contains("sha256") && (*in)["digest"]["sha256"].is_string()) {
+        digest = (*in)["digest"]["sha256"];
+      }
     }
     std::string prefix = log->origin() + "#";
     int64_t input = -1;

@@ -9,6 +9,7 @@
 #include "core/checkpoint.h"
 #include "core/evidence/dsse.h"
 #include "core/evidence/record.h"
+#include "core/evidence/strict_json.h"
 #include "core/interop/publish.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
@@ -24,7 +25,9 @@ constexpr size_t kMaxCachedFormats = 4096;
 // Reasons a stored record failed: each failing check with its first finding.
 std::vector<std::string> FailureReasons(const std::string& payload) {
   std::vector<std::string> reasons;
-  auto j = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<nlohmann::json> parsed = evidence::ParseStrictJson(payload, "statement");
+  if (!parsed.ok()) return reasons;
+  const nlohmann::json& j = *parsed;
   if (!j.is_object() || !j.contains("predicate") || !j["predicate"].is_object()) return reasons;
   const auto& checks = j["predicate"].value("checks", nlohmann::json::array());
   if (!checks.is_array()) return reasons;

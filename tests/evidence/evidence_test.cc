@@ -11,6 +11,7 @@
 #include "core/evidence/ed25519.h"
 #include "core/evidence/json_guard.h"
 #include "core/evidence/record.h"
+#include "core/evidence/test_result.h"
 #include "core/evidence/trust_store.h"
 #include "core/sha256.h"
 #include "gmock/gmock.h"
@@ -281,6 +282,22 @@ TEST(Record, FloatsAndBadDigestsAreRefusedBeforeSigning) {
   r = SampleRecord();
   r.subjects[0].sha256 = "ABC";
   EXPECT_FALSE(RecordPayload(r).ok());
+}
+
+// Whatever a database file holds is read back with the bounded parser: an envelope or payload
+// nested without end, or one with a duplicate key (two parsers could read two different
+// statements from it), is an error, never a deep recursion in a later dump or comparison.
+TEST(Record, StoredJsonIsReadBackBounded) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  EXPECT_EQ(ParseEnvelope(deep).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(IndexPayload(deep).ok());
+  EXPECT_FALSE(TestResultRecordLink(deep).ok());
+  const std::string twice =
+      R"({"_type":"https://in-toto.io/Statement/v1","_type":"https://in-toto.io/Statement/v1",)"
+      R"("subject":[],"predicateType":"x","predicate":{}})";
+  auto idx = IndexPayload(twice);
+  ASSERT_FALSE(idx.ok());
+  EXPECT_THAT(std::string(idx.status().message()), HasSubstr("duplicate"));
 }
 
 TEST(Record, VerificationSummary) {
