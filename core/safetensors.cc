@@ -240,8 +240,12 @@ SafetensorsFile::SafetensorsFile(std::string path, SafetensorsHeader header,
     : path_(std::move(path)),
       header_(std::move(header)),
       content_(std::move(content)),
-      file_size_(file_size) {
-  for (const TensorInfo& t : header_.tensors) by_name_.emplace(t.name, &t);
+      file_size_(file_size),
+      lent_(new std::atomic<const uint8_t*>[header_.tensors.size()]) {
+  for (size_t i = 0; i < header_.tensors.size(); ++i) {
+    by_name_.emplace(header_.tensors[i].name, &header_.tensors[i]);
+    lent_[i].store(nullptr, std::memory_order_relaxed);
+  }
 }
 
 const TensorInfo* SafetensorsFile::Find(std::string_view name) const {
@@ -251,8 +255,20 @@ const TensorInfo* SafetensorsFile::Find(std::string_view name) const {
 
 std::span<const uint8_t> SafetensorsFile::Bytes(const TensorInfo& t) const {
   const uint64_t begin = data_start() + t.begin;
-  if (content_ == nullptr || content_->size() < begin + t.num_bytes()) return {};
-  return std::span<const uint8_t>(*content_).subspan(begin, t.num_bytes());
+  if (content_ != nullptr && content_->size() >= begin + t.num_bytes()) {
+    return std::span<const uint8_t>(*content_).subspan(begin, t.num_bytes());
+  }
+  const uint8_t* lent = lent_[&t - header_.tensors.data()].load(std::memory_order_acquire);
+  if (lent == nullptr) return {};
+  return std::span<const uint8_t>(lent, t.num_bytes());
+}
+
+void SafetensorsFile::Lend(const TensorInfo& t, const uint8_t* bytes) const {
+  lent_[&t - header_.tensors.data()].store(bytes, std::memory_order_release);
+}
+
+void SafetensorsFile::Reclaim(const TensorInfo& t) const {
+  lent_[&t - header_.tensors.data()].store(nullptr, std::memory_order_release);
 }
 
 }  // namespace ckpt

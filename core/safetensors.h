@@ -10,6 +10,7 @@
 #ifndef CKPT_CORE_SAFETENSORS_H_
 #define CKPT_CORE_SAFETENSORS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -88,8 +89,15 @@ class SafetensorsFile {
 
   // nullptr when absent.
   const TensorInfo* Find(std::string_view name) const;
-  // The tensor's bytes (no copy); empty when they were not kept.
+  // The tensor's bytes (no copy): from the kept content, or lent by a streamed read; empty when
+  // neither holds them.
   std::span<const uint8_t> Bytes(const TensorInfo& t) const;
+
+  // A streamed read (core/io/tree_stream.h) lends a tensor's bytes while some check needs them
+  // and takes them back before freeing them. `t` is one of tensors(); `bytes` has its size.
+  // Thread-safe; whoever hands work to another thread orders the lend before it.
+  void Lend(const TensorInfo& t, const uint8_t* bytes) const;
+  void Reclaim(const TensorInfo& t) const;
 
  private:
   const std::string path_;
@@ -97,6 +105,8 @@ class SafetensorsFile {
   const std::shared_ptr<const std::vector<uint8_t>> content_;
   const uint64_t file_size_;
   std::map<std::string_view, const TensorInfo*> by_name_;
+  // Parallel to tensors(): bytes lent by a streamed read, or null.
+  const std::unique_ptr<std::atomic<const uint8_t*>[]> lent_;
 };
 
 }  // namespace ckpt

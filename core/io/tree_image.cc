@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/io/file_hashers.h"
 #include "core/parallel.h"
 
 namespace ckpt {
@@ -13,85 +14,13 @@ constexpr uint64_t kChunk = 8ull << 20;
 
 bool IsSafetensors(const std::string& path) { return absl::EndsWith(path, ".safetensors"); }
 
-// Every digest taken of one file, fed its bytes in order.
-class FileHashers {
- public:
-  FileHashers(const ReadOptions& o, uint64_t size) : options_(o), size_(size) {}
+// X4T container A keeps per-layer scale streams in `x4t-layer-*.safetensors` at the root
+// (docs/formats.md); their checks read whole files, so a streamed audit keeps them whole.
+bool IsX4TSidecar(const std::string& path) {
+  return absl::StartsWith(path, "x4t-layer-") && IsSafetensors(path) &&
+         path.find('/') == std::string::npos;
+}
 
-  // Tensors are known once the header is read; they tile [data_start, size).
-  void SetTensors(const SafetensorsFile* f, std::vector<Digest>* out) {
-    tensors_ = f;
-    tensor_out_ = out;
-    out->assign(f->tensors().size(), Digest{});
-  }
-
-  void Update(uint64_t offset, std::span<const uint8_t> bytes) {
-    if (options_.file_digests) whole_.Update(bytes);
-    if (options_.range_size > 0) UpdateRanges(offset, bytes);
-    if (tensors_ != nullptr) UpdateTensors(offset, bytes);
-  }
-
-  void Finish(ImageFile* f) {
-    if (options_.file_digests) f->sha256 = whole_.Finish();
-    // Tensors still open here are empty ones at the end of the buffer.
-    while (tensors_ != nullptr && next_ < tensors_->tensors().size()) {
-      (*tensor_out_)[next_++] = tensor_.Finish();
-    }
-    if (options_.range_size > 0 && (range_pos_ > 0 || size_ == 0)) {
-      range_digests_.push_back(range_.Finish());
-    }
-    f->range_digests = std::move(range_digests_);
-  }
-
- private:
-  void UpdateRanges(uint64_t offset, std::span<const uint8_t> bytes) {
-    while (!bytes.empty()) {
-      uint64_t n = std::min<uint64_t>(bytes.size(), options_.range_size - range_pos_);
-      range_.Update(bytes.first(n));
-      bytes = bytes.subspan(n);
-      range_pos_ += n;
-      if (range_pos_ == options_.range_size) {
-        range_digests_.push_back(range_.Finish());
-        range_pos_ = 0;
-      }
-    }
-  }
-
-  void UpdateTensors(uint64_t offset, std::span<const uint8_t> bytes) {
-    const std::vector<TensorInfo>& ts = tensors_->tensors();
-    const uint64_t ds = tensors_->data_start();
-    uint64_t pos = offset;
-    while (!bytes.empty() && next_ < ts.size()) {
-      const uint64_t begin = ds + ts[next_].begin, end = ds + ts[next_].end;
-      if (pos < begin) {  // header bytes
-        uint64_t skip = std::min<uint64_t>(bytes.size(), begin - pos);
-        bytes = bytes.subspan(skip);
-        pos += skip;
-        continue;
-      }
-      uint64_t n = std::min<uint64_t>(bytes.size(), end - pos);
-      tensor_.Update(bytes.first(n));
-      bytes = bytes.subspan(n);
-      pos += n;
-      if (pos == end) {
-        (*tensor_out_)[next_++] = tensor_.Finish();
-        // Empty tensors that follow have the digest of no bytes.
-        while (next_ < ts.size() && ts[next_].begin == ts[next_].end) {
-          (*tensor_out_)[next_++] = tensor_.Finish();
-        }
-      }
-    }
-  }
-
-  const ReadOptions& options_;
-  const uint64_t size_;
-  Sha256 whole_, range_, tensor_;
-  uint64_t range_pos_ = 0;
-  std::vector<Digest> range_digests_;
-  const SafetensorsFile* tensors_ = nullptr;
-  std::vector<Digest>* tensor_out_ = nullptr;
-  size_t next_ = 0;
-};
 
 // Whole files kept in memory under these options (safetensors headers under kMetadata are
 // kept too, but are bounded by the header limit and not counted against the window).
@@ -100,8 +29,16 @@ bool KeepsWhole(const ImageFile& f, const ReadOptions& o) {
     case ReadOptions::Keep::kNothing: return false;
     case ReadOptions::Keep::kEverything: return true;
     case ReadOptions::Keep::kMetadata: return !IsSafetensors(f.path) && f.size() <= o.max_small_file;
+    case ReadOptions::Keep::kStreamTensorData:
+      return IsX4TSidecar(f.path) || (!IsSafetensors(f.path) && f.size() <= o.max_small_file);
   }
   return false;
+}
+
+// Under kStreamTensorData the data of this file is left for StreamTrees.
+bool Defers(const ImageFile& f, const ReadOptions& o) {
+  return o.keep == ReadOptions::Keep::kStreamTensorData && IsSafetensors(f.path) &&
+         !IsX4TSidecar(f.path);
 }
 
 bool HashesEverything(const ReadOptions& o) {
@@ -127,9 +64,10 @@ class FileReader {
     // Bytes go straight into `kept` when the file is kept, else through `scratch`.
     std::vector<uint8_t> kept, scratch;
     if (whole) kept.resize(size);
-    FileHashers hashers(options_, size);
+    io_internal::FileHashers hashers(options_, size);
     uint64_t pos = 0;
     auto consume = [&](uint64_t n) -> absl::StatusOr<std::span<const uint8_t>> {
+      if (progress_.Cancelled()) return absl::CancelledError(absl::StrCat(label, ": read cancelled"));
       std::span<uint8_t> dst;
       if (whole) {
         dst = std::span<uint8_t>(kept).subspan(pos, n);
@@ -170,7 +108,8 @@ class FileReader {
         f->header_status = parsed.status();  // hashed as plain bytes; the checks report it
       }
     }
-    if (HashesEverything(options_) || whole) {
+    const bool defer = Defers(*f, options_);
+    if ((HashesEverything(options_) || whole) && !defer) {
       while (pos < size) {
         absl::StatusOr<std::span<const uint8_t>> chunk = consume(std::min(kChunk, size - pos));
         if (!chunk.ok()) return chunk.status();
@@ -190,10 +129,14 @@ class FileReader {
           label, ": changed while being read (size, mtime or ctime moved after ", pos,
           " bytes)"));
     }
-    hashers.Finish(f);
+    if (defer) {
+      f->stream_from = pos;  // StreamTrees hashes from offset 0 again, using the kept header
+    } else {
+      hashers.Finish(f);
+    }
     if (whole) {
       f->content = std::make_shared<const std::vector<uint8_t>>(std::move(kept));
-    } else if (options_.keep == ReadOptions::Keep::kMetadata && !header.empty()) {
+    } else if ((options_.keep == ReadOptions::Keep::kMetadata || defer) && !header.empty()) {
       f->content = std::make_shared<const std::vector<uint8_t>>(std::move(header));
     }
     if (f->safetensors != nullptr && f->content != nullptr) {

@@ -38,7 +38,11 @@ struct ReadOptions {
   enum class Keep {
     kNothing,     // digests only (fingerprint)
     kMetadata,    // safetensors headers and small non-safetensors files (inspect)
-    kEverything,  // whole files (audits and every check on tensor bytes)
+    kEverything,  // whole files (every check on tensor bytes of a tree read whole)
+    // Audits: safetensors headers, small files and X4T sidecars now; the rest of every other
+    // *.safetensors file is left unread (ImageFile::stream_from) for StreamTrees
+    // (core/io/tree_stream.h), which reads it once in a bounded window.
+    kStreamTensorData,
   };
   Keep keep = Keep::kEverything;
   uint64_t memory_window = kDefaultMemoryWindow;
@@ -64,6 +68,9 @@ struct ImageFile {
   std::shared_ptr<const SafetensorsFile> safetensors;
   absl::Status header_status;
   std::vector<Digest> tensor_digests;  // parallel to safetensors->tensors()
+  // Keep::kStreamTensorData: the file was read up to here (its header, kept in `content`);
+  // the digests are taken when StreamTrees reads the rest.
+  std::optional<uint64_t> stream_from;
 
   uint64_t size() const { return identity.size; }
   bool complete() const { return content && content->size() == identity.size; }

@@ -18,7 +18,7 @@ namespace ckpt::quant {
 namespace {
 
 // The per-tensor pass: histograms of scale bytes on active and all-zero groups.
-struct Scan {
+struct TensorScan {
   TensorScaleStats stats;
   std::array<uint64_t, 256> active_hist{};
   std::array<uint64_t, 256> zero_hist{};
@@ -30,7 +30,7 @@ struct Scan {
 
 // The hot loop keeps only min/max/count of active scale bytes (a histogram of active groups
 // costs a dependent store per group); NaN locations are found by a second pass when present.
-void ScanMxfp4(const PackedFp4& codes, std::span<const uint8_t> scale, size_t cap, Scan* s) {
+void ScanMxfp4(const PackedFp4& codes, std::span<const uint8_t> scale, size_t cap, TensorScan* s) {
   const uint64_t groups = codes.cols() / 32;
   s->stats.rows = codes.rows();
   s->stats.groups = codes.rows() * groups;
@@ -87,7 +87,7 @@ void ScanMxfp4(const PackedFp4& codes, std::span<const uint8_t> scale, size_t ca
   }
 }
 
-void ScanNvfp4(const Nvfp4View& v, size_t cap, Scan* s) {
+void ScanNvfp4(const Nvfp4View& v, size_t cap, TensorScan* s) {
   const uint64_t blocks = v.blocks_per_row();
   s->stats.rows = v.rows();
   s->stats.groups = v.rows() * blocks;
@@ -127,7 +127,7 @@ void ScanNvfp4(const Nvfp4View& v, size_t cap, Scan* s) {
   for (uint64_t n : s->zero_hist) s->stats.zero_groups += n;
 }
 
-absl::Status ScanModule(const Checkpoint& ckpt, const std::string& module, size_t cap, Scan* s) {
+absl::Status ScanModule(const Checkpoint& ckpt, const std::string& module, size_t cap, TensorScan* s) {
   absl::StatusOr<QuantWeight> w = ResolveWeight(ckpt, module);
   if (!w.ok()) return w.status();
   s->stats.tensor = module;
@@ -164,7 +164,7 @@ absl::Status ScanModule(const Checkpoint& ckpt, const std::string& module, size_
 }
 
 // Second pass, only over tensors that have over-span groups: list their coordinates.
-uint64_t ListOverSpan(const Scan& s, int limit_k, FindingList* out) {
+uint64_t ListOverSpan(const TensorScan& s, int limit_k, FindingList* out) {
   uint64_t n = 0;
   const uint64_t groups = s.stats.groups / s.stats.rows;
   const uint64_t cols = groups * 32;
@@ -183,20 +183,10 @@ uint64_t ListOverSpan(const Scan& s, int limit_k, FindingList* out) {
   return n;
 }
 
-// One unit of the scan: a compressed-tensors/X4T module, or one expert of a gpt-oss
-// `*_blocks` tensor (named "base[e]").
-struct GptOssSlice {
-  std::span<const uint8_t> packed, scale;
-  uint64_t rows = 0, cols = 0;
-};
-struct Unit {
-  std::string name;
-  std::optional<GptOssSlice> slice;
-  uint64_t bytes = 0;
-};
-
-// gpt-oss native MXFP4: `X_blocks` U8 [E, R, G, 16] with `X_scales` U8 [E, R, G].
-absl::Status AddGptOssUnits(const Checkpoint& ckpt, std::vector<Unit>* units) {
+// gpt-oss native MXFP4: `X_blocks` U8 [E, R, G, 16] with `X_scales` U8 [E, R, G]; one unit
+// per expert, named "X[e]" (gate and up rows are interleaved in one expert slice).
+absl::Status AddGptOssUnits(const Checkpoint& ckpt, std::vector<ScaleWindowUnit>* units,
+                            size_t* order) {
   for (const std::string& n : ckpt.TensorNames()) {
     if (!absl::EndsWith(n, "_blocks")) continue;
     const std::string base = n.substr(0, n.size() - 7);
@@ -208,19 +198,23 @@ absl::Status AddGptOssUnits(const Checkpoint& ckpt, std::vector<Unit>* units) {
       return absl::InvalidArgumentError(
           absl::StrCat(n, ": gpt-oss blocks must be U8 [E, R, G, 16] with scales [E, R, G]"));
     }
-    const uint64_t per_packed = b[1] * b[2] * 16, per_scale = b[1] * b[2];
     for (uint64_t e = 0; e < b[0]; ++e) {
-      units->push_back({absl::StrCat(base, "[", e, "]"),
-                        GptOssSlice{blocks->bytes().subspan(e * per_packed, per_packed),
-                                    scales->bytes().subspan(e * per_scale, per_scale), b[1],
-                                    b[2] * 32},
-                        per_packed});
+      const std::string name = absl::StrCat(base, "[", e, "]");
+      units->push_back({name, {{(*order)++, name, base, e, b[1] * b[2] * 16}}, {n, base + "_scales"}});
     }
   }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+// One member's scan (defined here: the header only carries it between Scan and Finish).
+struct ScaleWindowPartial::Member {
+  size_t order = 0;
+  TensorScan scan;
+  FindingList over_span{0};
+};
+
 
 nlohmann::json ScaleWindowConfig::ToJson() const {
   return {{"id", id()},
@@ -296,71 +290,112 @@ std::string FusedGroupOf(const std::string& module) {
   return module;
 }
 
-absl::StatusOr<ScaleWindowResult> ScaleWindowPolicy::Check(const Checkpoint& ckpt,
-                                                           Progress& progress,
-                                                           unsigned threads) const {
-  std::vector<Unit> units;
+absl::StatusOr<std::vector<ScaleWindowUnit>> ScaleWindowPolicy::Plan(
+    const Checkpoint& ckpt) const {
+  std::vector<ScaleWindowUnit> units;
+  std::map<std::string, size_t> unit_of_group;
+  size_t order = 0;
   for (const std::string& m : PackedModules(ckpt)) {
-    units.push_back({m, std::nullopt, ckpt.Find(m + kPackedSuffix)->info->num_bytes()});
-  }
-  if (absl::Status s = AddGptOssUnits(ckpt, &units); !s.ok()) return s;
-  uint64_t total = 0;
-  for (const Unit& u : units) total += u.bytes;
-  progress.Begin("scale-window", total);
-  std::vector<Scan> scans(units.size());
-  absl::Status st = ParallelFor(units.size(), threads, [&](size_t i) {
-    const Unit& u = units[i];
-    absl::Status s = absl::OkStatus();
-    if (u.slice) {
-      Scan& sc = scans[i];
-      sc.stats = {};
-      sc.stats.tensor = u.name;
-      sc.stats.kind = "mxfp4";
-      sc.stats.fused_group = u.name;  // gate and up rows are interleaved in one expert slice
-      sc.packed = u.slice->packed;
-      sc.scale = u.slice->scale;
-      ScanMxfp4(PackedFp4(sc.packed, u.slice->rows, u.slice->cols, NibbleOrder::kLowFirst),
-                sc.scale, config_.max_listed, &sc);
-    } else {
-      s = ScanModule(ckpt, u.name, config_.max_listed, &scans[i]);
+    const std::string group = FusedGroupOf(m);
+    auto [it, fresh] = unit_of_group.emplace(group, units.size());
+    if (fresh) units.push_back({group, {}, {}});
+    ScaleWindowUnit& u = units[it->second];
+    u.members.push_back({order++, m, "", 0, ckpt.Find(m + kPackedSuffix)->info->num_bytes()});
+    for (const char* suffix : {kPackedSuffix, kScaleSuffix, kGlobalScaleSuffix,
+                               kInputGlobalScaleSuffix, kX4TFixedSuffix, kX4TExceptionsSuffix}) {
+      if (ckpt.Find(m + suffix)) u.tensors.push_back(m + suffix);
     }
-    progress.Advance(u.bytes);
-    return s;
-  });
-  progress.End();
-  if (!st.ok()) return st;
+  }
+  if (absl::Status s = AddGptOssUnits(ckpt, &units, &order); !s.ok()) return s;
+  return units;
+}
 
+absl::StatusOr<ScaleWindowPartial> ScaleWindowPolicy::Scan(const Checkpoint& ckpt,
+                                                           const ScaleWindowUnit& unit) const {
+  ScaleWindowPartial part;
+  for (const ScaleWindowUnit::Member& m : unit.members) {
+    auto member = std::make_shared<ScaleWindowPartial::Member>();
+    member->order = m.order;
+    TensorScan& sc = member->scan;
+    if (!m.gpt_oss_base.empty()) {
+      const TensorRef blocks = *ckpt.Find(m.gpt_oss_base + "_blocks");
+      const TensorRef scales = *ckpt.Find(m.gpt_oss_base + "_scales");
+      const std::vector<uint64_t>& b = blocks.info->shape;
+      const uint64_t per_packed = b[1] * b[2] * 16, per_scale = b[1] * b[2];
+      if (blocks.bytes().size() != b[0] * per_packed || scales.bytes().size() != b[0] * per_scale) {
+        return absl::InternalError(absl::StrCat(m.name, ": tensor bytes not in memory"));
+      }
+      sc.stats.tensor = m.name;
+      sc.stats.kind = "mxfp4";
+      sc.stats.fused_group = m.name;
+      sc.packed = blocks.bytes().subspan(m.expert * per_packed, per_packed);
+      sc.scale = scales.bytes().subspan(m.expert * per_scale, per_scale);
+      ScanMxfp4(PackedFp4(sc.packed, b[1], b[2] * 32, NibbleOrder::kLowFirst), sc.scale,
+                config_.max_listed, &sc);
+    } else if (absl::Status s = ScanModule(ckpt, m.name, config_.max_listed, &sc); !s.ok()) {
+      return s;
+    }
+    part.members.push_back(std::move(member));
+  }
+  // The fused group's shared k_max; then what depends on it, while the bytes are here.
+  std::optional<int> kmax;
+  for (const auto& m : part.members) {
+    const std::optional<int>& k = m->scan.stats.k_max;
+    if (k && (!kmax || *k > *kmax)) kmax = k;
+  }
+  for (const auto& m : part.members) {
+    TensorScaleStats& t = m->scan.stats;
+    t.pair_k_max = kmax;
+    m->over_span = FindingList(config_.max_listed);
+    if (t.kind == "nvfp4") continue;
+    if (!t.pair_k_max) {
+      t.zero_groups_out_of_window = t.zero_groups;
+      continue;
+    }
+    const int low = *t.pair_k_max - config_.max_span;
+    for (int b = 0; b < 255; ++b) {
+      const int k = E8M0Exponent(b);
+      if (k < low || k > *t.pair_k_max) t.zero_groups_out_of_window += m->scan.zero_hist[b];
+    }
+    // Only tensors whose smallest active exponent is out of the window are scanned again.
+    if (t.k_min && *t.k_min < low) t.over_span_groups = ListOverSpan(m->scan, low, &m->over_span);
+  }
+  return part;
+}
+
+ScaleWindowResult ScaleWindowPolicy::Finish(std::vector<ScaleWindowPartial> parts) const {
+  std::vector<ScaleWindowPartial::Member*> scans;
+  for (ScaleWindowPartial& p : parts) {
+    for (auto& m : p.members) scans.push_back(m.get());
+  }
+  std::sort(scans.begin(), scans.end(),
+            [](const auto* a, const auto* b) { return a->order < b->order; });
   ScaleWindowResult result;
   result.config = config_;
   result.over_span = FindingList(config_.max_listed);
   result.nan_scales = FindingList(config_.max_listed);
   result.hazards = FindingList(config_.max_listed);
-  // Fused groups: shared k_max (MXFP4/X4T) and global-scale agreement (NVFP4).
-  std::map<std::string, std::vector<Scan*>> fused;
-  for (Scan& s : scans) fused[s.stats.fused_group].push_back(&s);
-  bool any_mx = false;
-  for (auto& [group, members] : fused) {
-    std::optional<int> kmax;
-    for (Scan* s : members) {
-      if (s->stats.k_max && (!kmax || *s->stats.k_max > *kmax)) kmax = s->stats.k_max;
+  // Fused NVFP4 tensors must agree on the global scale.
+  std::map<std::string, std::vector<const TensorScaleStats*>> fused;
+  for (const auto* s : scans) fused[s->scan.stats.fused_group].push_back(&s->scan.stats);
+  for (const auto& [group, members] : fused) {
+    if (members.size() < 2 || members[0]->kind != "nvfp4") continue;
+    bool differ = false;
+    for (const TensorScaleStats* t : members) {
+      differ |= t->global_scale_bits != members[0]->global_scale_bits;
     }
-    for (Scan* s : members) s->stats.pair_k_max = kmax;
-    if (members.size() > 1 && members[0]->stats.kind == "nvfp4") {
-      bool differ = false;
-      for (Scan* s : members) differ |= s->stats.global_scale_bits != members[0]->stats.global_scale_bits;
-      if (differ) {
-        const bool w13 = absl::EndsWith(group, ".w13");
-        result.hazards.Add({w13 ? "vllm-w13-global-scale-collapse" : "vllm-fused-global-scale-max",
-                            group, -1, -1,
-                            w13 ? "w1/w3 global scales differ; vLLM loads both with w1's, "
-                                  "changing w3's values"
-                                : "fused tensors' global scales differ; vLLM uses their max", {}});
-      }
-    }
+    if (!differ) continue;
+    const bool w13 = absl::EndsWith(group, ".w13");
+    result.hazards.Add({w13 ? "vllm-w13-global-scale-collapse" : "vllm-fused-global-scale-max",
+                        group, -1, -1,
+                        w13 ? "w1/w3 global scales differ; vLLM loads both with w1's, "
+                              "changing w3's values"
+                            : "fused tensors' global scales differ; vLLM uses their max", {}});
   }
-  for (Scan& s : scans) {
-    TensorScaleStats& t = s.stats;
-    result.nan_scales.Merge(s.nan);
+  bool any_mx = false;
+  for (const auto* s : scans) {
+    const TensorScaleStats& t = s->scan.stats;
+    result.nan_scales.Merge(s->scan.nan);
     if (t.kind == "nvfp4") {
       const bool small = t.k_min && *t.k_min < config_.marlin_min_scale_log2;
       if (small || t.span() >= config_.marlin_span) {
@@ -372,23 +407,11 @@ absl::StatusOr<ScaleWindowResult> ScaleWindowPolicy::Check(const Checkpoint& ckp
       continue;
     }
     any_mx = true;
-    if (t.pair_k_max) {
-      const int low = *t.pair_k_max - config_.max_span;
-      for (int b = 0; b < 255; ++b) {
-        const int k = E8M0Exponent(b);
-        if (k < low || k > *t.pair_k_max) t.zero_groups_out_of_window += s.zero_hist[b];
-      }
-      // Only tensors whose smallest active exponent is out of the window are scanned again.
-      if (t.k_min && *t.k_min < low) {
-        t.over_span_groups = ListOverSpan(s, low, &result.over_span);
-      }
-      if (t.span() >= config_.marlin_span) {
-        result.hazards.Add({"marlin-small-scale-folding", t.tensor, -1, -1,
-                            "after transcoding, block scales fall below 2^-6 (span >= 15)",
-                            {{"span", t.span()}}});
-      }
-    } else {
-      t.zero_groups_out_of_window = t.zero_groups;
+    result.over_span.Merge(s->over_span);
+    if (t.pair_k_max && t.span() >= config_.marlin_span) {
+      result.hazards.Add({"marlin-small-scale-folding", t.tensor, -1, -1,
+                          "after transcoding, block scales fall below 2^-6 (span >= 15)",
+                          {{"span", t.span()}}});
     }
     result.zero_groups_out_of_window += t.zero_groups_out_of_window;
     result.tensors.push_back(t);
@@ -405,6 +428,29 @@ absl::StatusOr<ScaleWindowResult> ScaleWindowPolicy::Check(const Checkpoint& ckp
     result.verdict = ScaleWindowVerdict::kLosslessTranscodable;
   }
   return result;
+}
+
+absl::StatusOr<ScaleWindowResult> ScaleWindowPolicy::Check(const Checkpoint& ckpt,
+                                                           Progress& progress,
+                                                           unsigned threads) const {
+  absl::StatusOr<std::vector<ScaleWindowUnit>> units = Plan(ckpt);
+  if (!units.ok()) return units.status();
+  uint64_t total = 0;
+  for (const ScaleWindowUnit& u : *units) {
+    for (const auto& m : u.members) total += m.bytes;
+  }
+  progress.Begin("scale-window", total);
+  std::vector<ScaleWindowPartial> parts(units->size());
+  absl::Status st = ParallelFor(units->size(), threads, [&](size_t i) {
+    absl::StatusOr<ScaleWindowPartial> p = Scan(ckpt, (*units)[i]);
+    if (!p.ok()) return p.status();
+    parts[i] = *std::move(p);
+    for (const auto& m : (*units)[i].members) progress.Advance(m.bytes);
+    return absl::OkStatus();
+  });
+  progress.End();
+  if (!st.ok()) return st;
+  return Finish(std::move(parts));
 }
 
 }  // namespace ckpt::quant

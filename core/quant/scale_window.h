@@ -10,6 +10,7 @@
 #define CKPT_CORE_QUANT_SCALE_WINDOW_H_
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,14 +70,44 @@ struct ScaleWindowResult {
 // module itself.
 std::string FusedGroupOf(const std::string& module);
 
+// One unit of the scan: the modules of one fused group (they share k_max), or one expert of a
+// gpt-oss `*_blocks` tensor (named "base[e]"). Its tensors are all the scan reads.
+struct ScaleWindowUnit {
+  struct Member {
+    size_t order = 0;  // position among all members: results are merged in this order
+    std::string name;
+    std::string gpt_oss_base;  // non-empty for an expert slice of `base_blocks`
+    uint64_t expert = 0;
+    uint64_t bytes = 0;  // packed bytes (progress)
+  };
+  std::string fused_group;
+  std::vector<Member> members;
+  std::vector<std::string> tensors;
+};
+
+// What scanning one unit found, until Finish merges it.
+struct ScaleWindowPartial {
+  struct Member;  // scale_window.cc
+  std::vector<std::shared_ptr<Member>> members;
+};
+
 class ScaleWindowPolicy {
  public:
   explicit ScaleWindowPolicy(ScaleWindowConfig config = {}) : config_(std::move(config)) {}
   const ScaleWindowConfig& config() const { return config_; }
   // Errors only for unreadable tensors (mis-shaped, undecodable X4T streams); policy outcomes
-  // are in the result. Parallel by tensor on `threads` (0 = all cores).
+  // are in the result. Parallel by unit on `threads` (0 = all cores). Plan + Scan + Finish.
   absl::StatusOr<ScaleWindowResult> Check(const Checkpoint& ckpt, Progress& progress,
                                           unsigned threads = 0) const;
+
+  // The same check in pieces, for a streamed audit (core/io/tree_stream.h) that runs each
+  // unit as soon as its tensors are in memory. Plan reads headers only; Scan reads the unit's
+  // tensors (INTERNAL when they are not in memory); Finish is independent of the order in which
+  // units were scanned.
+  absl::StatusOr<std::vector<ScaleWindowUnit>> Plan(const Checkpoint& ckpt) const;
+  absl::StatusOr<ScaleWindowPartial> Scan(const Checkpoint& ckpt,
+                                          const ScaleWindowUnit& unit) const;
+  ScaleWindowResult Finish(std::vector<ScaleWindowPartial> parts) const;
 
  private:
   ScaleWindowConfig config_;
