@@ -1,12 +1,15 @@
 #include "core/audit/audit_checks.h"
 
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/checkpoint.h"
 #include "core/evidence/environment.h"
+#include "core/io/tree_stream.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
 
@@ -171,30 +174,19 @@ std::vector<evidence::Subject> SubjectsOf(const Fingerprint& fp) {
 
 namespace {
 
-// One tree, read once: its image and fingerprint.
-struct ReadRoot {
-  std::shared_ptr<const TreeImage> image;
-  Fingerprint fingerprint;
-};
-
-absl::StatusOr<ReadRoot> Read(const std::string& path, std::shared_ptr<const io::Directory> dir,
-                              const AuditOptions& options, uint64_t window, Progress& progress) {
+// The first half of a tree's one read: listing, small files and safetensors headers; the
+// tensor data is left for StreamTrees.
+absl::StatusOr<std::shared_ptr<const TreeImage>> ReadHeaders(
+    const std::string& path, std::shared_ptr<const io::Directory> dir, const ReadOptions& read,
+    Progress& progress) {
   if (dir == nullptr) {
     absl::StatusOr<std::unique_ptr<io::Directory>> opened = io::RealFileSystem().OpenRoot(path);
     if (!opened.ok()) return opened.status();
     dir = *std::move(opened);
   }
-  const TreeWalkOptions walk;
-  absl::StatusOr<TreeListing> listing = ListTree(std::move(dir), walk);
+  absl::StatusOr<TreeListing> listing = ListTree(std::move(dir), TreeWalkOptions());
   if (!listing.ok()) return listing.status();
-  ReadOptions read;
-  read.threads = options.threads;
-  read.memory_window = window;
-  read.tensor_digests = false;  // the record names files and the manifest ROOT, not tensors
-  absl::StatusOr<std::shared_ptr<const TreeImage>> image =
-      ReadTree(*std::move(listing), read, progress);
-  if (!image.ok()) return image.status();
-  return ReadRoot{*image, FingerprintOf(**image, walk.ignore_paths)};
+  return ReadTree(*std::move(listing), read, progress);
 }
 
 // A checkpoint the strict reader refused, as a finding: the message names the file, the
@@ -205,10 +197,34 @@ ojson Unreadable(const absl::Status& s) {
           {"message", std::string(s.message())}};
 }
 
+// Work for the stream, keyed for priority: work on the same module of both trees sorts
+// together, so partners are asked for together.
+struct KeyedWork {
+  std::string key;
+  StreamWork work;
+};
+
+void Need(const Checkpoint& ckpt, const std::vector<std::string>& names, StreamWork* w) {
+  for (const std::string& n : names) {
+    if (std::optional<TensorRef> t = ckpt.Find(n)) w->tensors.push_back({t->file, t->info});
+  }
+}
+
+// Every tensor of layer `layer` ("…layers.<layer>.…"): what the block forward reads.
+std::vector<std::string> LayerTensors(const Checkpoint& ckpt, int layer) {
+  const std::string mark = absl::StrCat("layers.", layer, ".");
+  std::vector<std::string> out;
+  for (const std::string& n : ckpt.TensorNames()) {
+    const size_t at = n.find(mark);
+    if (at != std::string::npos && (at == 0 || n[at - 1] == '.')) out.push_back(n);
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
-                                                  Progress& progress) {
+                                                  Progress& progress, AuditStats* stats) {
   auto policy = PolicyByName(options.policy);
   if (!policy.ok()) return policy.status();
   evidence::EvidenceRecord rec;
@@ -218,71 +234,156 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   rec.refs = options.refs;
   rec.invoker = options.invoker;
 
-  auto derived = Read(options.root, options.root_dir, options, options.memory_window, progress);
-  if (!derived.ok()) return derived.status();
-  rec.root = derived->image->root;
-  rec.subjects = SubjectsOf(derived->fingerprint);
-  rec.checks.push_back(FingerprintCheck(derived->fingerprint));
-  uint64_t bytes_read = derived->image->bytes_read;
-  std::optional<ReadRoot> source;
-  if (!options.source.empty() || options.source_dir != nullptr) {
-    const uint64_t kept = derived->image->kept_bytes;
-    const uint64_t left = options.memory_window > kept ? options.memory_window - kept : 0;
-    auto s = Read(options.source, options.source_dir, options, left, progress);
+  ReadOptions read;
+  read.keep = ReadOptions::Keep::kStreamTensorData;
+  read.threads = options.threads;
+  read.memory_window = options.memory_window;
+  read.tensor_digests = false;  // the record names files and the manifest ROOT, not tensors
+  const bool pair = !options.source.empty() || options.source_dir != nullptr;
+  auto derived_image = ReadHeaders(options.root, options.root_dir, read, progress);
+  if (!derived_image.ok()) return derived_image.status();
+  std::shared_ptr<const TreeImage> source_image;
+  if (pair) {
+    auto s = ReadHeaders(options.source, options.source_dir, read, progress);
     if (!s.ok()) return s.status();
-    source = *std::move(s);
-    bytes_read += source->image->bytes_read;
-    std::vector<evidence::Subject> files = SubjectsOf(source->fingerprint);
-    files.pop_back();  // the manifest ROOT has its own field
-    rec.source = evidence::SourceBinding{source->image->root,
-                                         source->fingerprint.manifest.RootHex(),
-                                         std::move(files)};
+    source_image = *std::move(s);
   }
 
-  // Storage bytes read by the whole audit (both trees): each byte once.
-  rec.checks.front().counts["bytes_read"] = static_cast<int64_t>(bytes_read);
-
+  // Everything a check decides is planned from headers, then run by the stream as the tensors
+  // it reads arrive (docs/audit-engine.md).
   CheckResult structure;
   structure.name = "checkpoint_structure";
-  auto ckpt = Checkpoint::Open(derived->image);
+  auto ckpt = Checkpoint::Open(*derived_image);
   if (!ckpt.ok()) {
     structure.verdict = evidence::Verdict::kFail;
     structure.findings.push_back(Unreadable(ckpt.status()));
-    rec.checks.push_back(structure);
   } else {
     structure.counts["shards"] = static_cast<int64_t>((*ckpt)->shards().size());
     structure.counts["tensors"] = static_cast<int64_t>((*ckpt)->TensorNames().size());
     structure.counts["tensor_bytes"] = static_cast<int64_t>((*ckpt)->total_tensor_bytes());
     structure.details = {{"layout", std::string(LayoutName((*ckpt)->layout()))}};
-    rec.checks.push_back(structure);
-
-    auto window = quant::ScaleWindowPolicy(*policy).Check(**ckpt, progress, options.threads);
-    if (!window.ok()) return window.status();
-    rec.checks.push_back(ScaleWindowCheck(*window));
   }
-
   std::unique_ptr<Checkpoint> source_ckpt;
-  if (source) {
-    auto opened = Checkpoint::Open(source->image);
+  std::optional<CheckResult> unreadable_source;
+  if (pair) {
+    auto opened = Checkpoint::Open(source_image);
     if (!opened.ok()) {
-      CheckResult pair;
-      pair.name = "pair_verify";
-      pair.verdict = evidence::Verdict::kFail;
+      CheckResult c;
+      c.name = "pair_verify";
+      c.verdict = evidence::Verdict::kFail;
       ojson f = Unreadable(opened.status());
       f["code"] = "unreadable-source";
-      pair.findings.push_back(f);
-      rec.checks.push_back(pair);
+      c.findings.push_back(f);
+      unreadable_source = std::move(c);
     } else {
       source_ckpt = *std::move(opened);
     }
   }
+
+  std::vector<KeyedWork> keyed;
+  const quant::ScaleWindowPolicy window_policy(*policy);
+  std::vector<quant::ScaleWindowUnit> window_units;
+  std::vector<quant::ScaleWindowPartial> window_parts;
+  std::optional<quant::PairPlan> pair_plan;
+  std::vector<quant::PairUnitOutcome> pair_outcomes;
+  quant::PairVerifyOptions popt;
+  popt.threads = options.threads;
+  popt.format.root_map = options.root_map;
+  std::optional<forward::ForwardAuditResult> forward_result;
+  if (ckpt.ok()) {
+    const Checkpoint& d = **ckpt;
+    auto units = window_policy.Plan(d);
+    if (!units.ok()) return units.status();
+    window_units = *std::move(units);
+    window_parts.resize(window_units.size());
+    for (size_t i = 0; i < window_units.size(); ++i) {
+      KeyedWork k{window_units[i].members.front().name,
+                  {absl::StrCat("scale_window ", window_units[i].fused_group), {}, {}}};
+      Need(d, window_units[i].tensors, &k.work);
+      k.work.run = [&, i]() -> absl::Status {
+        auto part = window_policy.Scan(d, window_units[i]);
+        if (!part.ok()) return part.status();
+        window_parts[i] = *std::move(part);
+        return absl::OkStatus();
+      };
+      keyed.push_back(std::move(k));
+    }
+  }
   if (ckpt.ok() && source_ckpt != nullptr) {
-    quant::PairVerifyOptions popt;
-    popt.threads = options.threads;
-    popt.format.root_map = options.root_map;
-    auto pair = quant::VerifyPair(*source_ckpt, **ckpt, popt, progress);
-    if (!pair.ok()) return pair.status();
-    rec.checks.push_back(PairCheck(*pair));
+    const Checkpoint& d = **ckpt;
+    const Checkpoint& s = *source_ckpt;
+    auto plan = quant::PlanPair(s, d, popt);
+    if (!plan.ok()) return plan.status();
+    pair_plan = *std::move(plan);
+    pair_outcomes.resize(pair_plan->units.size());
+    for (size_t i = 0; i < pair_plan->units.size(); ++i) {
+      const quant::PairUnit& u = pair_plan->units[i];
+      KeyedWork k{u.name, {absl::StrCat("pair_verify ", u.name), {}, {}}};
+      Need(s, u.source_tensors, &k.work);
+      Need(d, u.derived_tensors, &k.work);
+      k.work.run = [&, i]() -> absl::Status {
+        auto o = quant::CompareUnit(s, d, pair_plan->units[i], popt);
+        if (!o.ok()) return o.status();
+        pair_outcomes[i] = *std::move(o);
+        return absl::OkStatus();
+      };
+      keyed.push_back(std::move(k));
+    }
+  }
+  std::sort(keyed.begin(), keyed.end(),
+            [](const KeyedWork& a, const KeyedWork& b) { return a.key < b.key; });
+  if (ckpt.ok() && options.forward_layer >= 0) {
+    // Last: the whole layer of both trees is held until it has run.
+    const Checkpoint& d = **ckpt;
+    const Checkpoint* s = source_ckpt.get();
+    KeyedWork k{"", {absl::StrCat("block_forward layer ", options.forward_layer), {}, {}}};
+    Need(d, LayerTensors(d, options.forward_layer), &k.work);
+    if (s != nullptr) Need(*s, LayerTensors(*s, options.forward_layer), &k.work);
+    k.work.run = [&, s]() -> absl::Status {
+      forward::ForwardAuditOptions fopt;
+      fopt.layer = options.forward_layer;
+      auto fwd = forward::RunForwardAudit(d, s, fopt, forward::CpuDevice());
+      if (!fwd.ok()) return fwd.status();
+      forward_result = *std::move(fwd);
+      return absl::OkStatus();
+    };
+    keyed.push_back(std::move(k));
+  }
+  std::vector<StreamWork> work;
+  for (KeyedWork& k : keyed) work.push_back(std::move(k.work));
+  std::vector<std::shared_ptr<const TreeImage>> images = {*derived_image};
+  if (source_image) images.push_back(source_image);
+  auto streamed = StreamTrees(images, std::move(work), read, progress);
+  if (!streamed.ok()) return streamed.status();
+  if (stats != nullptr) stats->peak_kept_bytes = streamed->peak_kept_bytes;
+
+  const TreeWalkOptions walk;
+  const TreeImage& derived_read = *streamed->images[0];
+  const Fingerprint derived_fp = FingerprintOf(derived_read, walk.ignore_paths);
+  rec.root = derived_read.root;
+  rec.subjects = SubjectsOf(derived_fp);
+  rec.checks.push_back(FingerprintCheck(derived_fp));
+  uint64_t bytes_read = derived_read.bytes_read;
+  if (pair) {
+    const TreeImage& source_read = *streamed->images[1];
+    const Fingerprint source_fp = FingerprintOf(source_read, walk.ignore_paths);
+    bytes_read += source_read.bytes_read;
+    std::vector<evidence::Subject> files = SubjectsOf(source_fp);
+    files.pop_back();  // the manifest ROOT has its own field
+    rec.source = evidence::SourceBinding{source_read.root, source_fp.manifest.RootHex(),
+                                         std::move(files)};
+  }
+  // Storage bytes read by the whole audit (both trees): each byte once.
+  rec.checks.front().counts["bytes_read"] = static_cast<int64_t>(bytes_read);
+  if (stats != nullptr) stats->bytes_read = bytes_read;
+  rec.checks.push_back(structure);
+  if (ckpt.ok()) {
+    rec.checks.push_back(ScaleWindowCheck(window_policy.Finish(std::move(window_parts))));
+  }
+  if (unreadable_source) rec.checks.push_back(*unreadable_source);
+  if (pair_plan) {
+    quant::PairVerifyResult r = quant::FinishPair(*std::move(pair_plan), pair_outcomes);
+    rec.checks.push_back(PairCheck(r));
     if (!options.root_map.empty()) {  // what the X4T checkpoint_root was compared with
       ojson maps = ojson::array();
       for (const quant::RootMapping& m : options.root_map) {
@@ -290,20 +391,15 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
       }
       rec.checks.back().details["root_map"] = std::move(maps);
     }
-    rec.pair_audit = Ordered(pair->ToJson());
+    rec.pair_audit = Ordered(r.ToJson());
   }
-  if (ckpt.ok() && options.forward_layer >= 0) {
-    forward::ForwardAuditOptions fopt;
-    fopt.layer = options.forward_layer;
-    auto fwd = forward::RunForwardAudit(**ckpt, source_ckpt.get(), fopt, forward::CpuDevice());
-    if (!fwd.ok()) return fwd.status();
-    rec.checks.push_back(ForwardCheck(*fwd));
-    rec.block_forward = Ordered(fwd->report);
+  if (forward_result) {
+    rec.checks.push_back(ForwardCheck(*forward_result));
+    rec.block_forward = Ordered(forward_result->report);
   }
   // Every verdict above was computed from the bytes read; the names must still lead to them.
-  if (auto s = derived->image->CheckUnchanged(); !s.ok()) return s;
-  if (source) {
-    if (auto s = source->image->CheckUnchanged(); !s.ok()) return s;
+  for (const auto& image : streamed->images) {
+    if (auto s = image->CheckUnchanged(); !s.ok()) return s;
   }
   rec.finished_at = evidence::Rfc3339Now();
   return rec;

@@ -38,7 +38,9 @@ struct AuditOptions {
   std::vector<quant::RootMapping> root_map;
   int forward_layer = -1;  // >= 0: run the block forward audit on this layer (CPU reference)
   unsigned threads = 0;
-  uint64_t memory_window = kDefaultMemoryWindow;  // bytes of both trees kept at once
+  // Bytes kept in memory at once: small files, headers and the tensors checks wait for
+  // (core/io/tree_stream.h), whatever the size of the trees.
+  uint64_t memory_window = kDefaultMemoryWindow;
   evidence::ExternalRefs refs;
   std::string invoker;
 };
@@ -57,13 +59,22 @@ evidence::CheckResult ScaleWindowCheck(const quant::ScaleWindowResult& r);
 evidence::CheckResult PairCheck(const quant::PairVerifyResult& r);
 evidence::CheckResult ForwardCheck(const forward::ForwardAuditResult& r);
 
-// One read of the root (and of the source) feeds every check: the record's digests are the
-// digests of the bytes the verdicts were computed from (docs/audit-engine.md). Errors only
-// when the audit cannot run at all (missing root, unknown policy, over the memory window) or
-// when a file changed, shrank or could not be read during the audit (DATA_LOSS: nothing may
-// be signed); a checkpoint that breaks the rules gives a record with failing checks.
+// How an audit used storage and memory (not part of the record: it depends on timing).
+struct AuditStats {
+  uint64_t bytes_read = 0;       // from storage, both trees
+  uint64_t peak_kept_bytes = 0;  // at most AuditOptions::memory_window
+};
+
+// One read of the root (and of the source), streamed in a bounded memory window, feeds every
+// check: the record's digests are the digests of the bytes the verdicts were computed from
+// (docs/audit-engine.md). Errors only when the audit cannot run at all (missing root, unknown
+// policy, a layout that does not fit the memory window: RESOURCE_EXHAUSTED), when it is
+// cancelled (CANCELLED), or when a file changed, shrank or could not be read during the audit
+// (DATA_LOSS): nothing may be signed then. A checkpoint that breaks the rules gives a record
+// with failing checks.
 absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
-                                                  Progress& progress);
+                                                  Progress& progress,
+                                                  AuditStats* stats = nullptr);
 
 }  // namespace ckpt::audit
 

@@ -244,4 +244,15 @@ absl::Status ReadExactly(const RandomAccessFile& file, uint64_t offset, std::spa
   return absl::OkStatus();
 }
 
+absl::Status ChangedWhileRead(const std::string& label, const FileIdentity& then,
+                              const FileIdentity& now) {
+  if (now.size < then.size) {
+    return absl::DataLossError(absl::StrCat(label, ": file ends at offset ", now.size,
+                                            ", expected ", then.size - now.size,
+                                            " more bytes (truncated while being read?)"));
+  }
+  return absl::DataLossError(absl::StrCat(
+      label, ": changed while being read (inode, size, mtime or ctime moved)"));
+}
+
 }  // namespace ckpt::io

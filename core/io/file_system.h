@@ -99,6 +99,11 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenRelative(const Directory& 
 absl::Status ReadExactly(const RandomAccessFile& file, uint64_t offset, std::span<uint8_t> out,
                          const std::string& label);
 
+// DATA_LOSS for a file whose identity moved from `then` to `now` while it was being read; a
+// file that shrank is named with the offset where it now ends.
+absl::Status ChangedWhileRead(const std::string& label, const FileIdentity& then,
+                              const FileIdentity& now);
+
 }  // namespace ckpt::io
 
 #endif  // CKPT_CORE_IO_FILE_SYSTEM_H_

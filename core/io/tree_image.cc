@@ -124,11 +124,7 @@ class FileReader {
     }
     absl::StatusOr<io::FileIdentity> after = file.Identity();
     if (!after.ok()) return after.status();
-    if (!(*after == *id)) {
-      return absl::DataLossError(absl::StrCat(
-          label, ": changed while being read (size, mtime or ctime moved after ", pos,
-          " bytes)"));
-    }
+    if (!(*after == *id)) return io::ChangedWhileRead(label, *id, *after);
     if (defer) {
       f->stream_from = pos;  // StreamTrees hashes from offset 0 again, using the kept header
     } else {

@@ -60,17 +60,6 @@ struct Step {
   uint8_t* into = nullptr;  // a slot's buffer, or null for the thread's scratch
 };
 
-absl::Status ChangedSinceHeader(const std::string& label, const io::FileIdentity& then,
-                                const io::FileIdentity& now) {
-  if (now.size < then.size) {
-    return absl::DataLossError(absl::StrCat(label, ": file ends at offset ", now.size,
-                                            ", expected ", then.size - now.size,
-                                            " more bytes (truncated while being read?)"));
-  }
-  return absl::DataLossError(absl::StrCat(
-      label, ": changed while being read (inode, size, mtime or ctime moved after its header)"));
-}
-
 class Streamer {
  public:
   Streamer(const ReadOptions& options, Progress& progress)
@@ -261,7 +250,7 @@ class Streamer {
       if (!opened.ok()) return opened.status();
       absl::StatusOr<io::FileIdentity> id = (*opened)->Identity();
       if (!id.ok()) return id.status();
-      if (!(*id == f.identity)) return ChangedSinceHeader(s.label, f.identity, *id);
+      if (!(*id == f.identity)) return io::ChangedWhileRead(s.label, f.identity, *id);
       s.file = *std::move(opened);
       s.hashers = std::make_unique<io_internal::FileHashers>(options_, s.size);
       if (f.safetensors != nullptr && options_.tensor_digests) {
@@ -293,7 +282,7 @@ class Streamer {
     }
     absl::StatusOr<io::FileIdentity> after = s.file->Identity();
     if (!after.ok()) return after.status();
-    if (!(*after == f.identity)) return ChangedSinceHeader(s.label, f.identity, *after);
+    if (!(*after == f.identity)) return io::ChangedWhileRead(s.label, f.identity, *after);
     s.hashers->Finish(s.out);
     s.out->stream_from.reset();
     s.file.reset();

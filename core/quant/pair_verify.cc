@@ -20,13 +20,6 @@
 namespace ckpt::quant {
 namespace {
 
-// One unit of parallel work and what it found.
-struct Outcome {
-  FindingList found{0};
-  uint64_t packed_bytes = 0, value_blocks = 0, zero_canonicalized = 0, ignored_bytes = 0;
-  std::optional<uint32_t> global_bits;
-};
-
 Finding At(std::string code, const std::string& tensor, uint64_t row, uint64_t group,
            std::string message) {
   return {std::move(code), tensor, static_cast<int64_t>(row), static_cast<int64_t>(group),
@@ -57,7 +50,7 @@ std::array<int, 256> ExactScaleBytes(float global) {
 // block scales equal to the exact E4M3 image of the source scale; anything else is decided
 // block by block (scale equality on identical codes, else element by element).
 void CompareGroupSlow(const Mxfp4View& s, const Nvfp4View& d, const std::string& m, uint64_t r,
-                      uint64_t g, bool same_bytes, Outcome* o) {
+                      uint64_t g, bool same_bytes, PairUnitOutcome* o) {
   const double want = DecodeE8M0(s.ScaleByte(r, g));
   const uint8_t* a = s.codes().bytes().data() + r * (s.cols() / 2) + g * 16;
   bool zero_fixed = false, differs = false;
@@ -84,7 +77,7 @@ void CompareGroupSlow(const Mxfp4View& s, const Nvfp4View& d, const std::string&
   }
 }
 
-void CompareNvfp4(const Mxfp4View& s, const Nvfp4View& d, const std::string& m, Outcome* o) {
+void CompareNvfp4(const Mxfp4View& s, const Nvfp4View& d, const std::string& m, PairUnitOutcome* o) {
   const std::array<int, 256> exact = ExactScaleBytes(d.global_scale());
   const uint64_t groups = s.groups_per_row(), row_bytes = s.cols() / 2;
   const uint8_t* sp = s.codes().bytes().data();
@@ -124,7 +117,7 @@ void CompareNvfp4(const Mxfp4View& s, const Nvfp4View& d, const std::string& m, 
   o->value_blocks = s.rows() * groups * 2;
 }
 
-void CompareX4T(const Mxfp4View& s, const X4TExpertMatrix& x, const std::string& m, Outcome* o) {
+void CompareX4T(const Mxfp4View& s, const X4TExpertMatrix& x, const std::string& m, PairUnitOutcome* o) {
   const uint64_t groups = s.groups_per_row(), row_bytes = s.cols() / 2;
   const uint8_t* sp = s.codes().bytes().data();
   for (uint64_t r = 0; r < s.rows(); ++r) {
@@ -145,7 +138,7 @@ void CompareX4T(const Mxfp4View& s, const X4TExpertMatrix& x, const std::string&
 }
 
 absl::Status CompareModule(const Checkpoint& src, const Checkpoint& dst, const std::string& m,
-                           Outcome* o) {
+                           PairUnitOutcome* o) {
   absl::StatusOr<QuantWeight> sw = ResolveWeight(src, m);
   if (!sw.ok()) return sw.status();
   absl::StatusOr<Mxfp4View> sv = Mxfp4ViewOf(*sw);
@@ -186,7 +179,7 @@ absl::Status CompareModule(const Checkpoint& src, const Checkpoint& dst, const s
   return absl::OkStatus();
 }
 
-void CompareIgnored(const TensorRef& a, const TensorRef& b, const std::string& name, Outcome* o) {
+void CompareIgnored(const TensorRef& a, const TensorRef& b, const std::string& name, PairUnitOutcome* o) {
   if (a.info->dtype != b.info->dtype || a.info->shape != b.info->shape) {
     o->found.Add({"ignored-tensor-differs", name, -1, -1, "dtype or shape differs", {}});
     return;
@@ -228,9 +221,10 @@ nlohmann::json PairVerifyResult::ToJson() const {
           {"mismatches", mismatches.ToJson()}};
 }
 
-absl::StatusOr<PairVerifyResult> VerifyPair(const Checkpoint& source, const Checkpoint& derived,
-                                            const PairVerifyOptions& options, Progress& progress) {
-  PairVerifyResult result;
+absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& derived,
+                                  const PairVerifyOptions& options) {
+  PairPlan plan;
+  PairVerifyResult& result = plan.result;
   result.mismatches = FindingList(options.max_findings);
   // The two detections are independent and serial inside; run them side by side.
   FormatReport src_format;
@@ -257,11 +251,13 @@ absl::StatusOr<PairVerifyResult> VerifyPair(const Checkpoint& source, const Chec
   const std::set<std::string> src_q = ModuleTensorNames(source, src_mods);
   const std::set<std::string> dst_q = ModuleTensorNames(derived, dst_mods);
 
-  // Work items: modules present on both sides, then non-quantized tensors present on both.
-  std::vector<std::string> modules, ignored;
+  // Units: modules present on both sides, then non-quantized tensors present on both.
   for (const std::string& m : src_mods) {
     if (dst_mod_set.count(m)) {
-      modules.push_back(m);
+      const std::set<std::string> a = ModuleTensorNames(source, {m});
+      const std::set<std::string> b = ModuleTensorNames(derived, {m});
+      plan.units.push_back({m, true, {a.begin(), a.end()}, {b.begin(), b.end()},
+                            source.Find(m + kPackedSuffix)->info->num_bytes()});
     } else {
       result.mismatches.Add({"missing-tensor", m + kPackedSuffix, -1, -1,
                              "quantized in the source, absent from the derived checkpoint", {}});
@@ -280,7 +276,7 @@ absl::StatusOr<PairVerifyResult> VerifyPair(const Checkpoint& source, const Chec
   for (const std::string& n : src_names) {
     if (src_q.count(n)) continue;
     if (dst_name_set.count(n) && !dst_q.count(n)) {
-      ignored.push_back(n);
+      plan.units.push_back({n, false, {n}, {n}, source.Find(n)->info->num_bytes()});
     } else {
       result.mismatches.Add({"missing-tensor", n, -1, -1, "absent from the derived checkpoint", {}});
     }
@@ -290,40 +286,39 @@ absl::StatusOr<PairVerifyResult> VerifyPair(const Checkpoint& source, const Chec
       result.mismatches.Add({"extra-tensor", n, -1, -1, "in the derived checkpoint only", {}});
     }
   }
+  return plan;
+}
 
-  uint64_t total = 0;
-  for (const std::string& m : modules) total += source.Find(m + kPackedSuffix)->info->num_bytes();
-  for (const std::string& n : ignored) total += source.Find(n)->info->num_bytes();
-  progress.Begin("verify-pair", total);
-  std::vector<Outcome> outcomes(modules.size() + ignored.size());
-  for (Outcome& o : outcomes) o.found = FindingList(options.max_findings);
-  absl::Status st = ParallelFor(outcomes.size(), options.threads, [&](size_t i) {
-    if (i < modules.size()) {
-      absl::Status s = CompareModule(source, derived, modules[i], &outcomes[i]);
-      progress.Advance(source.Find(modules[i] + kPackedSuffix)->info->num_bytes());
-      return s;
-    }
-    const std::string& n = ignored[i - modules.size()];
-    CompareIgnored(*source.Find(n), *derived.Find(n), n, &outcomes[i]);
-    progress.Advance(source.Find(n)->info->num_bytes());
-    return absl::OkStatus();
-  });
-  progress.End();
-  if (!st.ok()) return st;
+absl::StatusOr<PairUnitOutcome> CompareUnit(const Checkpoint& source, const Checkpoint& derived,
+                                            const PairUnit& unit,
+                                            const PairVerifyOptions& options) {
+  PairUnitOutcome o;
+  o.found = FindingList(options.max_findings);
+  if (unit.module) {
+    if (absl::Status s = CompareModule(source, derived, unit.name, &o); !s.ok()) return s;
+  } else {
+    CompareIgnored(*source.Find(unit.name), *derived.Find(unit.name), unit.name, &o);
+  }
+  return o;
+}
 
+PairVerifyResult FinishPair(PairPlan plan, const std::vector<PairUnitOutcome>& outcomes) {
+  PairVerifyResult result = std::move(plan.result);
   std::set<std::string> kinds;
   std::map<std::string, std::vector<std::pair<std::string, uint32_t>>> fused;
   for (size_t i = 0; i < outcomes.size(); ++i) {
-    const Outcome& o = outcomes[i];
+    const PairUnitOutcome& o = outcomes[i];
     result.mismatches.Merge(o.found);
     result.packed_bytes_compared += o.packed_bytes;
     result.value_blocks_compared += o.value_blocks;
     result.zero_groups_canonicalized += o.zero_canonicalized;
     result.ignored_bytes_compared += o.ignored_bytes;
-    if (i < modules.size()) {
+    if (plan.units[i].module) {
       ++result.quantized_tensors;
       kinds.insert(o.global_bits ? "nvfp4" : "x4t");
-      if (o.global_bits) fused[FusedGroupOf(modules[i])].push_back({modules[i], *o.global_bits});
+      if (o.global_bits) {
+        fused[FusedGroupOf(plan.units[i].name)].push_back({plan.units[i].name, *o.global_bits});
+      }
     } else {
       ++result.ignored_tensors_compared;
     }
@@ -341,9 +336,30 @@ absl::StatusOr<PairVerifyResult> VerifyPair(const Checkpoint& source, const Chec
     }
   }
   result.derived_kind = kinds.size() == 1 ? *kinds.begin() : kinds.empty() ? "none" : "mixed";
+  result.lossless = result.mismatches.total() == 0;
+  return result;
+}
+
+absl::StatusOr<PairVerifyResult> VerifyPair(const Checkpoint& source, const Checkpoint& derived,
+                                            const PairVerifyOptions& options, Progress& progress) {
+  absl::StatusOr<PairPlan> plan = PlanPair(source, derived, options);
+  if (!plan.ok()) return plan.status();
+  uint64_t total = 0;
+  for (const PairUnit& u : plan->units) total += u.bytes;
+  progress.Begin("verify-pair", total);
+  std::vector<PairUnitOutcome> outcomes(plan->units.size());
+  absl::Status st = ParallelFor(outcomes.size(), options.threads, [&](size_t i) {
+    absl::StatusOr<PairUnitOutcome> o = CompareUnit(source, derived, plan->units[i], options);
+    if (!o.ok()) return o.status();
+    outcomes[i] = *std::move(o);
+    progress.Advance(plan->units[i].bytes);
+    return absl::OkStatus();
+  });
+  progress.End();
+  if (!st.ok()) return st;
+  PairVerifyResult result = FinishPair(*std::move(plan), outcomes);
   if (absl::Status s = source.CheckUnchanged(); !s.ok()) return s;
   if (absl::Status s = derived.CheckUnchanged(); !s.ok()) return s;
-  result.lossless = result.mismatches.total() == 0;
   return result;
 }
 

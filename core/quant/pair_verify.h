@@ -10,7 +10,9 @@
 #ifndef CKPT_CORE_QUANT_PAIR_VERIFY_H_
 #define CKPT_CORE_QUANT_PAIR_VERIFY_H_
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/checkpoint.h"
@@ -39,6 +41,31 @@ struct PairVerifyResult {
   std::string verdict() const { return lossless ? "lossless" : "mismatch"; }
   nlohmann::json ToJson() const;
 };
+
+// The check in pieces, for a streamed audit (core/io/tree_stream.h) that compares each unit as
+// soon as its tensors on both sides are in memory. PlanPair reads headers only: formats,
+// inventory mismatches and the units; CompareUnit reads one unit's tensors; FinishPair merges
+// the outcomes (parallel to plan.units) into the result VerifyPair gives.
+struct PairUnit {
+  std::string name;  // a quantized module, or a non-quantized tensor compared by SHA-256
+  bool module = false;
+  std::vector<std::string> source_tensors, derived_tensors;  // what the comparison reads
+  uint64_t bytes = 0;  // source bytes (progress)
+};
+struct PairPlan {
+  PairVerifyResult result;  // formats and inventory mismatches so far
+  std::vector<PairUnit> units;
+};
+struct PairUnitOutcome {
+  FindingList found{0};
+  uint64_t packed_bytes = 0, value_blocks = 0, zero_canonicalized = 0, ignored_bytes = 0;
+  std::optional<uint32_t> global_bits;  // NVFP4 modules
+};
+absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& derived,
+                                  const PairVerifyOptions& options);
+absl::StatusOr<PairUnitOutcome> CompareUnit(const Checkpoint& source, const Checkpoint& derived,
+                                            const PairUnit& unit, const PairVerifyOptions& options);
+PairVerifyResult FinishPair(PairPlan plan, const std::vector<PairUnitOutcome>& outcomes);
 
 // Contract findings of either side (DetectFormat) are mismatches too, coded "source:<code>" and
 // "derived:<code>". Errors (not findings): INVALID_ARGUMENT when the source is not
