@@ -6,9 +6,11 @@
 // POSIX_FADV_DONTNEED before the run) and again warm (after a plain read of both trees):
 //   read   plain pread of every file of both trees, files in parallel on all threads
 //   hash   the same plus SHA-256 of every file (OpenSSL), files in parallel
-//   audit  the pair audit (core/audit: one read, fingerprints, structure, scale-window, pair)
+//   audit  the pair audit (core/audit: one read of both trees streamed in --memory-window,
+//          fingerprints, structure, scale-window, pair)
 // and prints wall time, CPU time, bytes read from storage (/proc/self/io read_bytes) over the
-// bytes of both trees, and peak RSS (VmHWM, reset before each run), with ratios to `hash`.
+// bytes of both trees, and peak RSS (VmHWM, reset before each run), with ratios to `hash`, and
+// the audit's peak kept bytes (core/io/tree_stream.h).
 // Targets (issue 8): cold audit <= 1.05x hash; storage bytes / tree bytes = 1.00; warm audit
 // CPU <= 1.6x hash. Results: docs/PERFORMANCE.md.
 #include <fcntl.h>
@@ -127,9 +129,11 @@ int Main(int argc, char** argv) {
   std::string dir;
   unsigned threads = 0;
   bool keep = false;
+  uint64_t window = kDefaultMemoryWindow;
   app.add_option("--size-gib", size_gib, "approximate source size (whole 16-expert layers)");
   app.add_option("--dir", dir, "where to write the pair (default: a new dir under $TMPDIR)");
   app.add_option("--threads", threads, "threads (0 = all cores)");
+  app.add_option("--memory-window", window, "the audit's memory window in bytes");
   app.add_flag("--keep", keep, "keep the generated pair (a later run with --dir reuses it)");
   CLI11_PARSE(app, argc, argv);
   if (threads == 0) threads = DefaultThreads();
@@ -157,11 +161,12 @@ int Main(int argc, char** argv) {
   o.root = (root / "nvfp4").string();
   o.source = (root / "src").string();
   o.threads = threads;
-  o.memory_window = tree_bytes + (64ull << 20);
+  o.memory_window = window;
   absl::StatusOr<evidence::EvidenceRecord> rec;
+  audit::AuditStats stats;
   auto read = [&] { ReadAll(files, threads, false); };
   auto hash = [&] { ReadAll(files, threads, true); };
-  auto audit = [&] { rec = audit::RunAudit(o, NoProgress()); };
+  auto audit = [&] { rec = audit::RunAudit(o, NoProgress(), &stats); };
 
   for (const bool cold : {true, false}) {
     auto prepare = [&] { cold ? DropCache(files) : read(); };
@@ -176,6 +181,8 @@ int Main(int argc, char** argv) {
     Print("read", r_read, r_hash, tree_bytes);
     Print("hash", r_hash, r_hash, tree_bytes);
     Print("audit", r_audit, r_hash, tree_bytes);
+    std::printf("  audit kept at most %.1f MiB (window %.1f MiB)\n", stats.peak_kept_bytes / 1048576.0,
+                window / 1048576.0);
   }
   std::printf("audit verdict: %s\n", evidence::VerdictName(rec->OverallVerdict()).c_str());
   if (!keep && !reuse) fs::remove_all(root);

@@ -1,0 +1,215 @@
+// The streamed audit in a bounded memory window (docs/audit-engine.md, "Memory"): a pair far
+// larger than the window gives the same record as an unbounded run and as the checks run on
+// whole trees, holds at most the window, reads each byte once; a layout whose partner tensors
+// lie far apart is RESOURCE_EXHAUSTED instead of growth; a cancelled audit stops.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+
+#include "core/audit/audit_checks.h"
+#include "core/checkpoint.h"
+#include "core/quant/pair_verify.h"
+#include "core/quant/scale_window.h"
+#include "core/text/json_dump.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace ckpt::audit {
+namespace {
+
+namespace fs = std::filesystem;
+using ::ckpt::testing::CopyFixture;
+using ::ckpt::testing::TempDir;
+using ::testing::HasSubstr;
+
+constexpr uint64_t kSmallWindow = 1ull << 20;
+
+uint64_t TreeBytes(const fs::path& root) {
+  uint64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (e.is_regular_file()) n += e.file_size();
+  }
+  return n;
+}
+
+// Rewrites a safetensors file with its tensors' data in reverse order (a valid file whose
+// tensors now lie opposite to their partners in the other tree).
+void ReverseTensorOrder(const fs::path& file) {
+  std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(file);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + n);
+  std::vector<std::pair<uint64_t, std::string>> by_offset;
+  for (const auto& [name, t] : header.items()) {
+    if (name != "__metadata__") by_offset.push_back({t["data_offsets"][0].get<uint64_t>(), name});
+  }
+  std::sort(by_offset.rbegin(), by_offset.rend());
+  std::vector<uint8_t> data;
+  for (const auto& [begin, name] : by_offset) {
+    const uint64_t end = header[name]["data_offsets"][1].get<uint64_t>();
+    const uint64_t at = data.size();
+    data.insert(data.end(), bytes.begin() + 8 + n + begin, bytes.begin() + 8 + n + end);
+    header[name]["data_offsets"] = {at, data.size()};
+  }
+  std::string json = header.dump();
+  while ((8 + json.size()) % 8 != 0) json.push_back(' ');
+  std::vector<uint8_t> out(8);
+  const uint64_t len = json.size();
+  std::memcpy(out.data(), &len, 8);
+  out.insert(out.end(), json.begin(), json.end());
+  out.insert(out.end(), data.begin(), data.end());
+  ::ckpt::testing::WriteAll(file, out);
+}
+
+// The parts of a record that say something about the checkpoints (not when it was made).
+std::string Statements(const evidence::EvidenceRecord& r) {
+  nlohmann::ordered_json j;
+  for (const auto& s : r.subjects) j["subjects"].push_back({s.name, s.sha256});
+  for (const auto& c : r.checks) {
+    nlohmann::ordered_json counts = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : c.counts) counts[k] = v;
+    j["checks"].push_back({{"name", c.name},
+                           {"verdict", static_cast<int>(c.verdict)},
+                           {"counts", counts},
+                           {"findings", c.findings},
+                           {"findings_total", c.findings_total},
+                           {"series", c.series},
+                           {"details", c.details}});
+  }
+  if (r.source) {
+    j["source"] = {r.source->root, r.source->manifest_root};
+    for (const auto& f : r.source->files) j["source_files"].push_back({f.name, f.sha256});
+  }
+  j["pair_audit"] = r.pair_audit;
+  return j.dump();
+}
+
+const evidence::CheckResult& CheckNamed(const evidence::EvidenceRecord& r, const std::string& n) {
+  for (const auto& c : r.checks) {
+    if (c.name == n) return c;
+  }
+  ADD_FAILURE() << "no check " << n;
+  return r.checks.front();
+}
+
+class AuditStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    source_ = CopyFixture("mini-kimi-mxfp4", tmp_);
+    derived_ = CopyFixture("mini-kimi-nvfp4", tmp_);
+  }
+
+  absl::StatusOr<evidence::EvidenceRecord> Audit(uint64_t window, Progress& progress,
+                                                 AuditStats* stats = nullptr) {
+    AuditOptions o;
+    o.root = derived_.string();
+    o.source = source_.string();
+    o.memory_window = window;
+    o.threads = 3;
+    return RunAudit(o, progress, stats);
+  }
+
+  TempDir tmp_;
+  fs::path source_, derived_;
+};
+
+TEST_F(AuditStreamTest, PairLargerThanTheWindowGivesTheUnboundedRecordReadingEachByteOnce) {
+  const uint64_t tree_bytes = TreeBytes(source_) + TreeBytes(derived_);
+  ASSERT_GT(tree_bytes, 8 * kSmallWindow);  // the pair is many windows large
+  AuditStats small, large;
+  auto bounded = Audit(kSmallWindow, NoProgress(), &small);
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  auto unbounded = Audit(1ull << 32, NoProgress(), &large);
+  ASSERT_TRUE(unbounded.ok()) << unbounded.status();
+
+  EXPECT_EQ(bounded->OverallVerdict(), evidence::Verdict::kPass);
+  EXPECT_EQ(Statements(*bounded), Statements(*unbounded));
+  EXPECT_LE(small.peak_kept_bytes, kSmallWindow);
+  EXPECT_GT(small.peak_kept_bytes, 0u);
+  EXPECT_EQ(small.bytes_read, tree_bytes);
+  EXPECT_EQ(large.bytes_read, tree_bytes);
+  EXPECT_EQ(static_cast<uint64_t>(CheckNamed(*bounded, "fingerprint").counts.at("bytes_read")),
+            tree_bytes);
+}
+
+TEST_F(AuditStreamTest, StreamedChecksEqualTheChecksOnWholeTrees) {
+  auto rec = Audit(kSmallWindow, NoProgress());
+  ASSERT_TRUE(rec.ok()) << rec.status();
+  auto src = Checkpoint::Open(source_.string());
+  auto dst = Checkpoint::Open(derived_.string());
+  ASSERT_TRUE(src.ok() && dst.ok());
+  auto pair = quant::VerifyPair(**src, **dst, {}, NoProgress());
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  EXPECT_EQ(DumpJson(rec->pair_audit), DumpJson(nlohmann::ordered_json::parse(DumpJson(pair->ToJson()))));
+  auto window = quant::ScaleWindowPolicy().Check(**dst, NoProgress());
+  ASSERT_TRUE(window.ok()) << window.status();
+  const evidence::CheckResult& c = CheckNamed(*rec, "scale_window");
+  EXPECT_EQ(c.details["verdict"].get<std::string>(), quant::VerdictName(window->verdict));
+  EXPECT_EQ(c.counts.at("tensors"), static_cast<int64_t>(window->tensors.size()));
+  EXPECT_EQ(c.counts.at("hazards"), static_cast<int64_t>(window->hazards.total()));
+  EXPECT_EQ(c.counts.at("zero_groups_out_of_window"),
+            static_cast<int64_t>(window->zero_groups_out_of_window));
+}
+
+TEST_F(AuditStreamTest, ChangedPackedByteIsFoundInABoundedWindow) {
+  // One FP4 code flipped near the end of the derived shard: the streamed compare sees it.
+  const fs::path shard = derived_ / "model-00002-of-00002.safetensors";
+  std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(shard);
+  auto before = Audit(kSmallWindow, NoProgress());
+  ASSERT_TRUE(before.ok()) << before.status();
+  auto dst = Checkpoint::Open(derived_.string());
+  ASSERT_TRUE(dst.ok());
+  auto t = (*dst)->Find("language_model.model.layers.2.block_sparse_moe.experts.1.w2.weight_packed");
+  ASSERT_TRUE(t.has_value());
+  bytes[t->file->data_start() + t->info->begin + 100] ^= 0x11;
+  ::ckpt::testing::WriteAll(shard, bytes);
+  auto rec = Audit(kSmallWindow, NoProgress());
+  ASSERT_TRUE(rec.ok()) << rec.status();
+  EXPECT_EQ(CheckNamed(*rec, "pair_verify").verdict, evidence::Verdict::kFail);
+  EXPECT_NE(Statements(*rec), Statements(*before));
+}
+
+TEST_F(AuditStreamTest, PartnersFarApartAreResourceExhaustedNotGrowth) {
+  for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
+    ReverseTensorOrder(derived_ / shard);
+  }
+  // The layout is valid: a window that holds it all audits it.
+  auto whole = Audit(1ull << 32, NoProgress());
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->OverallVerdict(), evidence::Verdict::kPass);
+  AuditStats stats;
+  auto rec = Audit(kSmallWindow, NoProgress(), &stats);
+  ASSERT_FALSE(rec.ok());
+  EXPECT_EQ(rec.status().code(), absl::StatusCode::kResourceExhausted) << rec.status();
+  EXPECT_THAT(std::string(rec.status().message()), HasSubstr("memory window of 1048576 bytes"));
+  EXPECT_THAT(std::string(rec.status().message()), HasSubstr("are held for checks"));
+}
+
+// Cancels once `after` bytes were reported read.
+class CancelAfter final : public Progress {
+ public:
+  explicit CancelAfter(uint64_t after) : after_(after) {}
+  void Begin(std::string_view, uint64_t) override {}
+  void Advance(uint64_t n) override { done_ += n; }
+  void End() override {}
+  bool Cancelled() const override { return done_.load() >= after_; }
+  uint64_t done() const { return done_.load(); }
+
+ private:
+  const uint64_t after_;
+  std::atomic<uint64_t> done_{0};
+};
+
+TEST_F(AuditStreamTest, CancelledAuditStopsWithoutARecord) {
+  const uint64_t tree_bytes = TreeBytes(source_) + TreeBytes(derived_);
+  CancelAfter progress(tree_bytes / 4);
+  auto rec = Audit(kSmallWindow, progress);
+  ASSERT_FALSE(rec.ok());
+  EXPECT_EQ(rec.status().code(), absl::StatusCode::kCancelled) << rec.status();
+  EXPECT_LT(progress.done(), tree_bytes);  // it stopped reading
+}
+
+}  // namespace
+}  // namespace ckpt::audit
