@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -42,6 +43,7 @@ struct FileStream {
   uint64_t pos = 0, size = 0;
   std::vector<size_t> slots;  // by offset
   size_t next = 0;            // first slot not yet fully read
+  std::multiset<size_t> unallocated;  // keys of its slots not yet given memory
   bool busy = false, done = false;
   // Touched only by the thread that holds `busy`.
   std::unique_ptr<io::RandomAccessFile> file;
@@ -50,7 +52,7 @@ struct FileStream {
 
 struct Item {
   std::vector<size_t> slots;
-  size_t missing = 0;
+  size_t missing = 0;  // slots not yet read
 };
 
 // One read of a range of a stream, decided under the lock and done outside it.
@@ -159,6 +161,15 @@ class Streamer {
       }
       if (items_[w].missing == 0) ready_.push_back(w);
     }
+    for (const Slot& slot : slots_) {
+      unallocated_.insert(slot.key);
+      streams_[slot.stream].unallocated.insert(slot.key);
+    }
+    for (const Item& item : items_) {
+      std::map<size_t, uint64_t> per_stream;
+      for (size_t j : item.slots) per_stream[slots_[j].stream] += slots_[j].size();
+      for (const auto& [stream, bytes] : per_stream) headroom_ = std::max(headroom_, bytes);
+    }
     for (FileStream& s : streams_) {
       std::sort(s.slots.begin(), s.slots.end(),
                 [&](size_t a, size_t b) { return slots_[a].begin < slots_[b].begin; });
@@ -176,20 +187,41 @@ class Streamer {
     return std::all_of(streams_.begin(), streams_.end(), [](const FileStream& s) { return s.done; });
   }
 
-  // The earliest work item the stream's next needed tensor serves; files with nothing needed
-  // left cost no memory and go first.
+  // Which stream reads next: those that need no new memory (nothing needed left, or a tensor
+  // already being read) or whose next tensor this stream alone will release go first; then
+  // the earliest work item the next tensor serves.
   size_t KeyOf(const FileStream& s) const {
-    return s.next < s.slots.size() ? slots_[s.slots[s.next]].key : 0;
+    if (s.next >= s.slots.size()) return 0;
+    const Slot& slot = slots_[s.slots[s.next]];
+    if (slot.bytes || SelfContained(slot)) return 0;
+    return slot.key + 1;
   }
 
-  // Picks the next read, granting memory in priority order. False when no stream can move.
-  bool PickStep(Step* step) {
+  // True when every work item that needs the slot waits, besides tensors already in memory,
+  // only for tensors later in the same file: reading on in this file releases it, with no help
+  // from any other file.
+  bool SelfContained(const Slot& slot) const {
+    for (size_t w : slot.work) {
+      for (size_t j : items_[w].slots) {
+        const Slot& other = slots_[j];
+        if (&other != &slot && !other.bytes && other.stream != slot.stream) return false;
+      }
+    }
+    return true;
+  }
+
+  // Picks the next read. `strict`: memory is granted in priority order only (a stream denied
+  // it stops later streams from taking any); otherwise to any stream whose tensor fits, which
+  // is how a stuck stream gets going when nothing else can move. False when no stream can.
+  bool PickStep(Step* step, bool strict) {
     std::vector<size_t> order;
     for (size_t i = 0; i < streams_.size(); ++i) {
       if (!streams_[i].busy && !streams_[i].done) order.push_back(i);
     }
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t a, size_t b) { return KeyOf(streams_[a]) < KeyOf(streams_[b]); });
+    // The earliest work item still missing a tensor that has no memory yet.
+    const size_t behind = unallocated_.empty() ? kNoWork : *unallocated_.begin();
     bool denied = false;
     for (size_t i : order) {
       FileStream& s = streams_[i];
@@ -199,12 +231,20 @@ class Streamer {
       if (s.next < s.slots.size() && s.pos >= slots_[s.slots[s.next]].begin) {
         Slot& slot = slots_[s.slots[s.next]];
         if (!slot.bytes) {
-          if (denied || kept_ + slot.size() > options_.memory_window) {
+          // A tensor that waits for another file must leave room for the largest share of
+          // one work item in one file, so that the earliest work item can always complete:
+          // only the files that hold its missing tensors may use that room.
+          const bool reserved = (!s.unallocated.empty() && *s.unallocated.begin() <= behind) ||
+                                SelfContained(slot);
+          const uint64_t room = reserved ? 0 : headroom_;
+          if ((denied && strict) || kept_ + slot.size() + room > options_.memory_window) {
             if (!denied) blocked_ = s.slots[s.next];
             denied = true;
             continue;
           }
           slot.bytes.reset(new uint8_t[slot.size()]);
+          unallocated_.erase(unallocated_.find(slot.key));
+          s.unallocated.erase(s.unallocated.find(slot.key));
           kept_ += slot.size();
           peak_ = std::max(peak_, kept_);
         }
@@ -226,7 +266,9 @@ class Streamer {
       if (!s.bytes) continue;
       held += s.size();
       ++count;
-      for (size_t w : s.work) first_waiting = std::min(first_waiting, w);
+      for (size_t w : s.work) {
+        if (items_[w].missing > 0) first_waiting = std::min(first_waiting, w);
+      }
     }
     const Slot& b = slots_[blocked_];
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -299,7 +341,11 @@ class Streamer {
     while (s.next < s.slots.size() && slots_[s.slots[s.next]].end <= s.pos) {
       Slot& slot = slots_[s.slots[s.next]];
       // An empty tensor has no bytes to read: give it a valid pointer.
-      if (!slot.bytes) slot.bytes.reset(new uint8_t[1]);
+      if (!slot.bytes) {
+        slot.bytes.reset(new uint8_t[1]);
+        unallocated_.erase(unallocated_.find(slot.key));
+        s.unallocated.erase(s.unallocated.find(slot.key));
+      }
       File(slot).Lend(*slot.info, slot.bytes.get());
       for (size_t w : slot.work) {
         if (--items_[w].missing == 0) ready_.push_back(w);
@@ -346,10 +392,11 @@ class Streamer {
         break;
       }
       Step step;
-      if (!PickStep(&step)) {
+      const bool alone = running_ == 0 && busy_ == 0;  // nothing in flight can free memory
+      if (!PickStep(&step, /*strict=*/true) && !(alone && PickStep(&step, /*strict=*/false))) {
         const bool all_read = std::all_of(streams_.begin(), streams_.end(),
                                           [](const FileStream& s) { return s.done || s.busy; });
-        if (!all_read && running_ == 0 && busy_ == 0) {
+        if (!all_read && alone) {
           Fail(Exhausted());
           break;
         }
@@ -387,6 +434,8 @@ class Streamer {
   std::vector<size_t> ready_;
   size_t running_ = 0, busy_ = 0, blocked_ = 0;
   uint64_t kept_ = 0, peak_ = 0, bytes_read_ = 0;
+  uint64_t headroom_ = 0;  // the most bytes one work item needs from one file
+  std::multiset<size_t> unallocated_;  // keys of the slots not yet given memory
   absl::Status error_;
 };
 

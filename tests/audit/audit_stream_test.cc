@@ -70,13 +70,16 @@ std::string Statements(const evidence::EvidenceRecord& r) {
   for (const auto& c : r.checks) {
     nlohmann::ordered_json counts = nlohmann::ordered_json::object();
     for (const auto& [k, v] : c.counts) counts[k] = v;
-    j["checks"].push_back({{"name", c.name},
-                           {"verdict", static_cast<int>(c.verdict)},
-                           {"counts", counts},
-                           {"findings", c.findings},
-                           {"findings_total", c.findings_total},
-                           {"series", c.series},
-                           {"details", c.details}});
+    nlohmann::ordered_json check;
+    check["name"] = c.name;
+    check["verdict"] = static_cast<int>(c.verdict);
+    check["counts"] = counts;
+    check["findings"] = nlohmann::ordered_json::array();
+    for (const auto& f : c.findings) check["findings"].push_back(f);
+    check["findings_total"] = c.findings_total.value_or(0);
+    check["series"] = c.series;
+    check["details"] = c.details;
+    j["checks"].push_back(check);
   }
   if (r.source) {
     j["source"] = {r.source->root, r.source->manifest_root};
