@@ -101,7 +101,7 @@ class Streamer {
     if (absl::Status s = Plan(); !s.ok()) return s;
     uint64_t total = 0;
     for (const FileStream& s : streams_) total += s.size - s.pos;
-    progress_.Begin("read-and-check", total);
+    progress_.Begin("read", total);
     const unsigned threads = options_.threads ? options_.threads : DefaultThreads();
     std::vector<std::thread> pool;
     for (unsigned t = 1; t < threads; ++t) pool.emplace_back([this] { Worker(); });
