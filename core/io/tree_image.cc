@@ -16,7 +16,10 @@ bool IsSafetensors(const std::string& path) { return absl::EndsWith(path, ".safe
 // Every digest taken of one file, fed its bytes in order.
 class FileHashers {
  public:
-  FileHashers(const ReadOptions& o, uint64_t size) : options_(o), size_(size) {}
+  FileHashers(const ReadOptions& o, uint64_t size, bool git_blob_id)
+      : options_(o), size_(size) {
+    if (git_blob_id) git_.emplace(size);
+  }
 
   // Tensors are known once the header is read; they tile [data_start, size).
   void SetTensors(const SafetensorsFile* f, std::vector<Digest>* out) {
@@ -27,12 +30,15 @@ class FileHashers {
 
   void Update(uint64_t offset, std::span<const uint8_t> bytes) {
     if (options_.file_digests) whole_.Update(bytes);
+    if (git_) git_->Update(bytes);
+    hashed_ += bytes.size();
     if (options_.range_size > 0) UpdateRanges(offset, bytes);
     if (tensors_ != nullptr) UpdateTensors(offset, bytes);
   }
 
   void Finish(ImageFile* f) {
     if (options_.file_digests) f->sha256 = whole_.Finish();
+    if (git_ && hashed_ == size_) f->git_blob_id = git_->Finish();
     // Tensors still open here are empty ones at the end of the buffer.
     while (tensors_ != nullptr && next_ < tensors_->tensors().size()) {
       (*tensor_out_)[next_++] = tensor_.Finish();
@@ -86,6 +92,8 @@ class FileHashers {
   const ReadOptions& options_;
   const uint64_t size_;
   Sha256 whole_, range_, tensor_;
+  std::optional<GitBlobHasher> git_;  // only for files whose hub name or etag is a git blob id
+  uint64_t hashed_ = 0;
   uint64_t range_pos_ = 0;
   std::vector<Digest> range_digests_;
   const SafetensorsFile* tensors_ = nullptr;
@@ -127,7 +135,7 @@ class FileReader {
     // Bytes go straight into `kept` when the file is kept, else through `scratch`.
     std::vector<uint8_t> kept, scratch;
     if (whole) kept.resize(size);
-    FileHashers hashers(options_, size);
+    FileHashers hashers(options_, size, f->wants_git_blob_id);
     uint64_t pos = 0;
     auto consume = [&](uint64_t n) -> absl::StatusOr<std::span<const uint8_t>> {
       std::span<uint8_t> dst;
@@ -235,6 +243,7 @@ absl::StatusOr<std::span<const uint8_t>> TreeImage::Content(std::string_view pat
 }
 
 absl::Status TreeImage::CheckUnchanged() const {
+  if (absl::Status s = io::CheckLinksUnchanged(links); !s.ok()) return s;
   for (const ImageFile& f : files) {
     absl::StatusOr<io::FileIdentity> now = f.parent->StatAt(f.leaf);
     if (!now.ok()) {
@@ -260,6 +269,7 @@ absl::StatusOr<std::shared_ptr<const TreeImage>> ReadTree(TreeListing listing,
   image->root = listing.root_dir->label();
   image->root_dir = listing.root_dir;
   image->directories = std::move(listing.directories);
+  image->links = std::move(listing.links);
   uint64_t total = 0, kept = 0;
   for (TreeFile& t : listing.files) {
     ImageFile f;
@@ -267,6 +277,8 @@ absl::StatusOr<std::shared_ptr<const TreeImage>> ReadTree(TreeListing listing,
     f.name = std::move(t.name);
     f.parent = std::move(t.parent);
     f.leaf = std::move(t.leaf);
+    f.target = std::move(t.target);
+    f.wants_git_blob_id = t.git_blob_id;
     f.identity.size = t.size;
     total += HashesEverything(options) ? t.size : 0;
     kept += KeepsWhole(f, options) ? t.size : 0;
