@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/audit/layout_check.h"
 #include "core/checkpoint.h"
 #include "core/evidence/environment.h"
 #include "core/text/json_dump.h"
@@ -175,6 +176,7 @@ namespace {
 struct ReadRoot {
   std::shared_ptr<const TreeImage> image;
   Fingerprint fingerprint;
+  LayoutInfo layout;
 };
 
 absl::StatusOr<ReadRoot> Read(const std::string& path, std::shared_ptr<const io::Directory> dir,
@@ -184,17 +186,17 @@ absl::StatusOr<ReadRoot> Read(const std::string& path, std::shared_ptr<const io:
     if (!opened.ok()) return opened.status();
     dir = *std::move(opened);
   }
-  const TreeWalkOptions walk;
-  absl::StatusOr<TreeListing> listing = ListTree(std::move(dir), walk);
+  absl::StatusOr<LayoutListing> listing = ListLayout(std::move(dir), options.links);
   if (!listing.ok()) return listing.status();
   ReadOptions read;
   read.threads = options.threads;
   read.memory_window = window;
   read.tensor_digests = false;  // the record names files and the manifest ROOT, not tensors
   absl::StatusOr<std::shared_ptr<const TreeImage>> image =
-      ReadTree(*std::move(listing), read, progress);
+      ReadTree(std::move(listing->listing), read, progress);
   if (!image.ok()) return image.status();
-  return ReadRoot{*image, FingerprintOf(**image, walk.ignore_paths)};
+  return ReadRoot{*image, FingerprintOf(**image, listing->walk.ignore_paths),
+                  std::move(listing->layout)};
 }
 
 // A checkpoint the strict reader refused, as a finding: the message names the file, the
@@ -203,6 +205,21 @@ ojson Unreadable(const absl::Status& s) {
   return {{"code", "unreadable-checkpoint"},
           {"status", absl::StatusCodeToString(s.code())},
           {"message", std::string(s.message())}};
+}
+
+// A Hugging Face layout's own check, and its repo and commit as the model (source) ref unless
+// the caller gave one (docs/hf-layouts.md).
+void AddLayoutChecks(const ReadRoot& derived, const ReadRoot* source,
+                     evidence::EvidenceRecord* rec) {
+  if (derived.layout.kind != TreeLayout::kPlain) {
+    rec->checks.push_back(LayoutCheck("hf_layout", derived.layout, *derived.image));
+  }
+  if (rec->refs.model_ref.empty()) rec->refs.model_ref = derived.layout.ModelRef();
+  if (source == nullptr) return;
+  if (source->layout.kind != TreeLayout::kPlain) {
+    rec->checks.push_back(LayoutCheck("source_hf_layout", source->layout, *source->image));
+  }
+  if (rec->refs.source_ref.empty()) rec->refs.source_ref = source->layout.ModelRef();
 }
 
 }  // namespace
@@ -241,6 +258,7 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
 
   // Storage bytes read by the whole audit (both trees): each byte once.
   rec.checks.front().counts["bytes_read"] = static_cast<int64_t>(bytes_read);
+  AddLayoutChecks(*derived, source ? &*source : nullptr, &rec);
 
   CheckResult structure;
   structure.name = "checkpoint_structure";
