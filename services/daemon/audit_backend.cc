@@ -299,6 +299,8 @@ absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, Progress& p
   options.policy = spec.policy;
   options.threads = options_.threads_per_audit;
   options.invoker = spec.invoker;
+  // A hub cache snapshot's links must lead inside the allow-list too (docs/hf-layouts.md).
+  options.links.allowed = options_.allowed_roots;
   auto record = audit::RunAudit(options, progress);
   if (progress.Cancelled()) return absl::CancelledError("job cancelled; nothing was signed");
   if (!record.ok()) return record.status();
