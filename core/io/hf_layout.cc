@@ -134,10 +134,10 @@ std::optional<bool> MatchesName(const ImageFile& f, const std::string& name) {
   return std::nullopt;
 }
 
-std::string DigestsOf(const ImageFile& f) {
-  std::string s = f.sha256 ? absl::StrCat("SHA-256 ", ToHex(*f.sha256)) : "";
-  if (f.git_blob_id) absl::StrAppend(&s, s.empty() ? "" : ", ", "git blob id ", ToHex(*f.git_blob_id));
-  return s;
+// For messages: the digest of `f` of the kind `name` is (see MatchesName).
+std::string DigestLike(const ImageFile& f, const std::string& name) {
+  if (IsHex(name, 40) && f.git_blob_id) return absl::StrCat("git blob id ", ToHex(*f.git_blob_id));
+  return f.sha256 ? absl::StrCat("SHA-256 ", ToHex(*f.sha256)) : "";
 }
 
 void CheckSnapshot(const LayoutInfo& info, const TreeImage& image, std::vector<LayoutFinding>* out) {
@@ -159,7 +159,7 @@ void CheckSnapshot(const LayoutInfo& info, const TreeImage& image, std::vector<L
                  false);
     } else if (!*match) {
       AddFinding(out, "blob-digest-mismatch", f,
-                 absl::StrCat("blob ", blob, " holds content with ", DigestsOf(f),
+                 absl::StrCat("blob ", blob, " holds content with ", DigestLike(f, blob),
                               ": not what the hub served under that name (a corrupted or "
                               "tampered cache)"),
                  true);
@@ -190,7 +190,7 @@ void CheckLocalDir(const LayoutInfo& info, const TreeImage& image, std::vector<L
                  absl::StrCat("etag ", m.etag, " is neither a SHA-256 nor a git blob id"), false);
     } else if (!*match) {
       AddFinding(out, "etag-mismatch", f,
-                 absl::StrCat(DigestsOf(f), ", but its download metadata records etag ", m.etag,
+                 absl::StrCat(DigestLike(f, m.etag), ", but its download metadata records etag ", m.etag,
                               " (changed since it was downloaded, or corrupted)"),
                  true);
     }
