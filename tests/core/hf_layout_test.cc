@@ -128,6 +128,18 @@ TEST(HubSnapshotTest, AbsoluteLinkAndLinkThroughALinkedDirectoryAreRefused) {
   EXPECT_THAT(s.message(), HasSubstr("config.json -> ../../blobs2/x"));
 }
 
+TEST(HubSnapshotTest, AllowListAppliesToLinkTargets) {
+  TempDir dir;
+  auto hub = testing::MakeHubSnapshot("mini-kimi-mxfp4", dir / "hub", "org/m", kCommit);
+  LinkOptions daemon;
+  daemon.allowed = {hub.snapshot.string()};  // the root is allowed, its blobs are not
+  absl::Status s = FingerprintStatus(hub.snapshot, daemon);
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("outside the allowed roots"));
+  daemon.allowed = {hub.repo.string()};
+  EXPECT_EQ(RootOf(hub.snapshot, daemon), RootOf(Fixture("mini-kimi-mxfp4")));
+}
+
 TEST(HubSnapshotTest, LinkToADirectoryOrLoopIsRefused) {
   TempDir dir;
   auto hub = testing::MakeHubSnapshot("mini-kimi-mxfp4", dir / "hub", "org/m", kCommit);
