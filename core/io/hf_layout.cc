@@ -238,6 +238,17 @@ absl::StatusOr<LayoutListing> ListLayout(std::shared_ptr<const io::Directory> ro
     out.resolver = std::make_shared<io::LinkResolver>(
         std::vector<io::LinkBase>{{repo, repo->label()}},
         absl::StrCat("the repository folder ", EncodeName(repo->label())), links.allowed);
+  } else if (absl::StartsWith(BaseName(root->label()), kRepoPrefix) &&
+             root->OpenDirectory("blobs").ok() && root->OpenDirectory("snapshots").ok()) {
+    // The repository folder itself: its snapshots share blobs, so which one is meant?
+    const std::string main = [&] {
+      auto refs = ReadSmall(*root, "refs/main", 256);
+      return refs.ok() ? std::string(absl::StripAsciiWhitespace(*refs)) : std::string();
+    }();
+    return absl::InvalidArgumentError(absl::StrCat(
+        EncodeName(root->label()),
+        ": a Hugging Face cache repository folder; audit one of its snapshots, snapshots/COMMIT",
+        IsHex(main, 40) ? absl::StrCat(" (refs/main: snapshots/", main, ")") : ""));
   } else {
     auto hf = io::OpenSubdirectory(*root, kHfCache);
     if (hf.ok()) {

@@ -92,6 +92,14 @@ TEST(HubSnapshotTest, SameRootAsPlainCopyAndModelRef) {
   EXPECT_TRUE(c.findings.empty()) << c.findings.front().message;
 }
 
+TEST(HubSnapshotTest, RepositoryFolderItselfNamesTheSnapshotToAudit) {
+  TempDir dir;
+  auto hub = testing::MakeHubSnapshot("mini-kimi-mxfp4", dir / "hub", "org/m", kCommit);
+  absl::Status s = FingerprintStatus(hub.repo);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr(std::string("refs/main: snapshots/") + kCommit));
+}
+
 TEST(HubSnapshotTest, PathThroughASymlinkStillFindsTheRepo) {
   TempDir dir;
   auto hub = testing::MakeHubSnapshot("mini-kimi-mxfp4", dir / "hub", "org/m", kCommit);
