@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/io/hf_layout.h"
 #include "core/text/json_parse.h"
 
 namespace ckpt {
@@ -126,10 +127,11 @@ ReadOptions Checkpoint::ReadOnly() {
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& root,
                                                              const ReadOptions& read) {
-  absl::StatusOr<TreeListing> listing = ListTree(root);
+  // Hub cache snapshots and local-dir downloads are listed by their rules (docs/hf-layouts.md).
+  absl::StatusOr<LayoutListing> listing = ListLayout(root);
   if (!listing.ok()) return listing.status();
   absl::StatusOr<std::shared_ptr<const TreeImage>> image =
-      ReadTree(*std::move(listing), read, NoProgress());
+      ReadTree(std::move(listing->listing), read, NoProgress());
   if (!image.ok()) return image.status();
   return Open(*std::move(image));
 }

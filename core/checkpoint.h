@@ -40,8 +40,9 @@ class Checkpoint {
   // config, index or shard header), PERMISSION_DENIED (a map entry that is not a plain file
   // name), DATA_LOSS (a shard whose data does not match its header).
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(std::shared_ptr<const TreeImage> image);
-  // Reads the tree at `root` first (ReadTree with `read`; by default every byte is kept and no
-  // digest is taken). Also NOT_FOUND when the root is missing, DATA_LOSS when a file changes.
+  // Reads the tree at `root` first (listed by its layout, core/io/hf_layout.h; ReadTree with
+  // `read`; by default every byte is kept and no digest is taken). Also NOT_FOUND when the root
+  // is missing, DATA_LOSS when a file changes.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& root,
                                                           const ReadOptions& read = ReadOnly());
   static ReadOptions ReadOnly();

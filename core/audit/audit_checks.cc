@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/audit/layout_check.h"
 #include "core/checkpoint.h"
 #include "core/evidence/environment.h"
 #include "core/io/tree_stream.h"
@@ -174,19 +175,38 @@ std::vector<evidence::Subject> SubjectsOf(const Fingerprint& fp) {
 
 namespace {
 
-// The first half of a tree's one read: listing, small files and safetensors headers; the
-// tensor data is left for StreamTrees.
-absl::StatusOr<std::shared_ptr<const TreeImage>> ReadHeaders(
-    const std::string& path, std::shared_ptr<const io::Directory> dir, const ReadOptions& read,
-    Progress& progress) {
+// The first half of a tree's one read: listing (by its layout, docs/hf-layouts.md), small
+// files and safetensors headers; the tensor data is left for StreamTrees.
+struct TreeHeaders {
+  std::shared_ptr<const TreeImage> image;
+  TreeWalkOptions walk;  // the ignore_paths its fingerprint records
+  LayoutInfo layout;
+  std::shared_ptr<io::LinkResolver> resolver;  // what the listing's links resolved through
+};
+
+absl::StatusOr<TreeHeaders> ReadHeaders(const std::string& path,
+                                        std::shared_ptr<const io::Directory> dir,
+                                        const LinkOptions& links, const ReadOptions& read,
+                                        Progress& progress) {
   if (dir == nullptr) {
     absl::StatusOr<std::unique_ptr<io::Directory>> opened = io::RealFileSystem().OpenRoot(path);
     if (!opened.ok()) return opened.status();
     dir = *std::move(opened);
   }
-  absl::StatusOr<TreeListing> listing = ListTree(std::move(dir), TreeWalkOptions());
+  absl::StatusOr<LayoutListing> listing = ListLayout(std::move(dir), links);
   if (!listing.ok()) return listing.status();
-  return ReadTree(*std::move(listing), read, progress);
+  auto image = ReadTree(std::move(listing->listing), read, progress);
+  if (!image.ok()) return image.status();
+  return TreeHeaders{*std::move(image), std::move(listing->walk), std::move(listing->layout),
+                     std::move(listing->resolver)};
+}
+
+// A Hugging Face layout's own check (on the digests of the whole read), and its repo and
+// commit as the model (source) ref unless the caller gave one (docs/hf-layouts.md).
+void AddLayoutCheck(const char* name, const LayoutInfo& layout, const TreeImage& image,
+                    std::string* ref, evidence::EvidenceRecord* rec) {
+  if (layout.kind != TreeLayout::kPlain) rec->checks.push_back(LayoutCheck(name, layout, image));
+  if (ref->empty()) *ref = layout.ModelRef();
 }
 
 // A checkpoint the strict reader refused, as a finding: the message names the file, the
@@ -240,20 +260,23 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   read.memory_window = options.memory_window;
   read.tensor_digests = false;  // the record names files and the manifest ROOT, not tensors
   const bool pair = !options.source.empty() || options.source_dir != nullptr;
-  auto derived_image = ReadHeaders(options.root, options.root_dir, read, progress);
-  if (!derived_image.ok()) return derived_image.status();
+  auto derived_headers = ReadHeaders(options.root, options.root_dir, options.links, read, progress);
+  if (!derived_headers.ok()) return derived_headers.status();
+  const std::shared_ptr<const TreeImage> derived_image = derived_headers->image;
+  std::optional<TreeHeaders> source_headers;
   std::shared_ptr<const TreeImage> source_image;
   if (pair) {
-    auto s = ReadHeaders(options.source, options.source_dir, read, progress);
+    auto s = ReadHeaders(options.source, options.source_dir, options.links, read, progress);
     if (!s.ok()) return s.status();
-    source_image = *std::move(s);
+    source_headers = *std::move(s);
+    source_image = source_headers->image;
   }
 
   // Everything a check decides is planned from headers, then run by the stream as the tensors
   // it reads arrive (docs/audit-engine.md).
   CheckResult structure;
   structure.name = "checkpoint_structure";
-  auto ckpt = Checkpoint::Open(*derived_image);
+  auto ckpt = Checkpoint::Open(derived_image);
   if (!ckpt.ok()) {
     structure.verdict = evidence::Verdict::kFail;
     structure.findings.push_back(Unreadable(ckpt.status()));
@@ -351,22 +374,23 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   }
   std::vector<StreamWork> work;
   for (KeyedWork& k : keyed) work.push_back(std::move(k.work));
-  std::vector<std::shared_ptr<const TreeImage>> images = {*derived_image};
+  std::vector<std::shared_ptr<const TreeImage>> images = {derived_image};
   if (source_image) images.push_back(source_image);
   auto streamed = StreamTrees(images, std::move(work), read, progress);
   if (!streamed.ok()) return streamed.status();
   if (stats != nullptr) stats->peak_kept_bytes = streamed->peak_kept_bytes;
 
-  const TreeWalkOptions walk;
   const TreeImage& derived_read = *streamed->images[0];
-  const Fingerprint derived_fp = FingerprintOf(derived_read, walk.ignore_paths);
+  const Fingerprint derived_fp =
+      FingerprintOf(derived_read, derived_headers->walk.ignore_paths);
   rec.root = derived_read.root;
   rec.subjects = SubjectsOf(derived_fp);
   rec.checks.push_back(FingerprintCheck(derived_fp));
   uint64_t bytes_read = derived_read.bytes_read;
   if (pair) {
     const TreeImage& source_read = *streamed->images[1];
-    const Fingerprint source_fp = FingerprintOf(source_read, walk.ignore_paths);
+    const Fingerprint source_fp =
+        FingerprintOf(source_read, source_headers->walk.ignore_paths);
     bytes_read += source_read.bytes_read;
     std::vector<evidence::Subject> files = SubjectsOf(source_fp);
     files.pop_back();  // the manifest ROOT has its own field
@@ -376,6 +400,11 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   // Storage bytes read by the whole audit (both trees): each byte once.
   rec.checks.front().counts["bytes_read"] = static_cast<int64_t>(bytes_read);
   if (stats != nullptr) stats->bytes_read = bytes_read;
+  AddLayoutCheck("hf_layout", derived_headers->layout, derived_read, &rec.refs.model_ref, &rec);
+  if (pair) {
+    AddLayoutCheck("source_hf_layout", source_headers->layout, *streamed->images[1],
+                   &rec.refs.source_ref, &rec);
+  }
   rec.checks.push_back(structure);
   if (ckpt.ok()) {
     rec.checks.push_back(ScaleWindowCheck(window_policy.Finish(std::move(window_parts))));

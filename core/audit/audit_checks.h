@@ -2,6 +2,8 @@
 // evidence::CheckResult, assembled into an (unsigned) evidence record.
 //
 // Checks: `fingerprint` (file digests, OMS manifest ROOT: the record's subjects),
+// `hf_layout` / `source_hf_layout` (a Hugging Face cache snapshot's or local-dir download's
+// own names and etags against the digests read: core/audit/layout_check.h),
 // `checkpoint_structure` (the strict reader and root rules), `scale_window` (the named policy),
 // with a source checkpoint `pair_verify` (lossless re-encoding), and with a layer,
 // `block_forward` (the CPU reference block on derived vs source). Adding a check means
@@ -15,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "core/evidence/record.h"
 #include "core/fingerprint/fingerprint.h"
+#include "core/io/hf_layout.h"
 #include "core/io/tree_image.h"
 #include "core/forward/forward_audit.h"
 #include "core/progress.h"
@@ -41,6 +44,8 @@ struct AuditOptions {
   // Bytes kept in memory at once: small files, headers and the tensors checks wait for
   // (core/io/tree_stream.h), whatever the size of the trees.
   uint64_t memory_window = kDefaultMemoryWindow;
+  LinkOptions links;  // generic trees; hub snapshots and local-dirs: docs/hf-layouts.md
+  // Recorded as given; an empty model_ref / source_ref is filled from a Hugging Face layout.
   evidence::ExternalRefs refs;
   std::string invoker;
 };

@@ -62,6 +62,7 @@ Fingerprint FingerprintOf(const TreeImage& image, const std::vector<std::string>
   Fingerprint fp = Collect(image, o, &resources);
   fp.manifest = BuildOmsManifest(OmsMode::kFiles, o.shard_size, EncodeName(BaseName(fp.root)),
                                  ignore_paths, std::move(resources));
+  fp.manifest.allow_symlinks = !image.links.empty();
   return fp;
 }
 
@@ -69,8 +70,9 @@ absl::StatusOr<Fingerprint> FingerprintTree(const std::string& root,
                                             const FingerprintOptions& options,
                                             Progress& progress) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
-  absl::StatusOr<TreeListing> tree = ListTree(root, options.walk);
-  if (!tree.ok()) return tree.status();
+  absl::StatusOr<LayoutListing> layout = ListLayout(root, options.links, options.walk);
+  if (!layout.ok()) return layout.status();
+  TreeListing* tree = &layout->listing;
   if (options.part.count > 1) tree->files = FilesOfPart(tree->files, options.part);
   ReadOptions read;
   read.keep = ReadOptions::Keep::kNothing;
@@ -79,7 +81,7 @@ absl::StatusOr<Fingerprint> FingerprintTree(const std::string& root,
   read.tensor_digests = options.tensor_digests;
   read.range_size = options.manifest_mode == OmsMode::kShards ? options.shard_size : 0;
   absl::StatusOr<std::shared_ptr<const TreeImage>> image =
-      ReadTree(*std::move(tree), read, progress);
+      ReadTree(std::move(*tree), read, progress);
   if (!image.ok()) return image.status();
   // Every name must still lead to what was read: the digests describe the tree as it is now.
   if (absl::Status s = (*image)->CheckUnchanged(); !s.ok()) return s;
@@ -91,8 +93,10 @@ absl::StatusOr<Fingerprint> FingerprintTree(const std::string& root,
   std::vector<OmsResource> resources;
   Fingerprint fp = Collect(**image, options, &resources);
   fp.manifest = BuildOmsManifest(options.manifest_mode, options.shard_size,
-                                 EncodeName(BaseName(fp.root)), options.walk.ignore_paths,
+                                 EncodeName(BaseName(fp.root)), layout->walk.ignore_paths,
                                  std::move(resources));
+  fp.manifest.allow_symlinks = !(*image)->links.empty();
+  fp.layout = std::move(layout->layout);
   return fp;
 }
 

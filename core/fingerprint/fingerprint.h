@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/fingerprint/oms_manifest.h"
+#include "core/io/hf_layout.h"
 #include "core/io/tree_image.h"
 #include "core/io/tree_walk.h"
 #include "core/progress.h"
@@ -42,6 +43,9 @@ struct FingerprintOptions {
   // SHA-256 of each tensor's bytes in every `*.safetensors` file (which must then parse).
   bool tensor_digests = true;
   TreeWalkOptions walk;
+  // Links in generic trees (hub cache snapshots are detected and followed under their own
+  // rules; a local-dir download's .cache/huggingface/ is left out: docs/hf-layouts.md).
+  LinkOptions links;
   // With count > 1, only this part's files are hashed (files mode only); the manifest then
   // covers just those files, and MergeFingerprintParts builds the whole tree's.
   PartSpec part;
@@ -68,6 +72,7 @@ struct Fingerprint {
   std::vector<TensorFingerprint> tensors; // by file, then by offset in the file
   OmsManifest manifest;
   uint64_t hashed_bytes = 0;  // every byte SHA-256 consumed (files + tensors + shards)
+  LayoutInfo layout;          // FingerprintTree only
 };
 
 // Errors: NOT_FOUND (root), INVALID_ARGUMENT (symlink or special file in the tree, a

@@ -12,7 +12,7 @@ namespace {
 nlohmann::json Serialization(const OmsManifest& m) {
   nlohmann::json s = {{"method", m.mode == OmsMode::kFiles ? "files" : "shards"},
                       {"hash_type", m.Algorithm()},
-                      {"allow_symlinks", false},
+                      {"allow_symlinks", m.allow_symlinks},
                       {"ignore_paths", m.ignore_paths}};
   if (m.mode == OmsMode::kShards) s["shard_size"] = m.shard_size;
   return s;

@@ -33,6 +33,7 @@ struct OmsManifest {
   uint64_t shard_size = 0;  // shards mode only
   std::string model_name;   // the root directory's name, the statement's subject name
   std::vector<std::string> ignore_paths;
+  bool allow_symlinks = false;  // links were followed to list the tree (docs/hf-layouts.md)
   std::vector<OmsResource> resources;  // sorted
   Digest root{};
 

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/hf_layout.h"
 #include "core/text/name_encoding.h"
 
 namespace ckpt {
@@ -121,8 +122,10 @@ json FingerprintToJson(const Fingerprint& fp, const PartSpec* part) {
 absl::StatusOr<Fingerprint> MergeFingerprintParts(const std::string& root,
                                                   const std::vector<json>& part_docs,
                                                   const TreeWalkOptions& walk) {
-  absl::StatusOr<TreeListing> tree = ListTree(root, walk);
-  if (!tree.ok()) return tree.status();
+  // Listed by its layout, as the parts were (docs/hf-layouts.md).
+  absl::StatusOr<LayoutListing> layout = ListLayout(root, LinkOptions{}, walk);
+  if (!layout.ok()) return layout.status();
+  const TreeListing* tree = &layout->listing;
   if (part_docs.empty()) return absl::InvalidArgumentError("no fingerprint parts to merge");
   std::vector<ParsedPart> parts;
   for (size_t i = 0; i < part_docs.size(); ++i) {
@@ -195,8 +198,10 @@ absl::StatusOr<Fingerprint> MergeFingerprintParts(const std::string& root,
                    });
   const std::string& label = tree->root_dir->label();
   std::string name = EncodeName(label.substr(label.find_last_of('/') + 1));
-  fp.manifest = BuildOmsManifest(OmsMode::kFiles, 0, name, walk.ignore_paths,
+  fp.manifest = BuildOmsManifest(OmsMode::kFiles, 0, name, layout->walk.ignore_paths,
                                  std::move(resources));
+  fp.manifest.allow_symlinks = !tree->links.empty();
+  fp.layout = std::move(layout->layout);
   return fp;
 }
 

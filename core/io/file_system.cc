@@ -42,6 +42,14 @@ absl::StatusOr<FileIdentity> FstatOf(int fd, const std::string& label) {
   return FileIdentity::Of(st);
 }
 
+// The label of an opened directory is where it actually is, not the name that led to it.
+std::string RealPathOf(int fd, const std::string& fallback) {
+  char buf[PATH_MAX];
+  const std::string link = absl::StrCat("/proc/self/fd/", fd);
+  ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf));
+  return n > 0 ? std::string(buf, n) : fallback;
+}
+
 class PosixFile final : public RandomAccessFile {
  public:
   PosixFile(int fd, std::string label) : fd_(fd), label_(std::move(label)) {}
@@ -144,6 +152,27 @@ class PosixDirectory final : public Directory {
   absl::StatusOr<FileIdentity> Identity() const override { return FstatOf(fd_.get(), label_); }
   const std::string& label() const override { return label_; }
 
+  absl::StatusOr<std::string> ReadLink(const std::string& name) const override {
+    const std::string label = Child(name);
+    if (absl::Status s = CheckName(name, label); !s.ok()) return s;
+    char buf[PATH_MAX];
+    ssize_t n = ::readlinkat(fd_.get(), name.c_str(), buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINVAL) return absl::InvalidArgumentError(absl::StrCat(label, ": not a symbolic link"));
+      return ErrnoStatus("readlink", label, errno);
+    }
+    if (static_cast<size_t>(n) == sizeof(buf)) {
+      return absl::InvalidArgumentError(absl::StrCat(label, ": link text longer than PATH_MAX"));
+    }
+    return std::string(buf, static_cast<size_t>(n));
+  }
+
+  absl::StatusOr<std::unique_ptr<Directory>> OpenParent() const override {
+    int fd = ::openat(fd_.get(), "..", O_RDONLY | O_CLOEXEC | O_DIRECTORY);
+    if (fd < 0) return ErrnoStatus("open parent", label_, errno);
+    return std::make_unique<PosixDirectory>(fd, RealPathOf(fd, absl::StrCat(label_, "/..")));
+  }
+
  private:
   std::string Child(const std::string& name) const { return absl::StrCat(label_, "/", name); }
 
@@ -174,11 +203,7 @@ class PosixFileSystem final : public FileSystem {
     if (fd < 0) {
       return absl::NotFoundError(absl::StrCat(path, ": not a directory: ", std::strerror(errno)));
     }
-    // The label is where the opened directory actually is, not the name that led to it.
-    char buf[PATH_MAX];
-    const std::string link = absl::StrCat("/proc/self/fd/", fd);
-    ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf));
-    return std::make_unique<PosixDirectory>(fd, n > 0 ? std::string(buf, n) : path);
+    return std::make_unique<PosixDirectory>(fd, RealPathOf(fd, path));
   }
 };
 

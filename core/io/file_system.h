@@ -68,6 +68,12 @@ class Directory {
   virtual absl::StatusOr<FileIdentity> StatAt(const std::string& name) const = 0;
   // fstat of the directory itself.
   virtual absl::StatusOr<FileIdentity> Identity() const = 0;
+  // The text of the symbolic link `name` (readlinkat), never followed. INVALID_ARGUMENT when
+  // `name` is not a link. Links are resolved only under rules (core/io/confined_links.h).
+  virtual absl::StatusOr<std::string> ReadLink(const std::string& name) const = 0;
+  // The directory this one is in: openat(".."), the real parent whatever path led here,
+  // labelled with its real path.
+  virtual absl::StatusOr<std::unique_ptr<Directory>> OpenParent() const = 0;
   // For messages and records: where the directory is (a root: its real path when opened).
   virtual const std::string& label() const = 0;
 };

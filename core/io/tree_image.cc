@@ -64,7 +64,7 @@ class FileReader {
     // Bytes go straight into `kept` when the file is kept, else through `scratch`.
     std::vector<uint8_t> kept, scratch;
     if (whole) kept.resize(size);
-    io_internal::FileHashers hashers(options_, size);
+    io_internal::FileHashers hashers(options_, size, f->wants_git_blob_id);
     uint64_t pos = 0;
     auto consume = [&](uint64_t n) -> absl::StatusOr<std::span<const uint8_t>> {
       if (progress_.Cancelled()) return absl::CancelledError(absl::StrCat(label, ": read cancelled"));
@@ -174,6 +174,7 @@ absl::StatusOr<std::span<const uint8_t>> TreeImage::Content(std::string_view pat
 }
 
 absl::Status TreeImage::CheckUnchanged() const {
+  if (absl::Status s = io::CheckLinksUnchanged(links); !s.ok()) return s;
   for (const ImageFile& f : files) {
     absl::StatusOr<io::FileIdentity> now = f.parent->StatAt(f.leaf);
     if (!now.ok()) {
@@ -199,6 +200,7 @@ absl::StatusOr<std::shared_ptr<const TreeImage>> ReadTree(TreeListing listing,
   image->root = listing.root_dir->label();
   image->root_dir = listing.root_dir;
   image->directories = std::move(listing.directories);
+  image->links = std::move(listing.links);
   uint64_t total = 0, kept = 0;
   for (TreeFile& t : listing.files) {
     ImageFile f;
@@ -206,6 +208,8 @@ absl::StatusOr<std::shared_ptr<const TreeImage>> ReadTree(TreeListing listing,
     f.name = std::move(t.name);
     f.parent = std::move(t.parent);
     f.leaf = std::move(t.leaf);
+    f.target = std::move(t.target);
+    f.wants_git_blob_id = t.git_blob_id;
     f.identity.size = t.size;
     total += HashesEverything(options) ? t.size : 0;
     kept += KeepsWhole(f, options) ? t.size : 0;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/git_blob_sha1.h"
 #include "core/io/file_system.h"
 #include "core/io/tree_walk.h"
 #include "core/progress.h"
@@ -59,6 +60,9 @@ struct ImageFile {
   std::string name;  // EncodeName(path): what records and lookups use
   std::shared_ptr<const io::Directory> parent;
   std::string leaf;  // last component, raw
+  std::string target;  // TreeFile::target: the real path read when the path is a link
+  bool wants_git_blob_id = false;     // TreeFile::git_blob_id
+  std::optional<GitObjectId> git_blob_id;  // when wanted and the whole file was read
   io::FileIdentity identity;  // fstat when opened; unchanged after the read
   std::optional<Digest> sha256;
   std::vector<Digest> range_digests;  // ReadOptions::range_size
@@ -82,6 +86,7 @@ class TreeImage {
   std::shared_ptr<const io::Directory> root_dir;
   std::vector<std::string> directories;  // PosixPathLess order
   std::vector<ImageFile> files;          // PosixPathLess order of `name`
+  std::vector<io::LinkHop> links;        // links followed by the listing
   uint64_t bytes_read = 0;               // every byte pread from storage
   uint64_t kept_bytes = 0;
 
@@ -91,7 +96,8 @@ class TreeImage {
   // The whole kept content of a file; NOT_FOUND / FAILED_PRECONDITION (not kept) naming it.
   absl::StatusOr<std::span<const uint8_t>> Content(std::string_view path) const;
   // DATA_LOSS naming the first file whose name no longer leads to the inode, size, mtime and
-  // ctime that were read (rewritten, truncated, renamed over or removed since).
+  // ctime that were read (rewritten, truncated, renamed over or removed since), or whose link
+  // (when it was reached through one) now holds another text.
   absl::Status CheckUnchanged() const;
 };
 

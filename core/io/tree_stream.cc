@@ -294,7 +294,8 @@ class Streamer {
       if (!id.ok()) return id.status();
       if (!(*id == f.identity)) return io::ChangedWhileRead(s.label, f.identity, *id);
       s.file = *std::move(opened);
-      s.hashers = std::make_unique<io_internal::FileHashers>(options_, s.size);
+      s.hashers =
+          std::make_unique<io_internal::FileHashers>(options_, s.size, f.wants_git_blob_id);
       if (f.safetensors != nullptr && options_.tensor_digests) {
         s.hashers->SetTensors(f.safetensors.get(), &s.out->tensor_digests);
       }

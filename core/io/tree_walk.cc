@@ -29,10 +29,20 @@ absl::Status Walk(const std::shared_ptr<const io::Directory>& dir, const std::st
     if (Ignored(child_rel, options.ignore_paths)) continue;
     const std::string child_label = absl::StrCat(label, "/", child_rel);
     switch (e.type) {
-      case io::EntryType::kSymlink:
-        return absl::InvalidArgumentError(absl::StrCat(
-            child_label, ": symbolic link refused (model-signing rules: a link may point "
-                         "outside the signed tree)"));
+      case io::EntryType::kSymlink: {
+        if (options.links == nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              child_label, ": symbolic link refused (model-signing rules: a link may point "
+                           "outside the signed tree; see --allow-symlinks)"));
+        }
+        absl::StatusOr<io::ResolvedLink> to = options.links->Resolve(
+            dir, rel.empty() ? label : absl::StrCat(label, "/", rel), e.name);
+        if (!to.ok()) return to.status();
+        out->files.push_back({child_rel, EncodeName(child_rel), to->size, to->parent, to->leaf,
+                              to->target, false});
+        out->links.insert(out->links.end(), to->hops.begin(), to->hops.end());
+        break;
+      }
       case io::EntryType::kDirectory: {
         absl::StatusOr<std::unique_ptr<io::Directory>> sub = dir->OpenDirectory(e.name);
         if (!sub.ok()) return sub.status();
@@ -45,7 +55,7 @@ absl::Status Walk(const std::shared_ptr<const io::Directory>& dir, const std::st
       case io::EntryType::kRegular: {
         absl::StatusOr<io::FileIdentity> id = dir->StatAt(e.name);
         if (!id.ok()) return id.status();
-        out->files.push_back({child_rel, EncodeName(child_rel), id->size, dir, e.name});
+        out->files.push_back({child_rel, EncodeName(child_rel), id->size, dir, e.name, "", false});
         break;
       }
       case io::EntryType::kOther:
@@ -71,7 +81,7 @@ bool PosixPathLess(const std::string& a, const std::string& b) {
 
 absl::StatusOr<TreeListing> ListTree(std::shared_ptr<const io::Directory> root,
                                      const TreeWalkOptions& options) {
-  TreeListing listing{root, {}, {}};
+  TreeListing listing{root, {}, {}, {}};
   if (absl::Status s = Walk(root, root->label(), "", options, &listing); !s.ok()) return s;
   std::vector<std::string> paths;
   for (const TreeFile& f : listing.files) paths.push_back(f.path);

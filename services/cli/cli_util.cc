@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "core/text/name_encoding.h"
+#include "services/cli/commands.h"
 
 namespace ckpt::cli {
 
@@ -74,6 +75,14 @@ void TerminalProgress::Draw(uint64_t done, bool final_line) {
   last_decile_ = decile;
   last_draw_ = now;
   std::fprintf(stderr, "%s: %d%% (%.1fs)\n", phase_.c_str(), decile * 10, secs);
+}
+
+void AddLinkFlags(CLI::App* cmd, LinkOptions* links) {
+  cmd->add_flag("--allow-symlinks", links->allow_symlinks,
+                "follow symbolic links whose targets stay under the root or a --confine "
+                "directory (hub cache snapshots are followed by their own rules)");
+  cmd->add_option("--confine", links->confine,
+                  "with --allow-symlinks: a directory links may also lead into (repeatable)");
 }
 
 }  // namespace ckpt::cli

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/evidence/dsse.h"
 #include "core/audit/audit_checks.h"
@@ -77,11 +78,23 @@ int Run(AuditArgs a) {
     for (const auto& c : rec->checks) {
       j["checks"].push_back({{"name", c.name}, {"verdict", evidence::VerdictName(c.verdict)}});
     }
+    if (!rec->refs.model_ref.empty()) j["model_ref"] = rec->refs.model_ref;
+    if (!rec->refs.source_ref.empty()) j["source_ref"] = rec->refs.source_ref;
     std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
     for (const auto& c : rec->checks) {
-      std::printf("  %-22s %s\n", c.name.c_str(), evidence::VerdictName(c.verdict).c_str());
+      std::printf("  %-22s %s", c.name.c_str(), evidence::VerdictName(c.verdict).c_str());
+      if (absl::EndsWith(c.name, "hf_layout")) {  // docs/hf-layouts.md
+        std::printf(" (%s)", c.details.value("layout", "").c_str());
+        for (size_t i = 0; i < c.findings.size() && i < 5; ++i) {
+          std::printf("\n    %s: %s", c.findings[i].value("code", "").c_str(),
+                      c.findings[i].value("message", "").c_str());
+        }
+      }
+      std::printf("\n");
     }
+    if (!rec->refs.model_ref.empty()) std::printf("model ref %s\n", rec->refs.model_ref.c_str());
+    if (!rec->refs.source_ref.empty()) std::printf("source ref %s\n", rec->refs.source_ref.c_str());
     std::printf("verdict %s: record %llu (test result %llu) in %s (tree size %llu)\n",
                 verdict.c_str(), static_cast<unsigned long long>(published->record_id),
                 static_cast<unsigned long long>(published->test_result_id),
@@ -108,14 +121,16 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--memory-window", a->options.memory_window,
                   "bytes of checkpoint (and source) kept in memory at most");
   cmd->add_option("--model-ref", a->options.refs.model_ref,
-                  "recorded as given: where ROOT came from, e.g. a repo@revision");
+                  "recorded as given: where ROOT came from, e.g. a repo@revision (default: "
+                  "the repo and commit of a Hugging Face cache snapshot or local-dir)");
   cmd->add_option("--source-ref", a->options.refs.source_ref,
-                  "recorded as given: where --source came from");
+                  "recorded as given: where --source came from (default: as --model-ref)");
   cmd->add_option("--image-digest", a->options.refs.image_digest,
                   "recorded as given: the container image this audit runs in");
   cmd->add_option("--map-root", a->map_root,
                   "/DECLARED=/ACTUAL: where an X4T checkpoint_root is mounted now");
   cmd->add_flag("--json", a->json, "machine-readable output");
+  AddLinkFlags(cmd, &a->options.links);
   cmd->callback([=] { *exit_code = Run(*a); });
 }
 

@@ -30,6 +30,7 @@ struct FingerprintArgs {
   bool no_file_digests = false;
   std::string part;                 // "I/N"
   std::vector<std::string> merge;   // part JSON files
+  LinkOptions links;
 };
 
 absl::StatusOr<PartSpec> ParsePart(const std::string& text) {
@@ -69,6 +70,11 @@ void PrintText(const Fingerprint& fp) {
                 f.sha256 ? ToHex(*f.sha256).c_str() : std::string(64, '-').c_str(),
                 HumanBytes(f.size).c_str(), f.tensor_count, f.path.c_str());
   }
+  if (fp.layout.kind != TreeLayout::kPlain) {
+    const std::string ref = fp.layout.ModelRef();
+    std::printf("layout: %s%s\n", std::string(TreeLayoutName(fp.layout.kind)).c_str(),
+                ref.empty() ? "" : (" (model ref " + ref + ")").c_str());
+  }
   const OmsManifest& m = fp.manifest;
   std::printf("OMS manifest: %s, %zu resources\n", m.Algorithm().c_str(), m.resources.size());
   std::printf("ROOT %s\n", m.RootHex().c_str());
@@ -81,6 +87,7 @@ int Run(const FingerprintArgs& args) {
   options.shard_size = args.shard_size;
   options.tensor_digests = !args.no_tensors;
   options.file_digests = !args.no_file_digests;
+  options.links = args.links;
   if (!args.part.empty()) {
     // A part's manifest covers only its files: its ROOT must not be mistaken for the tree's.
     if (!args.json) {
@@ -98,7 +105,12 @@ int Run(const FingerprintArgs& args) {
     std::printf("%s\n", DumpJson(OmsInTotoStatement(fp->manifest), 2).c_str());
   } else if (args.json) {
     const PartSpec* part = options.part.count > 1 ? &options.part : nullptr;
-    std::printf("%s\n", DumpJson(FingerprintToJson(*fp, part), 2).c_str());
+    nlohmann::json j = FingerprintToJson(*fp, part);
+    if (args.merge.empty()) {
+      j["layout"] = TreeLayoutName(fp->layout.kind);
+      if (!fp->layout.ModelRef().empty()) j["model_ref"] = fp->layout.ModelRef();
+    }
+    std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
     PrintText(*fp);
   }
@@ -130,6 +142,7 @@ void AddFingerprintCommand(CLI::App& app, int* exit_code) {
       ->excludes("--part");
   cmd->add_flag("--statement", args->statement,
                 "print the unsigned in-toto statement (model_signing v1.0 predicate)");
+  AddLinkFlags(cmd, &args->links);
   cmd->callback([=] { *exit_code = Run(*args); });
 }
 

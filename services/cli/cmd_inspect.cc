@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/checkpoint.h"
+#include "core/io/hf_layout.h"
 #include "core/quant/format.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
@@ -23,6 +24,8 @@ struct FileSummary {
 
 struct Summary {
   std::string kind;
+  std::string layout = "plain";  // core/io/hf_layout.h
+  std::string model_ref;
   std::string quantization = "none declared";
   std::vector<FileSummary> files;
   std::map<std::string, size_t> by_dtype;
@@ -37,7 +40,7 @@ void AddFile(const SafetensorsFile& f, const std::string& name, Summary* s) {
   }
 }
 
-absl::StatusOr<Summary> Summarize(const std::string& path) {
+absl::StatusOr<Summary> Summarize(const std::string& path, const LinkOptions& links) {
   Summary s;
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
@@ -47,7 +50,13 @@ absl::StatusOr<Summary> Summarize(const std::string& path) {
     AddFile(**f, path, &s);
     return s;
   }
-  auto ckpt = Checkpoint::Open(path);
+  auto listing = ListLayout(path, links);
+  if (!listing.ok()) return listing.status();
+  s.layout = std::string(TreeLayoutName(listing->layout.kind));
+  s.model_ref = listing->layout.ModelRef();
+  auto image = ReadTree(std::move(listing->listing), Checkpoint::ReadOnly(), NoProgress());
+  if (!image.ok()) return image.status();
+  auto ckpt = Checkpoint::Open(*std::move(image));
   if (!ckpt.ok()) return ckpt.status();
   s.kind = absl::StrFormat("checkpoint root (%s) %s", LayoutName((*ckpt)->layout()),
                            EncodeName((*ckpt)->root()));
@@ -63,6 +72,8 @@ absl::StatusOr<Summary> Summarize(const std::string& path) {
 
 void PrintText(const Summary& s) {
   std::printf("%s\n", s.kind.c_str());
+  std::printf("layout: %s%s\n", s.layout.c_str(),
+              s.model_ref.empty() ? "" : (" (model ref " + s.model_ref + ")").c_str());
   std::printf("quantization: %s\n", s.quantization.c_str());
   size_t total_tensors = 0;
   for (const FileSummary& f : s.files) {
@@ -80,6 +91,8 @@ void PrintText(const Summary& s) {
 void PrintJson(const Summary& s) {
   nlohmann::json j;
   j["kind"] = s.kind;
+  j["layout"] = s.layout;
+  if (!s.model_ref.empty()) j["model_ref"] = s.model_ref;
   j["quantization"] = s.quantization;
   j["tensor_bytes"] = s.tensor_bytes;
   j["tensors_by_dtype"] = s.by_dtype;
@@ -97,8 +110,10 @@ void AddInspectCommand(CLI::App& app, int* exit_code) {
   auto json = std::make_shared<bool>(false);
   cmd->add_option("PATH", *path, "checkpoint root or .safetensors file")->required();
   cmd->add_flag("--json", *json, "machine-readable output");
+  auto links = std::make_shared<LinkOptions>();
+  AddLinkFlags(cmd, links.get());
   cmd->callback([=] {
-    absl::StatusOr<Summary> s = Summarize(*path);
+    absl::StatusOr<Summary> s = Summarize(*path, *links);
     if (!s.ok()) {
       *exit_code = ReportError(s.status());
       return;

@@ -4,6 +4,7 @@
 #define CKPT_SERVICES_CLI_COMMANDS_H_
 
 #include "CLI/CLI.hpp"
+#include "core/io/hf_layout.h"
 
 namespace ckpt::cli {
 
@@ -26,6 +27,9 @@ void AddProofCommands(CLI::App& app, int* exit_code);  // proof, verify-proof
 void AddExportCommand(CLI::App& app, int* exit_code);
 void AddVerifyChainCommand(CLI::App& app, int* exit_code);
 void AddTokensCommand(CLI::App& app, int* exit_code);   // tokens add (ckpt-auditd --tokens)
+
+// `--allow-symlinks` and `--confine DIR` (docs/hf-layouts.md), stored in `*links`.
+void AddLinkFlags(CLI::App* cmd, LinkOptions* links);
 
 }  // namespace ckpt::cli
 

@@ -1,6 +1,8 @@
 #include "services/cli/report_render.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,6 +23,29 @@ std::string Str(const ojson& j, const char* key, const std::string& dflt = "") {
 std::string SourceLine(const ojson& p) {
   if (!p.contains("source") || !p["source"].is_object()) return "";
   return absl::StrCat(Str(p["source"], "root"), " (manifest ROOT ", Str(p["source"], "manifest_root"), ")");
+}
+
+// Where the audited trees came from: the Hugging Face layouts found and the model and source
+// refs (docs/hf-layouts.md), as (label, value) rows; empty values are left out.
+std::vector<std::pair<std::string, std::string>> OriginRows(const ojson& p) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  auto checks = p.find("checks");
+  if (checks != p.end() && checks->is_array()) {
+    for (const ojson& c : *checks) {
+      const std::string name = Str(c, "name");
+      if ((name == "hf_layout" || name == "source_hf_layout") && c.contains("details") &&
+          c["details"].is_object()) {
+        rows.push_back({name == "hf_layout" ? "layout" : "source layout",
+                        Str(c["details"], "layout")});
+      }
+    }
+  }
+  auto refs = p.find("refs");
+  if (refs != p.end() && refs->is_object()) {
+    if (!Str(*refs, "model_ref").empty()) rows.push_back({"model ref", Str(*refs, "model_ref")});
+    if (!Str(*refs, "source_ref").empty()) rows.push_back({"source ref", Str(*refs, "source_ref")});
+  }
+  return rows;
 }
 
 std::string Esc(const std::string& s) {
@@ -71,6 +96,9 @@ std::string RenderText(const ojson& st, const ReportContext& ctx) {
   std::string out = absl::StrFormat("Audit record %d: %s\n", ctx.record_id, Str(p, "verdict"));
   absl::StrAppend(&out, "  root       ", Str(p, "root"), "\n");
   if (!SourceLine(p).empty()) absl::StrAppend(&out, "  source     ", SourceLine(p), "\n");
+  for (const auto& [label, value] : OriginRows(p)) {
+    absl::StrAppend(&out, "  ", absl::StrFormat("%-11s", label), value, "\n");
+  }
   absl::StrAppend(&out, "  policy     ", Str(p["policy"], "name"), " v", Str(p["policy"], "version"), "\n");
   absl::StrAppend(&out, "  time       ", Str(p, "started_at"), " .. ", Str(p, "finished_at"), "\n");
   absl::StrAppend(&out, "  signature  ", ctx.signature_ok ? "" : "NOT VERIFIED: ", ctx.signature, "\n");
@@ -111,6 +139,9 @@ std::string RenderMarkdown(const ojson& st, const ReportContext& ctx) {
   absl::StrAppend(&out, "| | |\n| --- | --- |\n");
   absl::StrAppend(&out, "| root | `", Str(p, "root"), "` |\n");
   if (!SourceLine(p).empty()) absl::StrAppend(&out, "| source | `", SourceLine(p), "` |\n");
+  for (const auto& [label, value] : OriginRows(p)) {
+    absl::StrAppend(&out, "| ", label, " | `", value, "` |\n");
+  }
   absl::StrAppend(&out, "| policy | ", Str(p["policy"], "name"), " v", Str(p["policy"], "version"), " |\n");
   absl::StrAppend(&out, "| started | ", Str(p, "started_at"), " |\n| finished | ", Str(p, "finished_at"), " |\n");
   absl::StrAppend(&out, "| signature | ", ctx.signature_ok ? "valid" : "**NOT VERIFIED**", ": ", ctx.signature, " |\n");
@@ -299,6 +330,9 @@ std::string RenderHtml(const ojson& st, const ReportContext& ctx) {
                   Esc(Str(p, "finished_at")), "</td></tr>\n");
   if (!SourceLine(p).empty()) {
     absl::StrAppend(&out, "<tr><td>source</td><td>", Esc(SourceLine(p)), "</td></tr>\n");
+  }
+  for (const auto& [label, value] : OriginRows(p)) {
+    absl::StrAppend(&out, "<tr><td>", Esc(label), "</td><td>", Esc(value), "</td></tr>\n");
   }
   for (auto it = env.begin(); it != env.end(); ++it) {
     absl::StrAppend(&out, "<tr><td>", Esc(it.key()), "</td><td>",

@@ -299,6 +299,8 @@ absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, Progress& p
   options.policy = spec.policy;
   options.threads = options_.threads_per_audit;
   options.invoker = spec.invoker;
+  // A hub cache snapshot's links must lead inside the allow-list too (docs/hf-layouts.md).
+  options.links.allowed = options_.allowed_roots;
   auto record = audit::RunAudit(options, progress);
   if (progress.Cancelled()) return absl::CancelledError("job cancelled; nothing was signed");
   if (!record.ok()) return record.status();
@@ -337,9 +339,11 @@ absl::StatusOr<GatePolicy> AuditBackend::PolicyFor(std::shared_ptr<const io::Dir
   ReadOptions read = Checkpoint::ReadOnly();
   read.keep = ReadOptions::Keep::kMetadata;
   read.threads = options_.threads_per_audit;
-  auto listing = ListTree(std::move(root));
+  LinkOptions links;
+  links.allowed = options_.allowed_roots;  // as the content was listed (docs/hf-layouts.md)
+  auto listing = ListLayout(std::move(root), links);
   if (!listing.ok()) return listing.status();
-  auto read_tree = ReadTree(*std::move(listing), read, progress);
+  auto read_tree = ReadTree(std::move(listing->listing), read, progress);
   if (!read_tree.ok()) return read_tree.status();
   auto ckpt = Checkpoint::Open(*std::move(read_tree));
   if (!ckpt.ok()) {
@@ -379,7 +383,9 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Prog
     return absl::InvalidArgumentError(absl::StrCat("policy: ", p.status().message()));
   }
   if (auto s = index_.WaitReady(progress); !s.ok()) return s;
-  auto content = fingerprinter_.Fingerprint(*dir, progress);
+  LinkOptions links;
+  links.allowed = options_.allowed_roots;  // link targets too (docs/hf-layouts.md)
+  auto content = fingerprinter_.Fingerprint(*dir, progress, links);
   if (!content.ok()) return content.status();
   auto policy = PolicyFor(*dir, *content, request, scale_policy, progress);
   if (!policy.ok()) return policy.status();

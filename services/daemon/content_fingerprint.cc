@@ -48,9 +48,10 @@ std::vector<evidence::Subject> Content::Subjects() const {
 }
 
 absl::StatusOr<Content> ContentFingerprinter::Fingerprint(
-    std::shared_ptr<const io::Directory> root, Progress& progress) {
-  auto listing = ListTree(std::move(root));
-  if (!listing.ok()) return listing.status();
+    std::shared_ptr<const io::Directory> root, Progress& progress, const LinkOptions& links) {
+  auto layout = ListLayout(std::move(root), links);
+  if (!layout.ok()) return layout.status();
+  TreeListing* listing = &layout->listing;
   const absl::Time start = absl::Now();
   const int64_t stable_before = absl::ToUnixNanos(start - stable_age_);
 
@@ -106,6 +107,8 @@ absl::StatusOr<Content> ContentFingerprinter::Fingerprint(
   });
   progress.End();
   if (!s.ok()) return s;
+  // Each followed link must still lead where it led when listed (docs/hf-layouts.md).
+  if (auto links_now = io::CheckLinksUnchanged(listing->links); !links_now.ok()) return links_now;
   for (uint64_t r : read) content.hashed_bytes += r;
 
   std::vector<OmsResource> resources;
@@ -115,7 +118,7 @@ absl::StatusOr<Content> ContentFingerprinter::Fingerprint(
   }
   std::string name = EncodeName(content.root.substr(content.root.find_last_of('/') + 1));
   content.manifest_root = BuildOmsManifest(OmsMode::kFiles, 0, std::move(name),
-                                           TreeWalkOptions().ignore_paths, std::move(resources))
+                                           layout->walk.ignore_paths, std::move(resources))
                               .root;
   return content;
 }

@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "core/evidence/record.h"
 #include "core/io/file_system.h"
+#include "core/io/hf_layout.h"
 #include "core/progress.h"
 #include "core/sha256.h"
 
@@ -62,10 +63,12 @@ class ContentFingerprinter {
                                 size_t max_cached = 1 << 18)
       : threads_(threads), stable_age_(stable_age), max_cached_(max_cached) {}
 
-  // The tree under an opened root. Errors: INVALID_ARGUMENT (a symlink or special file in the
-  // tree), DATA_LOSS (a file changed while it was read), CANCELLED.
+  // The tree under an opened root, listed by its layout (docs/hf-layouts.md) under `links`.
+  // Errors: INVALID_ARGUMENT (a symlink or special file in the tree), PERMISSION_DENIED (a link
+  // leaving what its layout or `links` allows), DATA_LOSS (a file changed while it was read),
+  // CANCELLED.
   absl::StatusOr<Content> Fingerprint(std::shared_ptr<const io::Directory> root,
-                                      Progress& progress);
+                                      Progress& progress, const LinkOptions& links = {});
 
  private:
   struct Cached {

@@ -71,6 +71,14 @@ class FaultDirectory final : public io::Directory {
     return inner_->StatAt(name);
   }
   absl::StatusOr<io::FileIdentity> Identity() const override { return inner_->Identity(); }
+  absl::StatusOr<std::string> ReadLink(const std::string& name) const override {
+    return inner_->ReadLink(name);
+  }
+  absl::StatusOr<std::unique_ptr<io::Directory>> OpenParent() const override {
+    auto d = inner_->OpenParent();
+    if (!d.ok()) return d.status();
+    return std::make_unique<FaultDirectory>(*std::move(d), hook_);
+  }
   const std::string& label() const override { return inner_->label(); }
 
  private:

@@ -20,6 +20,7 @@
 #include "storage/merkle.h"
 #include "storage/tlog_checkpoint.h"
 #include "tests/evidence/log_test_util.h"
+#include "tests/core/hf_layouts.h"
 #include "tests/test_util.h"
 
 namespace ckpt::daemon {
@@ -375,6 +376,30 @@ TEST_F(DaemonTest, Mxfp4OriginalPassesOnStructureAndScaleWindow) {
   pb::GateResponse g = Gate(src_);
   EXPECT_TRUE(g.pass()) << (g.reasons_size() ? g.reasons(0) : "");
   EXPECT_THAT(g.gate_policy(), HasSubstr("mxfp4-original"));
+}
+
+// A Hugging Face cache snapshot (docs/hf-layouts.md) is audited and gated in place; a link
+// whose target leaves the allow-list is refused even though the root itself is allowed.
+TEST_F(DaemonTest, HubSnapshotIsAuditedAndGatedAndItsLinksStayInTheAllowList) {
+  auto hub = testing::MakeHubSnapshot("mini-kimi-mxfp4", dir_ / "hub", "org/m",
+                                      "0123456789abcdef0123456789abcdef01234567");
+  pb::Job job = AuditAndWait(hub.snapshot, "");
+  ASSERT_EQ(job.verdict(), "pass") << job.error_message();
+  pb::GateResponse g = Gate(hub.snapshot);
+  EXPECT_TRUE(g.pass()) << (g.reasons_size() ? g.reasons(0) : "");
+
+  TempDir other;
+  testing::WriteAll(other / "x.json", std::string("{}"));
+  fs::create_directory_symlink(other.path(), hub.repo / "elsewhere");
+  fs::create_symlink("../../elsewhere/x.json", hub.snapshot / "extra.json");
+  pb::Job refused = AuditAndWait(hub.snapshot, "");
+  EXPECT_EQ(refused.state(), pb::JOB_STATE_FAILED);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("extra.json"));
+  pb::GateRequest req;
+  req.set_root(hub.snapshot.string());
+  pb::GateResponse resp;
+  EXPECT_EQ(TryGate(req, &resp).error_code(), grpc::StatusCode::PERMISSION_DENIED);
 }
 
 // A newer failing record of the required scope revokes an older pass; with a pinned source,
