@@ -2,7 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstring>
 #include <map>
+#include <optional>
 #include <memory>
 #include <vector>
 
@@ -370,10 +372,42 @@ absl::StatusOr<BlockResult> RunBlockCuda(const BlockConfig& c, const BlockWeight
   return r;
 }
 
+namespace {
+
+std::string VersionString(int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); }
+
+std::optional<forward::GpuProperties> Properties() {
+  if (!CudaAvailable().ok()) return std::nullopt;
+  cudaDeviceProp prop;
+  int device = 0, driver = 0, runtime = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, device) != cudaSuccess ||
+      cudaDriverGetVersion(&driver) != cudaSuccess ||
+      cudaRuntimeGetVersion(&runtime) != cudaSuccess) {
+    return std::nullopt;
+  }
+  forward::GpuProperties p;
+  p.name = std::string(prop.name, strnlen(prop.name, sizeof(prop.name)));
+  p.sm = absl::StrCat(prop.major, ".", prop.minor);
+  p.driver = VersionString(driver);
+  p.cuda = VersionString(runtime);
+  return p;
+}
+
+}  // namespace
+
 forward::ForwardDevice CudaDevice() {
   return {"cuda", "CUDA W4A16 kernels (gpu/)",
           [](const BlockConfig& c, const BlockWeights& w, const forward::BlockInput& in,
-             forward::Precision p) { return RunBlockCuda(c, w, in, p); }};
+             forward::Precision p) { return RunBlockCuda(c, w, in, p); },
+          Properties()};
+}
+
+absl::StatusOr<forward::ForwardDevice> OpenCudaDevice() {
+  if (absl::Status s = CudaAvailable(); !s.ok()) return s;
+  forward::ForwardDevice d = CudaDevice();
+  if (!d.gpu) return absl::FailedPreconditionError("CUDA device properties could not be read");
+  return d;
 }
 
 }  // namespace ckpt::gpu
