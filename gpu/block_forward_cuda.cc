@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <optional>
 #include <memory>
@@ -376,6 +378,20 @@ namespace {
 
 std::string VersionString(int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); }
 
+// The kernel driver's version ("580.159.04") from /proc/driver/nvidia/version, whose first line
+// reads "NVRM version: NVIDIA UNIX <arch> Kernel Module  <version>  <date>"; empty if absent.
+std::string KernelDriverVersion() {
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  const size_t at = line.find("Kernel Module");
+  if (at == std::string::npos) return "";
+  std::istringstream words(line.substr(at + 13));
+  std::string version;
+  words >> version;
+  return version.size() <= 32 ? version : "";
+}
+
 std::optional<forward::GpuProperties> Properties() {
   if (!CudaAvailable().ok()) return std::nullopt;
   cudaDeviceProp prop;
@@ -389,7 +405,10 @@ std::optional<forward::GpuProperties> Properties() {
   forward::GpuProperties p;
   p.name = std::string(prop.name, strnlen(prop.name, sizeof(prop.name)));
   p.sm = absl::StrCat(prop.major, ".", prop.minor);
-  p.driver = VersionString(driver);
+  // The kernel driver's own version where readable, and the CUDA version it supports.
+  const std::string kernel = KernelDriverVersion();
+  p.driver = kernel.empty() ? absl::StrCat("CUDA ", VersionString(driver))
+                            : absl::StrCat(kernel, " (CUDA ", VersionString(driver), ")");
   p.cuda = VersionString(runtime);
   return p;
 }

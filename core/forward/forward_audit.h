@@ -31,7 +31,7 @@ using BlockRunner = std::function<absl::StatusOr<BlockResult>(
 struct GpuProperties {
   std::string name;    // e.g. "NVIDIA H200"
   std::string sm;      // compute capability, e.g. "9.0"
-  std::string driver;  // e.g. "13.0" (cudaDriverGetVersion)
+  std::string driver;  // e.g. "580.159.04 (CUDA 13.0)": kernel driver, CUDA version it supports
   std::string cuda;    // CUDA runtime the binary carries, e.g. "13.0"
 };
 
