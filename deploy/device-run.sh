@@ -16,11 +16,11 @@ cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = "--pack" ]; then
   build=${BUILD_DIR:-build-fwd}
-  ninja -C "$build" -j2 cuda_forward_test moe_bench bench_audit || exit 2
+  ninja -C "$build" -j2 cuda_forward_test moe_bench bench_audit daemon_grpc_test || exit 2
   ninja -C "$build" -j2 ckpt-audit || echo "ckpt-audit did not build; packing without it"
   rm -rf .device-bin && mkdir -p .device-bin/lib
   for b in tests/gpu/cuda_forward_test bench/forward/moe_bench bench/audit/bench_audit \
-           services/cli/ckpt-audit; do
+           services/cli/ckpt-audit tests/daemon/daemon_grpc_test; do
     [ -x "$build/$b" ] && strip -o ".device-bin/$(basename "$b")" "$build/$b"
   done
   for b in .device-bin/*; do [ -f "$b" ] && ldd "$b"; done | awk '/=> \// {print $3}' | sort -u |
@@ -70,8 +70,11 @@ if [ "${1:-}" = "--model-audit" ]; then  # issue 11: whole-model forwards and th
     $cli report --db $ev/log.db 0 --format json --trust $ev/trusted
   } > "$OUT/gpu_audit.log" 2>&1
   $cli report --db $ev/log.db 0 --format html --trust $ev/trusted > "$OUT/report.html" 2>&1
+  # StartAudit with device "cuda" through the daemon's GPU worker (tests/daemon).
+  .device-bin/daemon_grpc_test --gtest_filter='DaemonTest.ForwardLayers*' > "$OUT/daemon_gpu.log" 2>&1
   .device-bin/moe_bench --iters 20 > "$OUT/bench.json" 2> "$OUT/bench.err"
   echo "moe_bench exit code $?" >> "$OUT/bench.err"
+  cat "$OUT/bench.err" >> "$OUT/forward_layers.log" && rm "$OUT/bench.err" "$OUT/forward_cuda.log"
   exit 0
 fi
 if [ "${1:-}" = "--audit-bench" ]; then  # only the pair-audit benchmark (docs/PERFORMANCE.md)

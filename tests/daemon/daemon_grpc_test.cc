@@ -8,6 +8,7 @@
 #include <future>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "core/audit/audit_checks.h"
 #include "core/evidence/dsse.h"
@@ -649,7 +650,25 @@ TEST_F(DaemonTest, ForwardLayersInAuditsAndGpuRequests) {
   if (!gpu.ok()) {
     EXPECT_EQ(gpu.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << gpu.error_message();
     EXPECT_EQ(LogSize(), size);
+    return;
   }
+  // A GPU is here: the job ran on it and the record names it.
+  for (int i = 0; i < 3000 && LogSize() < size + 2; ++i) {  // at most 60 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GE(LogSize(), size + 2) << "the GPU job did not log its record";
+  auto gpu_log = storage::EvidenceLog::OpenReadOnly(db_);
+  ASSERT_TRUE(gpu_log.ok());
+  auto gpu_entry = (*gpu_log)->Get(size);
+  ASSERT_TRUE(gpu_entry.ok()) << gpu_entry.status();
+  auto gpu_statement = nlohmann::json::parse(evidence::ParseEnvelope(gpu_entry->envelope)->payload);
+  const auto& predicate = gpu_statement["predicate"];
+  EXPECT_EQ(predicate["block_forward"]["device"], "cuda");
+  EXPECT_EQ(predicate["block_forward"]["verdict"], "bit-identical");
+  EXPECT_FALSE(predicate["environment"]["gpu"]["name"].get<std::string>().empty());
+  std::printf("[ measured ] daemon GPU job: %s on %s\n",
+              predicate["block_forward"]["verdict"].get<std::string>().c_str(),
+              predicate["environment"]["gpu"].dump().c_str());
 }
 
 // Finding 10: filters are normalised and compared as values, not as strings.
