@@ -379,7 +379,8 @@ namespace {
 std::string VersionString(int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); }
 
 // The kernel driver's version ("580.159.04") from /proc/driver/nvidia/version, whose first line
-// reads "NVRM version: NVIDIA UNIX <arch> Kernel Module  <version>  <date>"; empty if absent.
+// reads "NVRM version: NVIDIA UNIX [Open ]Kernel Module [for ]<arch>  <version>  <date>": the
+// first word after "Kernel Module" that starts with a digit; empty if there is none.
 std::string KernelDriverVersion() {
   std::ifstream in("/proc/driver/nvidia/version");
   std::string line;
@@ -387,9 +388,13 @@ std::string KernelDriverVersion() {
   const size_t at = line.find("Kernel Module");
   if (at == std::string::npos) return "";
   std::istringstream words(line.substr(at + 13));
-  std::string version;
-  words >> version;
-  return version.size() <= 32 ? version : "";
+  for (std::string word; words >> word;) {
+    if (word[0] >= '0' && word[0] <= '9' && word.size() <= 32 &&
+        word.find_first_not_of("0123456789.") == std::string::npos) {
+      return word;
+    }
+  }
+  return "";
 }
 
 std::optional<forward::GpuProperties> Properties() {
