@@ -155,9 +155,16 @@ grpc::Status GrpcAuditService::StartAudit(grpc::ServerContext* ctx,
   if (auto s = RequireNonEmpty("root", req->root()); !s.ok()) return ToGrpc(s);
   auto root_map = RootMapOf(req->root_map());
   if (!root_map.ok()) return ToGrpc(root_map.status());
-  auto id = backend_.StartAudit({req->root(), req->source_root(), req->policy(), *root_map,
-                                 caller.Invoker(), req->forward_layers(), req->device(),
-                                 req->emulate()});
+  JobSpec spec;
+  spec.root = req->root();
+  spec.source_root = req->source_root();
+  spec.policy = req->policy();
+  spec.root_map = *root_map;
+  spec.invoker = caller.Invoker();
+  spec.forward_layers = req->forward_layers();
+  spec.device = req->device();
+  spec.emulate = req->emulate();
+  auto id = backend_.StartAudit(std::move(spec));
   if (!id.ok()) return ToGrpc(id.status());
   auto snapshot = backend_.jobs().Get(*id);
   if (!snapshot.ok()) return ToGrpc(snapshot.status());

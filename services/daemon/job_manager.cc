@@ -54,8 +54,14 @@ storage::JobRow RowOf(const JobSnapshot& s) {
 JobSnapshot SnapshotOf(const storage::JobRow& r) {
   JobSnapshot s;
   s.id = r.id;
-  s.spec = {r.root,    r.source_root,    r.policy, RootMapOf(r.root_map),
-            r.invoker, r.forward_layers, r.device, r.emulate};
+  s.spec.root = r.root;
+  s.spec.source_root = r.source_root;
+  s.spec.policy = r.policy;
+  s.spec.root_map = RootMapOf(r.root_map);
+  s.spec.invoker = r.invoker;
+  s.spec.forward_layers = r.forward_layers;
+  s.spec.device = r.device;
+  s.spec.emulate = r.emulate;
   s.state = JobState::kFailed;
   for (JobState st : kAllStates) {
     if (JobStateName(st) == r.state) s.state = st;
