@@ -59,8 +59,10 @@ if [ "${1:-}" = "--model-audit" ]; then  # issue 11: whole-model forwards and th
   {
     $cli keys generate --out $ev/key.pem --trust $ev/trusted
     for d in nvfp4 x4t; do
-      echo "== ckpt-audit audit tests/data/mini-kimi-$d --source $src --forward-layers all --device cuda --db $ev/log.db --key $ev/key.pem --json"
-      $cli audit "tests/data/mini-kimi-$d" --source $src --forward-layers all --device cuda \
+      map=""  # the X4T fixture declares checkpoint_root /x4t
+      [ $d = x4t ] && map="--map-root /x4t=$(realpath tests/data/mini-kimi-x4t)"
+      echo "== ckpt-audit audit tests/data/mini-kimi-$d --source $src --forward-layers all --device cuda $map --db $ev/log.db --key $ev/key.pem --json"
+      $cli audit "tests/data/mini-kimi-$d" --source $src --forward-layers all --device cuda $map \
         --db $ev/log.db --key $ev/key.pem --json
       echo "exit code $?"
     done
