@@ -2,12 +2,17 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <map>
+#include <optional>
 #include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/quant/codecs.h"
+#include "gpu/expert_stream.h"
 #include "gpu/moe_kernels.h"
 
 namespace ckpt::gpu {
@@ -137,16 +142,6 @@ absl::Status DownloadBf16(const uint16_t* p, size_t n, std::vector<double>* out)
   return absl::OkStatus();
 }
 
-// Uploads one FP4 matrix's packed bytes and scales.
-absl::StatusOr<DeviceFp4> UploadFp4(DeviceArena& arena, const Fp4Matrix& m, uint64_t* bytes) {
-  auto p = arena.Upload(m.packed.data(), m.packed.size());
-  if (!p.ok()) return p.status();
-  auto s = arena.Upload(m.scales.data(), m.scales.size());
-  if (!s.ok()) return s.status();
-  *bytes += m.packed.size() + m.scales.size();
-  return DeviceFp4{*p, *s, m.global_scale};
-}
-
 absl::Status CheckShapes(const BlockConfig& c, const BlockWeights& w) {
   if (absl::Status s = forward::CheckBlockWeights(c, w); !s.ok()) return s;
   const int in = c.latent > 0 ? c.latent : c.hidden;
@@ -256,44 +251,41 @@ absl::StatusOr<BlockResult> RunBlockCuda(const BlockConfig& c, const BlockWeight
     if (e < 0 || e >= E) return absl::InternalError(absl::StrCat("CUDA top-k gave expert ", e));
     slots_of[e].push_back(i);
   }
-  std::vector<DeviceExpert> table;
+  // Only the selected experts' bytes go up, streamed chunk by chunk with the expert kernels of
+  // each chunk starting as soon as its bytes have arrived (gpu/expert_stream.h).
+  std::vector<HostExpert> selected;
   std::vector<int> offsets = {0}, pair_slots;
-  CudaRunStats st;
   for (const auto& [e, slots] : slots_of) {
     const forward::ExpertWeights& ex = w.experts[e];
-    DeviceExpert d;
-    auto g = UploadFp4(arena, ex.gate, &st.expert_bytes_uploaded);
-    auto u = UploadFp4(arena, ex.up, &st.expert_bytes_uploaded);
-    auto dn = UploadFp4(arena, ex.down, &st.expert_bytes_uploaded);
-    for (const absl::Status& s : {g.status(), u.status(), dn.status()}) if (!s.ok()) return s;
-    d.gate = *g;
-    d.up = *u;
-    d.down = *dn;
+    HostExpert h;
+    HostFp4* hm[3] = {&h.gate, &h.up, &h.down};
+    const Fp4Matrix* m[3] = {&ex.gate, &ex.up, &ex.down};
+    for (int k = 0; k < 3; ++k) {
+      *hm[k] = {m[k]->packed.data(), m[k]->packed.size(), m[k]->scales.data(),
+                m[k]->scales.size(), m[k]->global_scale};
+    }
     if (!ex.gate_bias.empty()) {
       auto gb = arena.Upload(ex.gate_bias);
       auto ub = arena.Upload(ex.up_bias);
       auto db = arena.Upload(ex.down_bias);
       for (const absl::Status& s : {gb.status(), ub.status(), db.status()}) if (!s.ok()) return s;
-      d.gate_bias = *gb;
-      d.up_bias = *ub;
-      d.down_bias = *db;
+      h.gate_bias = *gb;
+      h.up_bias = *ub;
+      h.down_bias = *db;
     }
-    table.push_back(d);
+    selected.push_back(h);
     pair_slots.insert(pair_slots.end(), slots.begin(), slots.end());
     offsets.push_back(static_cast<int>(pair_slots.size()));
   }
-  st.experts_uploaded = static_cast<int>(table.size());
-  if (stats != nullptr) *stats = st;
 
-  auto dtable = arena.Upload(table);
   auto doffsets = arena.Upload(offsets);
   auto dslots = arena.Upload(pair_slots);
   auto a = arena.Alloc<uint16_t>(static_cast<size_t>(T) * K * I);
   auto h = arena.Alloc<float>(static_cast<size_t>(T) * K * D);
   auto y = arena.Alloc<float>(static_cast<size_t>(T) * D);
   auto yb = arena.Alloc<uint16_t>(static_cast<size_t>(T) * D);
-  for (const absl::Status& s : {dtable.status(), doffsets.status(), dslots.status(), a.status(),
-                                h.status(), y.status(), yb.status()}) {
+  for (const absl::Status& s : {doffsets.status(), dslots.status(), a.status(), h.status(),
+                                y.status(), yb.status()}) {
     if (!s.ok()) return s;
   }
   ExpertLaunch el;
@@ -303,14 +295,18 @@ absl::StatusOr<BlockResult> RunBlockCuda(const BlockConfig& c, const BlockWeight
   el.in_dim = D;
   el.intermediate = I;
   el.top_k = K;
-  el.num_experts = static_cast<int>(table.size());
-  el.experts = *dtable;
+  el.num_experts = static_cast<int>(selected.size());
   el.pair_offsets = *doffsets;
   el.pair_slots = *dslots;
   el.z = z;
   el.a = *a;
   el.h = *h;
-  LaunchExperts(el, nullptr);
+  ExpertStreamer streamer;
+  if (absl::Status s = streamer.Run(selected, el, nullptr); !s.ok()) return s;
+  if (stats != nullptr) {
+    stats->experts_uploaded = static_cast<int>(selected.size());
+    stats->expert_bytes_uploaded = streamer.bytes_copied();
+  }
 
   const float* norm = nullptr;
   if (c.latent > 0 && c.latent_norm) {
@@ -370,10 +366,64 @@ absl::StatusOr<BlockResult> RunBlockCuda(const BlockConfig& c, const BlockWeight
   return r;
 }
 
+namespace {
+
+std::string VersionString(int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); }
+
+// The kernel driver's version ("580.159.04") from /proc/driver/nvidia/version, whose first line
+// reads "NVRM version: NVIDIA UNIX [Open ]Kernel Module [for ]<arch>  <version>  <date>": the
+// first word after "Kernel Module" that starts with a digit; empty if there is none.
+std::string KernelDriverVersion() {
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  const size_t at = line.find("Kernel Module");
+  if (at == std::string::npos) return "";
+  std::istringstream words(line.substr(at + 13));
+  for (std::string word; words >> word;) {
+    if (word[0] >= '0' && word[0] <= '9' && word.size() <= 32 &&
+        word.find_first_not_of("0123456789.") == std::string::npos) {
+      return word;
+    }
+  }
+  return "";
+}
+
+std::optional<forward::GpuProperties> Properties() {
+  if (!CudaAvailable().ok()) return std::nullopt;
+  cudaDeviceProp prop;
+  int device = 0, driver = 0, runtime = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, device) != cudaSuccess ||
+      cudaDriverGetVersion(&driver) != cudaSuccess ||
+      cudaRuntimeGetVersion(&runtime) != cudaSuccess) {
+    return std::nullopt;
+  }
+  forward::GpuProperties p;
+  p.name = std::string(prop.name, strnlen(prop.name, sizeof(prop.name)));
+  p.sm = absl::StrCat(prop.major, ".", prop.minor);
+  // The kernel driver's own version where readable, and the CUDA version it supports.
+  const std::string kernel = KernelDriverVersion();
+  p.driver = kernel.empty() ? absl::StrCat("CUDA ", VersionString(driver))
+                            : absl::StrCat(kernel, " (CUDA ", VersionString(driver), ")");
+  p.cuda = VersionString(runtime);
+  return p;
+}
+
+}  // namespace
+
 forward::ForwardDevice CudaDevice() {
   return {"cuda", "CUDA W4A16 kernels (gpu/)",
           [](const BlockConfig& c, const BlockWeights& w, const forward::BlockInput& in,
-             forward::Precision p) { return RunBlockCuda(c, w, in, p); }};
+             forward::Precision p) { return RunBlockCuda(c, w, in, p); },
+          Properties()};
+}
+
+absl::StatusOr<forward::ForwardDevice> OpenCudaDevice() {
+  if (absl::Status s = CudaAvailable(); !s.ok()) return s;
+  forward::ForwardDevice d = CudaDevice();
+  if (!d.gpu) return absl::FailedPreconditionError("CUDA device properties could not be read");
+  return d;
 }
 
 }  // namespace ckpt::gpu

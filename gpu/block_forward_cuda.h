@@ -34,8 +34,13 @@ absl::StatusOr<forward::BlockResult> RunBlockCuda(const forward::BlockConfig& co
                                                   forward::Precision precision,
                                                   CudaRunStats* stats = nullptr);
 
-// RunBlockCuda as a forward-audit device named "cuda".
+// RunBlockCuda as a forward-audit device named "cuda", with the properties of device 0 (name,
+// SM, driver and runtime versions) when one is present.
 forward::ForwardDevice CudaDevice();
+
+// CudaDevice() after CudaAvailable(): FAILED_PRECONDITION (saying why) without a usable GPU,
+// so that a GPU request never silently runs on the CPU.
+absl::StatusOr<forward::ForwardDevice> OpenCudaDevice();
 
 }  // namespace ckpt::gpu
 

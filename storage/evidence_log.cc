@@ -100,6 +100,18 @@ CREATE TRIGGER checkpoints_of_size BEFORE INSERT ON checkpoints
   BEGIN SELECT RAISE(ABORT, 'evidence log: a checkpoint covers every entry'); END;
 )sql";
 
+// Schema version 3: a job's block forward request (docs/daemon.md), fixed like the rest of it.
+constexpr char kSchemaV3[] = R"sql(
+ALTER TABLE jobs ADD COLUMN forward_layers TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN device TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN emulate TEXT NOT NULL DEFAULT '';
+DROP TRIGGER jobs_request_fixed;
+CREATE TRIGGER jobs_request_fixed
+  BEFORE UPDATE OF seq, id, root, source_root, policy, root_map, invoker, created_at,
+                   forward_layers, device, emulate ON jobs
+  BEGIN SELECT RAISE(ABORT, 'a job''s id and request are fixed'); END;
+)sql";
+
 constexpr const char* kAppendOnlyTables[] = {"meta", "entries", "subjects", "tree_nodes",
                                              "checkpoints"};
 
@@ -406,6 +418,11 @@ absl::Status EvidenceLog::Migrate() {
   }
   if (version < 2) {
     if (auto s = Exec(db_, absl::StrCat(kSchemaV2, "PRAGMA user_version = 2;"), label_); !s.ok()) {
+      return s;
+    }
+  }
+  if (version < 3) {
+    if (auto s = Exec(db_, absl::StrCat(kSchemaV3, "PRAGMA user_version = 3;"), label_); !s.ok()) {
       return s;
     }
   }

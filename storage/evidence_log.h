@@ -34,7 +34,7 @@
 
 namespace ckpt::storage {
 
-inline constexpr int kLogSchemaVersion = 2;
+inline constexpr int kLogSchemaVersion = 3;
 
 struct LogEntry {
   uint64_t seq = 0;          // leaf index, from 0; the record id users see

@@ -13,6 +13,9 @@ namespace {
 constexpr char kColumns[] =
     "id, root, source_root, policy, root_map, invoker, state, verdict, record_id,"
     " error_code, error_message, created_at, finished_at";
+// Schema 3's columns; a version-2 table reads them as empty.
+constexpr char kForwardColumns[] = ", forward_layers, device, emulate";
+constexpr char kNoForwardColumns[] = ", '', '', ''";
 
 JobRow ReadRow(const Statement& q) {
   JobRow r;
@@ -29,6 +32,9 @@ JobRow ReadRow(const Statement& q) {
   r.error_message = q.Text(10);
   r.created_at = q.Text(11);
   r.finished_at = q.Text(12);
+  r.forward_layers = q.Text(13);
+  r.device = q.Text(14);
+  r.emulate = q.Text(15);
   return r;
 }
 
@@ -76,12 +82,21 @@ absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(const std::string& path
     return absl::FailedPreconditionError(
         absl::StrCat(label, ": schema version ", v->Int(0), " has no jobs table"));
   }
+  table->version_ = v->Int(0);
   return table;
 }
 
 JobTable::~JobTable() { sqlite3_close(db_); }
 
+std::string JobTable::Columns() const {
+  return absl::StrCat(kColumns, version_ >= 3 ? kForwardColumns : kNoForwardColumns);
+}
+
 absl::Status JobTable::Insert(JobRow& row) {
+  if (version_ < 3) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label_, ": schema version ", version_, " is too old to record jobs"));
+  }
   if (auto s = Exec(db_, "BEGIN IMMEDIATE", label_); !s.ok()) return s;
   WriteTransaction tx(db_);
   auto next = Statement::Prepare(db_, "SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs", label_);
@@ -92,8 +107,8 @@ absl::Status JobTable::Insert(JobRow& row) {
   row.id = absl::StrFormat("job-%06d-%s", seq, tag_);
   row.state = "queued";
   auto ins = Statement::Prepare(
-      db_, absl::StrCat("INSERT INTO jobs(seq, ", kColumns,
-                        ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)"),
+      db_, absl::StrCat("INSERT INTO jobs(seq, ", kColumns, kForwardColumns,
+                        ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"),
       label_);
   if (!ins.ok()) return ins.status();
   ins->Bind(1, seq)
@@ -109,7 +124,10 @@ absl::Status JobTable::Insert(JobRow& row) {
       .Bind(11, static_cast<int64_t>(row.error_code))
       .Bind(12, row.error_message)
       .Bind(13, row.created_at)
-      .Bind(14, row.finished_at);
+      .Bind(14, row.finished_at)
+      .Bind(15, row.forward_layers)
+      .Bind(16, row.device)
+      .Bind(17, row.emulate);
   if (auto s = ins->Run(); !s.ok()) return s;
   if (auto s = Exec(db_, "COMMIT", label_); !s.ok()) return s;
   tx.Committed();
@@ -138,7 +156,7 @@ absl::Status JobTable::Update(const JobRow& row) {
 }
 
 absl::StatusOr<JobRow> JobTable::Get(const std::string& id) const {
-  auto q = Statement::Prepare(db_, absl::StrCat("SELECT ", kColumns, " FROM jobs WHERE id = ?"),
+  auto q = Statement::Prepare(db_, absl::StrCat("SELECT ", Columns(), " FROM jobs WHERE id = ?"),
                               label_);
   if (!q.ok()) return q.status();
   q->Bind(1, id);
@@ -151,7 +169,7 @@ absl::StatusOr<JobRow> JobTable::Get(const std::string& id) const {
 absl::StatusOr<std::vector<JobRow>> JobTable::Unfinished() const {
   auto q = Statement::Prepare(
       db_,
-      absl::StrCat("SELECT ", kColumns,
+      absl::StrCat("SELECT ", Columns(),
                    " FROM jobs WHERE state IN ('queued', 'running') ORDER BY seq"),
       label_);
   if (!q.ok()) return q.status();

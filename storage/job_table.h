@@ -28,6 +28,9 @@ struct JobRow {
   std::string policy;
   std::string root_map;      // "DECLARED=ACTUAL" lines
   std::string invoker;  // who submitted it, as the service names callers
+  std::string forward_layers;  // schema 3: the block forward's layers ("" none)
+  std::string device;          // schema 3: its device ("", "cpu", "cuda")
+  std::string emulate;         // schema 3: its backend emulation ("" none)
   std::string state;         // queued|running|succeeded|failed|cancelled|interrupted
   std::string verdict;
   int64_t record_id = -1;
@@ -40,7 +43,7 @@ struct JobRow {
 class JobTable {
  public:
   // Opens the jobs table of the log at `path` (schema version 2 or later; the EvidenceLog writer
-  // migrates). `label` names the database in errors. A read-only table answers Get and
+  // migrates; a version-2 table, read only, answers with empty schema-3 columns). `label` names the database in errors. A read-only table answers Get and
   // Unfinished only.
   static absl::StatusOr<std::unique_ptr<JobTable>> Open(const std::string& path,
                                                         const std::string& label, bool read_only);
@@ -59,7 +62,9 @@ class JobTable {
  private:
   JobTable(sqlite3* db, std::string label, std::string tag)
       : db_(db), label_(std::move(label)), tag_(std::move(tag)) {}
+  std::string Columns() const;  // the SELECT list for this table's schema version
   sqlite3* const db_;
+  int64_t version_ = 2;
   const std::string label_;
   const std::string tag_;
 };

@@ -3,18 +3,27 @@
 // bandwidth measured in the same run). Weights are random bytes generated on the device. Prints
 // one JSON object (with the routing used, so the torch eager reference can replay it).
 //
-//   moe_bench [--iters N] > bench.json
+// Then a whole-model run (MXFP4): `--layers` layers, each with its own random routing, whose
+// selected experts are streamed from pinned host memory by gpu/expert_stream.h with the expert
+// kernels and the combine overlapped, against a same-run baseline that only copies the same
+// experts' bytes from pinned host memory to the GPU (docs/PERFORMANCE.md "Block forward").
+//
+//   moe_bench [--iters N] [--layers L] > bench.json
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <chrono>
+
+#include "gpu/expert_stream.h"
 #include "gpu/moe_kernels.h"
 
 namespace {
@@ -137,12 +146,150 @@ std::string IdsJson(const std::vector<int>& ids) {
   return s + "]";
 }
 
+double WallMs(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The whole-model streaming run; prints the "model_stream" JSON member.
+void ModelStream(int layers) {
+  Weights dev = MakeWeights(ckpt::gpu::Fp4Kind::kMxfp4);
+  const size_t packed_total = 3 * kExperts * dev.packed_per, scales_total = 3 * kExperts * dev.scales_per;
+  uint8_t *host_packed, *host_scales;
+  CHECK(cudaHostAlloc(&host_packed, packed_total, cudaHostAllocDefault));
+  CHECK(cudaHostAlloc(&host_scales, scales_total, cudaHostAllocDefault));
+  CHECK(cudaMemcpy(host_packed, dev.packed, packed_total, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(host_scales, dev.scales, scales_total, cudaMemcpyDeviceToHost));
+  cudaFree(dev.packed);
+  cudaFree(dev.scales);
+  cudaStream_t stream;
+  CHECK(cudaStreamCreate(&stream));
+  std::printf(",\n  \"model_stream\": {\"layers\": %d, \"format\": \"mxfp4\", \"source\": "
+              "\"pinned host memory\", \"runs\": [\n", layers);
+  bool first = true;
+  for (int tokens : {2, 32}) {
+    struct Layer {
+      std::vector<ckpt::gpu::HostExpert> experts;
+      int* offsets = nullptr;
+      int* slots = nullptr;
+    };
+    std::vector<Layer> ls(layers);
+    size_t max_bytes = 0;
+    double bytes = 0;
+    for (int l = 0; l < layers; ++l) {
+      const Routing r = RandomRouting(tokens, 5000 + 100 * l + tokens);
+      std::map<int, std::vector<int>> slots_of;
+      for (int i = 0; i < tokens * kTopK; ++i) slots_of[r.ids[i]].push_back(i);
+      std::vector<int> offsets = {0}, slots;
+      size_t layer_bytes = 0;
+      for (const auto& [e, s] : slots_of) {
+        ckpt::gpu::HostExpert h;
+        ckpt::gpu::HostFp4* m[3] = {&h.gate, &h.up, &h.down};
+        for (int k = 0; k < 3; ++k) {
+          const size_t idx = static_cast<size_t>(k) * kExperts + e;
+          *m[k] = {host_packed + idx * dev.packed_per, dev.packed_per,
+                   host_scales + idx * dev.scales_per, dev.scales_per, 1.0f};
+          layer_bytes += dev.packed_per + dev.scales_per;
+        }
+        ls[l].experts.push_back(h);
+        slots.insert(slots.end(), s.begin(), s.end());
+        offsets.push_back(static_cast<int>(slots.size()));
+      }
+      max_bytes = std::max(max_bytes, layer_bytes);
+      bytes += static_cast<double>(layer_bytes);
+      CHECK(cudaMalloc(&ls[l].offsets, offsets.size() * sizeof(int)));
+      CHECK(cudaMalloc(&ls[l].slots, slots.size() * sizeof(int)));
+      CHECK(cudaMemcpy(ls[l].offsets, offsets.data(), offsets.size() * sizeof(int), cudaMemcpyHostToDevice));
+      CHECK(cudaMemcpy(ls[l].slots, slots.data(), slots.size() * sizeof(int), cudaMemcpyHostToDevice));
+    }
+    uint16_t *z, *a, *yb;
+    float *h, *y, *tw, *norm;
+    uint8_t* copy_dst;
+    CHECK(cudaMalloc(&z, sizeof(uint16_t) * tokens * kLatent));
+    CHECK(cudaMalloc(&a, sizeof(uint16_t) * tokens * kTopK * kInter));
+    CHECK(cudaMalloc(&h, sizeof(float) * tokens * kTopK * kLatent));
+    CHECK(cudaMalloc(&y, sizeof(float) * tokens * kLatent));
+    CHECK(cudaMalloc(&yb, sizeof(uint16_t) * tokens * kLatent));
+    CHECK(cudaMalloc(&tw, sizeof(float) * tokens * kTopK));
+    CHECK(cudaMalloc(&norm, sizeof(float) * kLatent));
+    CHECK(cudaMalloc(&copy_dst, max_bytes));
+    CHECK(cudaMemset(z, 0, sizeof(uint16_t) * tokens * kLatent));
+    CHECK(cudaMemset(tw, 0, sizeof(float) * tokens * kTopK));
+    CHECK(cudaMemset(norm, 0, sizeof(float) * kLatent));
+    ckpt::gpu::ExpertStreamer streamer;
+    auto ours = [&] {
+      for (Layer& l : ls) {
+        ckpt::gpu::ExpertLaunch el;
+        el.kind = ckpt::gpu::Fp4Kind::kMxfp4;
+        el.in_dim = kLatent;
+        el.intermediate = kInter;
+        el.top_k = kTopK;
+        el.num_experts = static_cast<int>(l.experts.size());
+        el.pair_offsets = l.offsets;
+        el.pair_slots = l.slots;
+        el.z = z;
+        el.a = a;
+        el.h = h;
+        absl::Status s = streamer.Run(l.experts, el, stream);
+        if (!s.ok()) {
+          std::fprintf(stderr, "%s\n", s.ToString().c_str());
+          std::exit(2);
+        }
+        ckpt::gpu::LaunchCombine(h, tw, tokens, kTopK, kLatent, norm, 1e-6f, y, yb, stream);
+      }
+      CHECK(cudaStreamSynchronize(stream));
+    };
+    auto copy_only = [&] {
+      for (Layer& l : ls) {
+        size_t at = 0;
+        for (const ckpt::gpu::HostExpert& e : l.experts) {
+          for (const ckpt::gpu::HostFp4* m : {&e.gate, &e.up, &e.down}) {
+            CHECK(cudaMemcpyAsync(copy_dst + at, m->packed, m->packed_bytes, cudaMemcpyHostToDevice, stream));
+            at += m->packed_bytes;
+            CHECK(cudaMemcpyAsync(copy_dst + at, m->scales, m->scale_bytes, cudaMemcpyHostToDevice, stream));
+            at += m->scale_bytes;
+          }
+        }
+      }
+      CHECK(cudaStreamSynchronize(stream));
+    };
+    ours();
+    copy_only();
+    std::vector<float> ours_ms, copy_ms;
+    for (int i = 0; i < 3; ++i) {
+      ours_ms.push_back(static_cast<float>(WallMs(ours)));
+      copy_ms.push_back(static_cast<float>(WallMs(copy_only)));
+    }
+    const double o = MedianMs(ours_ms), c = MedianMs(copy_ms);
+    std::printf("%s    {\"tokens\": %d, \"expert_bytes_all_layers\": %.0f, \"ours_wall_ms\": \"%.2f\", "
+                "\"copy_only_wall_ms\": \"%.2f\", \"ratio\": \"%.3f\", \"copy_bytes_per_s\": \"%.4g\", "
+                "\"chunks_last_layer\": %d}",
+                first ? "" : ",\n", tokens, bytes, o, c, o / c, bytes / (c * 1e-3), streamer.chunks());
+    first = false;
+    for (Layer& l : ls) {
+      cudaFree(l.offsets);
+      cudaFree(l.slots);
+    }
+    for (void* p : {static_cast<void*>(z), static_cast<void*>(a), static_cast<void*>(h),
+                    static_cast<void*>(y), static_cast<void*>(yb), static_cast<void*>(tw),
+                    static_cast<void*>(norm), static_cast<void*>(copy_dst)}) {
+      cudaFree(p);
+    }
+  }
+  std::printf("\n  ]}");
+  cudaStreamDestroy(stream);
+  cudaFreeHost(host_packed);
+  cudaFreeHost(host_scales);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int iters = 20;
+  int iters = 20, layers = 8;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--iters") == 0) iters = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--layers") == 0) layers = std::atoi(argv[i + 1]);
   }
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -252,6 +399,8 @@ int main(int argc, char** argv) {
     cudaFree(w.packed);
     cudaFree(w.scales);
   }
-  std::printf("\n  ]\n}\n");
+  std::printf("\n  ]");
+  if (layers > 0) ModelStream(layers);
+  std::printf("\n}\n");
   return 0;
 }

@@ -5,8 +5,9 @@
 // `hf_layout` / `source_hf_layout` (a Hugging Face cache snapshot's or local-dir download's
 // own names and etags against the digests read: core/audit/layout_check.h),
 // `checkpoint_structure` (the strict reader and root rules), `scale_window` (the named policy),
-// with a source checkpoint `pair_verify` (lossless re-encoding), and with a layer,
-// `block_forward` (the CPU reference block on derived vs source). Adding a check means
+// with a source checkpoint `pair_verify` (lossless re-encoding), and with forward layers,
+// `block_forward` (the block forward of those layers on derived vs source, on the device the
+// caller chose). Adding a check means
 // adding one adapter here; the record, signing and log do not change.
 #ifndef CKPT_CORE_AUDIT_AUDIT_CHECKS_H_
 #define CKPT_CORE_AUDIT_AUDIT_CHECKS_H_
@@ -39,7 +40,13 @@ struct AuditOptions {
   // Where an X4T container's declared checkpoint_root is mounted (docs/quant.md): the pair
   // check's format contract compares the mapped path with the root actually read.
   std::vector<quant::RootMapping> root_map;
-  int forward_layer = -1;  // >= 0: run the block forward audit on this layer (CPU reference)
+  // "all" or "L1,L2,...": run the block forward on these MoE layers (docs/forward.md); empty:
+  // none. The device is the caller's (the CLI and the daemon pick CPU or CUDA); a GPU's
+  // properties go into the record's environment. f64 on the CPU, bf16 on a GPU.
+  std::string forward_layers;
+  forward::ForwardDevice forward_device = forward::CpuDevice();
+  // kNone: the vLLM w1/w3 collapse is measured anyway (forward_audit.h Emulation).
+  forward::Emulation forward_emulation = forward::Emulation::kNone;
   unsigned threads = 0;
   // Bytes kept in memory at once: small files, headers and the tensors checks wait for
   // (core/io/tree_stream.h), whatever the size of the trees.
@@ -62,6 +69,7 @@ std::vector<evidence::Subject> SubjectsOf(const Fingerprint& fp);
 evidence::CheckResult FingerprintCheck(const Fingerprint& fp);
 evidence::CheckResult ScaleWindowCheck(const quant::ScaleWindowResult& r);
 evidence::CheckResult PairCheck(const quant::PairVerifyResult& r);
+// `r` from forward::RunModelForward.
 evidence::CheckResult ForwardCheck(const forward::ForwardAuditResult& r);
 
 // How an audit used storage and memory (not part of the record: it depends on timing).

@@ -1,7 +1,9 @@
-// The forward diff audit behind `ckpt-audit forward`: run one layer's block on the derived
-// checkpoint (and on the source, when given) on a device, then report bitwise equality, max
-// |diff|, differing elements and ULP histograms per tensor, SHA-256 of every output tensor, a
-// determinism re-run, and for a non-CPU device its relative error against the CPU reference.
+// The forward diff audit behind `ckpt-audit forward`: run one layer's block (or every requested
+// MoE layer) on the derived checkpoint (and on the source, when given) on a device, then report
+// bitwise equality, max |diff|, differing elements and ULP histograms per tensor, SHA-256 of
+// every output tensor, a determinism re-run, for a non-CPU device its relative error against
+// the CPU reference, and optionally the derived side as a serving backend would compute it
+// (docs/forward.md "Backend emulation").
 //
 // The report is a JSON object without floating-point numbers (magnitudes are decimal strings),
 // ready to go into a signed evidence record. The device is injected as a BlockRunner so that
@@ -11,7 +13,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/checkpoint.h"
@@ -23,13 +27,40 @@ namespace ckpt::forward {
 using BlockRunner = std::function<absl::StatusOr<BlockResult>(
     const BlockConfig&, const BlockWeights&, const BlockInput&, Precision)>;
 
+// What the evidence records about a GPU a forward ran on.
+struct GpuProperties {
+  std::string name;    // e.g. "NVIDIA H200"
+  std::string sm;      // compute capability, e.g. "9.0"
+  std::string driver;  // e.g. "580.159.04 (CUDA 13.0)": kernel driver, CUDA version it supports
+  std::string cuda;    // CUDA runtime the binary carries, e.g. "13.0"
+};
+
 struct ForwardDevice {
   std::string name;  // "cpu", "cuda"
   std::string description;
   BlockRunner run;
+  std::optional<GpuProperties> gpu;  // set for GPU devices
 };
 
 ForwardDevice CpuDevice();
+
+// How the derived side is computed: as stored, or as a serving backend's loader would.
+//   kVllmW13Collapse  vLLM's NVFP4 MoE loaders use w1's global scale for w3 too, without
+//                     rescaling w3's block scales (docs/formats.md §5); MXFP4 experts have no
+//                     global scale and are unchanged.
+enum class Emulation { kNone, kVllmW13Collapse };
+std::string EmulationName(Emulation e);
+absl::StatusOr<Emulation> ParseEmulation(const std::string& s);  // "", "none", "vllm-w13-collapse"
+
+// Applies `e` to a derived block's weights in place. Returns how many experts it changed (for
+// the collapse: NVFP4 experts whose w1 and w3 global scales differ).
+int ApplyEmulation(Emulation e, BlockWeights& weights);
+
+// The MoE layers a spec names: "all" (every layer of num_hidden_layers that is not dense, per
+// first_k_dense_replace; gpt-oss: every layer) or a comma-separated list of layer indices
+// ("1,2"), each an MoE layer, without repeats. INVALID_ARGUMENT naming the bad item.
+absl::StatusOr<std::vector<int>> ResolveLayers(const std::string& spec,
+                                               const nlohmann::json& text_config);
 
 struct ForwardAuditOptions {
   std::string root;    // the derived checkpoint (or the only one)
@@ -39,13 +70,17 @@ struct ForwardAuditOptions {
   uint64_t seed = 0;
   Precision precision = Precision::kF64;
   std::string input_path;   // optional safetensors with BF16 `input`
-  std::string output_path;  // optional: where the derived run's tensors are written
+  std::string output_path;  // optional: where the derived run's tensors are written (one layer)
+  Emulation emulation = Emulation::kNone;
 };
 
 struct ForwardAuditResult {
   nlohmann::json report;
   // Source and derived bit-identical (or no source) and the re-run bit-identical.
   bool passed = false;
+  // With an emulation: the emulated derived output differs from the reference (a measured
+  // backend hazard; it does not change `passed`).
+  bool emulation_differs = false;
 };
 
 // Errors (a checkpoint, config or input that cannot be used) are statuses; a difference is a
@@ -56,6 +91,20 @@ absl::StatusOr<ForwardAuditResult> RunForwardAudit(const ForwardAuditOptions& op
 // options' root and source paths are not used.
 absl::StatusOr<ForwardAuditResult> RunForwardAudit(const Checkpoint& derived,
                                                    const Checkpoint* source,
+                                                   const ForwardAuditOptions& options,
+                                                   const ForwardDevice& device);
+
+// Several layers (`layers`, a ResolveLayers spec), one block's weights in memory at a time, the
+// same input for every layer. The report (schema ckpt-audit.model-forward/1) holds each layer's
+// report as RunForwardAudit gives it (without the shared fields), a summary row per layer
+// (verdict, differing output elements, max |diff|, output ULP histogram, output SHA-256s) and
+// an overall verdict; `passed` when every layer passed. `options.layer` is not used.
+absl::StatusOr<ForwardAuditResult> RunModelForward(const Checkpoint& derived,
+                                                   const Checkpoint* source,
+                                                   const std::string& layers,
+                                                   const ForwardAuditOptions& options,
+                                                   const ForwardDevice& device);
+absl::StatusOr<ForwardAuditResult> RunModelForward(const std::string& layers,
                                                    const ForwardAuditOptions& options,
                                                    const ForwardDevice& device);
 

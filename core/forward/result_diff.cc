@@ -38,7 +38,11 @@ uint64_t UlpDistance(double a, double b, Precision p) {
   return static_cast<uint64_t>(x > y ? x - y : y - x);
 }
 
-int Bucket(uint64_t ulps) {
+constexpr const char* kBucketNames[kUlpBuckets] = {"0", "1", "2-3", "4-15", "16-255", "256+"};
+
+}  // namespace
+
+int UlpBucket(uint64_t ulps) {
   if (ulps == 0) return 0;
   if (ulps == 1) return 1;
   if (ulps < 4) return 2;
@@ -46,10 +50,6 @@ int Bucket(uint64_t ulps) {
   if (ulps < 256) return 4;
   return 5;
 }
-
-constexpr const char* kBucketNames[kUlpBuckets] = {"0", "1", "2-3", "4-15", "16-255", "256+"};
-
-}  // namespace
 
 std::vector<std::string> BlockTensorNames() {
   return {"router_logits", "topk_ids",   "topk_weights", "latent_in",
@@ -113,7 +113,7 @@ ResultDiff CompareResults(const BlockResult& a, const BlockResult& b, Precision 
         }
         const uint64_t ulps = UlpDistance(x[i], y[i], p);
         t.differing += ulps != 0;
-        t.ulp_histogram[Bucket(ulps)]++;
+        t.ulp_histogram[UlpBucket(ulps)]++;
         t.max_abs_diff = std::max(t.max_abs_diff, std::abs(x[i] - y[i]));
       }
     }

@@ -21,6 +21,9 @@ namespace ckpt::forward {
 // ULP-distance buckets of the histogram: 0, 1, 2-3, 4-15, 16-255, 256 and more.
 inline constexpr int kUlpBuckets = 6;
 
+// The histogram bucket of a ULP distance.
+int UlpBucket(uint64_t ulps);
+
 struct TensorDiff {
   std::string name;
   uint64_t elements = 0;

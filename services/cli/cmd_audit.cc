@@ -14,6 +14,7 @@
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
+#include "services/cli/forward_device.h"
 #include "storage/evidence_log.h"
 
 namespace ckpt::cli {
@@ -25,6 +26,8 @@ struct AuditArgs {
   std::string key;
   std::string vsa;
   std::vector<std::string> map_root;
+  std::string device = "cpu";  // of the block forward
+  std::string emulate;
   bool json = false;
 };
 
@@ -47,6 +50,16 @@ int Run(AuditArgs a) {
     if (!m.ok()) return ReportError(m.status());
     a.options.root_map.push_back(*m);
   }
+  if (a.options.forward_layers.empty() && (a.device != "cpu" || !a.emulate.empty())) {
+    return ReportError(absl::InvalidArgumentError("--device and --emulate need --forward-layers"));
+  }
+  // Checked before anything is read: a GPU request without a GPU fails, never runs on the CPU.
+  auto device = ForwardDeviceByName(a.device);
+  if (!device.ok()) return ReportError(device.status());
+  a.options.forward_device = *std::move(device);
+  auto emulation = forward::ParseEmulation(a.emulate);
+  if (!emulation.ok()) return ReportError(emulation.status());
+  a.options.forward_emulation = *emulation;
   auto setup = ResolveEvidenceSetup(a.db, a.key);
   if (!setup.ok()) return ReportError(setup.status());
   if (!setup->defaults_note.empty()) {
@@ -115,8 +128,11 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--db", a->db, "evidence database (default: per-user)");
   cmd->add_option("--key", a->key, "signing key PEM (default: per-user, generated)");
   cmd->add_option("--vsa", a->vsa, "also write a signed SLSA verification summary here");
-  cmd->add_option("--forward-layer", a->options.forward_layer,
-                  "also run the CPU reference block forward on this layer (vs --source)");
+  cmd->add_option("--forward-layers,--forward-layer", a->options.forward_layers,
+                  "also run the block forward on these MoE layers (all or L1,L2,...; vs --source)");
+  cmd->add_option("--device", a->device, "device of the block forward: cpu (default) or cuda");
+  cmd->add_option("--emulate", a->emulate,
+                  "also run the block forward as a backend loads it: vllm-w13-collapse");
   cmd->add_option("--threads", a->options.threads, "worker threads (0: all cores)");
   cmd->add_option("--memory-window", a->options.memory_window,
                   "bytes of checkpoint (and source) kept in memory at most");

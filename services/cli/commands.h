@@ -11,6 +11,7 @@ namespace ckpt::cli {
 void AddInspectCommand(CLI::App& app, int* exit_code);
 void AddFingerprintCommand(CLI::App& app, int* exit_code);
 void AddForwardCommand(CLI::App& app, int* exit_code);
+void AddDiffCommand(CLI::App& app, int* exit_code);
 void AddQuantCheckCommand(CLI::App& app, int* exit_code);
 void AddTranscodeCommand(CLI::App& app, int* exit_code);
 void AddVerifyPairCommand(CLI::App& app, int* exit_code);

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   ckpt::cli::AddInspectCommand(app, &exit_code);
   ckpt::cli::AddFingerprintCommand(app, &exit_code);
   ckpt::cli::AddForwardCommand(app, &exit_code);
+  ckpt::cli::AddDiffCommand(app, &exit_code);
   ckpt::cli::AddQuantCheckCommand(app, &exit_code);
   ckpt::cli::AddTranscodeCommand(app, &exit_code);
   ckpt::cli::AddVerifyPairCommand(app, &exit_code);

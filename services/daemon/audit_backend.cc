@@ -13,6 +13,9 @@
 #include "core/interop/publish.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
+#ifdef CKPT_HAVE_CUDA
+#include "gpu/block_forward_cuda.h"
+#endif
 
 namespace ckpt::daemon {
 namespace {
@@ -212,6 +215,43 @@ absl::Status AuditBackend::CheckRootMap(const std::vector<quant::RootMapping>& m
   return absl::OkStatus();
 }
 
+namespace {
+
+// The block forward's device by name; a GPU request without a usable GPU is FAILED_PRECONDITION.
+absl::StatusOr<forward::ForwardDevice> ForwardDeviceOf(const std::string& name) {
+  if (name.empty() || name == "cpu") return forward::CpuDevice();
+  if (name != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat("device: '", name, "' is not cpu or cuda"));
+  }
+#ifdef CKPT_HAVE_CUDA
+  return gpu::OpenCudaDevice();
+#else
+  return absl::FailedPreconditionError("device: this ckpt-auditd was built without CUDA");
+#endif
+}
+
+// The request's forward fields, before anything is queued; the layers are checked against the
+// checkpoint's config when the job runs.
+absl::Status CheckForwardRequest(const JobSpec& spec) {
+  if (spec.forward_layers.empty()) {
+    if (!spec.device.empty() || !spec.emulate.empty()) {
+      return absl::InvalidArgumentError("device and emulate need forward_layers");
+    }
+    return absl::OkStatus();
+  }
+  if (spec.forward_layers.size() > 4096 ||
+      (spec.forward_layers != "all" &&
+       spec.forward_layers.find_first_not_of("0123456789,") != std::string::npos)) {
+    return absl::InvalidArgumentError("forward_layers: expected all or L1,L2,...");
+  }
+  if (auto e = forward::ParseEmulation(spec.emulate); !e.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("emulate: ", e.status().message()));
+  }
+  return ForwardDeviceOf(spec.device).status();
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> AuditBackend::StartAudit(JobSpec spec) {
   auto root = OpenAllowed(spec.root);
   if (!root.ok()) return root.status();
@@ -228,6 +268,7 @@ absl::StatusOr<std::string> AuditBackend::StartAudit(JobSpec spec) {
   if (auto p = audit::PolicyByName(spec.policy); !p.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("policy: ", p.status().message()));
   }
+  if (auto s = CheckForwardRequest(spec); !s.ok()) return s;
   if (auto s = append_status(); !s.ok()) return s;
   return jobs_->Submit(std::move(spec));
 }
@@ -301,6 +342,16 @@ absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, Progress& p
   options.invoker = spec.invoker;
   // A hub cache snapshot's links must lead inside the allow-list too (docs/hf-layouts.md).
   options.links.allowed = options_.allowed_roots;
+  if (!spec.forward_layers.empty()) {
+    // Checked again when the job starts: the GPU may be gone after a restart.
+    auto device = ForwardDeviceOf(spec.device);
+    if (!device.ok()) return device.status();
+    auto emulation = forward::ParseEmulation(spec.emulate);
+    if (!emulation.ok()) return emulation.status();
+    options.forward_layers = spec.forward_layers;
+    options.forward_device = *std::move(device);
+    options.forward_emulation = *emulation;
+  }
   auto record = audit::RunAudit(options, progress);
   if (progress.Cancelled()) return absl::CancelledError("job cancelled; nothing was signed");
   if (!record.ok()) return record.status();

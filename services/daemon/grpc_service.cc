@@ -47,6 +47,9 @@ void FillJob(const JobSnapshot& s, pb::Job* out) {
     pm->set_declared(Text(m.declared));
     pm->set_actual(Text(m.actual));
   }
+  out->set_forward_layers(Text(s.spec.forward_layers));
+  out->set_device(Text(s.spec.device));
+  out->set_emulate(Text(s.spec.emulate));
   out->set_verdict(Text(s.outcome.verdict));
   out->set_record_id(s.outcome.record_id);
   out->set_error_code(static_cast<int32_t>(s.error.code()));
@@ -152,8 +155,16 @@ grpc::Status GrpcAuditService::StartAudit(grpc::ServerContext* ctx,
   if (auto s = RequireNonEmpty("root", req->root()); !s.ok()) return ToGrpc(s);
   auto root_map = RootMapOf(req->root_map());
   if (!root_map.ok()) return ToGrpc(root_map.status());
-  auto id = backend_.StartAudit(
-      {req->root(), req->source_root(), req->policy(), *root_map, caller.Invoker()});
+  JobSpec spec;
+  spec.root = req->root();
+  spec.source_root = req->source_root();
+  spec.policy = req->policy();
+  spec.root_map = *root_map;
+  spec.invoker = caller.Invoker();
+  spec.forward_layers = req->forward_layers();
+  spec.device = req->device();
+  spec.emulate = req->emulate();
+  auto id = backend_.StartAudit(std::move(spec));
   if (!id.ok()) return ToGrpc(id.status());
   auto snapshot = backend_.jobs().Get(*id);
   if (!snapshot.ok()) return ToGrpc(snapshot.status());

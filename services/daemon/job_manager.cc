@@ -38,6 +38,9 @@ storage::JobRow RowOf(const JobSnapshot& s) {
   r.policy = s.spec.policy;
   r.root_map = RootMapText(s.spec.root_map);
   r.invoker = s.spec.invoker;
+  r.forward_layers = s.spec.forward_layers;
+  r.device = s.spec.device;
+  r.emulate = s.spec.emulate;
   r.state = JobStateName(s.state);
   r.verdict = s.outcome.verdict;
   r.record_id = s.outcome.record_id;
@@ -51,7 +54,14 @@ storage::JobRow RowOf(const JobSnapshot& s) {
 JobSnapshot SnapshotOf(const storage::JobRow& r) {
   JobSnapshot s;
   s.id = r.id;
-  s.spec = {r.root, r.source_root, r.policy, RootMapOf(r.root_map), r.invoker};
+  s.spec.root = r.root;
+  s.spec.source_root = r.source_root;
+  s.spec.policy = r.policy;
+  s.spec.root_map = RootMapOf(r.root_map);
+  s.spec.invoker = r.invoker;
+  s.spec.forward_layers = r.forward_layers;
+  s.spec.device = r.device;
+  s.spec.emulate = r.emulate;
   s.state = JobState::kFailed;
   for (JobState st : kAllStates) {
     if (JobStateName(st) == r.state) s.state = st;
@@ -175,16 +185,21 @@ absl::Status JobManager::Recover() {
       continue;  // Get answers from the table
     }
     job->events.push_back(JobEvent{"queued", 0, 0, "recovered after a restart", false});
-    queue_.push_back(job);
+    queues_[LaneOf(job->snapshot.spec)].push_back(job);
     jobs_.emplace(job->snapshot.id, std::move(job));
   }
   return absl::OkStatus();
 }
 
+int JobManager::LaneOf(const JobSpec& spec) { return spec.device == "cuda" ? 1 : 0; }
+
+size_t JobManager::QueuedLocked() const { return queues_[0].size() + queues_[1].size(); }
+
 void JobManager::Start(unsigned workers) {
   for (unsigned i = 0; i < std::max(1u, workers); ++i) {
-    workers_.emplace_back([this] { WorkerLoop(); });
+    workers_.emplace_back([this] { WorkerLoop(0); });
   }
+  workers_.emplace_back([this] { WorkerLoop(1); });  // one GPU job at a time
 }
 
 JobManager::~JobManager() {
@@ -204,9 +219,9 @@ absl::StatusOr<std::string> JobManager::Submit(JobSpec spec) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_) return absl::UnavailableError("the daemon is shutting down");
-    if (queue_.size() + reserved_ >= max_queued_) {
+    if (QueuedLocked() + reserved_ >= max_queued_) {
       return absl::ResourceExhaustedError(
-          absl::StrCat(queue_.size(), " audits already queued; try again later"));
+          absl::StrCat(QueuedLocked(), " audits already queued; try again later"));
     }
     ++reserved_;  // a queue slot, held while the row is written
   }
@@ -225,7 +240,7 @@ absl::StatusOr<std::string> JobManager::Submit(JobSpec spec) {
     std::lock_guard<std::mutex> lock(mu_);
     --reserved_;
     if (!inserted.ok()) return inserted;
-    queue_.push_back(job);
+    queues_[LaneOf(job->snapshot.spec)].push_back(job);
     jobs_.emplace(row.id, std::move(job));
   }
   cv_.notify_all();
@@ -267,7 +282,7 @@ absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
     }
     job->cancel = true;
     if (job->snapshot.state == JobState::kQueued) {
-      std::erase(queue_, job);
+      std::erase(queues_[LaneOf(job->snapshot.spec)], job);
       job->snapshot.state = JobState::kCancelled;
       job->snapshot.error = absl::CancelledError("cancelled before it started");
       job->snapshot.finished_at = evidence::Rfc3339Now();
@@ -302,7 +317,7 @@ bool JobManager::Drain(absl::Time deadline, absl::Duration grace) {
 JobCounts JobManager::Counts() const {
   std::lock_guard<std::mutex> lock(mu_);
   JobCounts c;
-  c.queued = queue_.size();
+  c.queued = QueuedLocked();
   c.running = running_;
   return c;
 }
@@ -355,15 +370,16 @@ void JobManager::Finish(Job& job, JobEvent last) {
   }
 }
 
-void JobManager::WorkerLoop() {
+void JobManager::WorkerLoop(int lane) {
+  std::deque<std::shared_ptr<Job>>& queue = queues_[lane];
   for (;;) {
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || (!draining_ && !queue_.empty()); });
+      cv_.wait(lock, [&] { return stopping_ || (!draining_ && !queue.empty()); });
       if (stopping_) return;
-      job = queue_.front();
-      queue_.pop_front();
+      job = queue.front();
+      queue.pop_front();
       job->snapshot.state = JobState::kRunning;
       ++running_;
     }

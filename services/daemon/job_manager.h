@@ -2,6 +2,10 @@
 // bounded queue, a fixed set of worker threads, and per-job event histories that any number of
 // watchers can follow (late watchers replay from the start).
 //
+// Two lanes: jobs whose block forward runs on the GPU (JobSpec::device "cuda") wait in the GPU
+// lane, served by one worker of its own, so one GPU job runs at a time on the device while the
+// CPU workers keep taking the other audits.
+//
 // Durability (docs/daemon.md "Durability"): a job is written to the jobs table before Submit
 // returns its id, and every state change is written as it happens. On start the manager recovers
 // the table: queued jobs are queued again in submission order; jobs that were running when the
@@ -43,6 +47,9 @@ struct JobSpec {
   std::string policy;
   std::vector<quant::RootMapping> root_map;
   std::string invoker;  // who asked (auth.h Caller::Invoker()); recorded in the record
+  std::string forward_layers;  // "", "all" or "L1,L2,...": the block forward's layers
+  std::string device;          // of the block forward: "" or "cpu", or "cuda" (GPU lane)
+  std::string emulate;         // "" or a forward::Emulation name
   // The directories opened and allow-list checked at submission; the job reads through them,
   // so a path swapped while the job waits cannot redirect it. In memory only (a descriptor
   // cannot outlive the process): a job recovered after a restart opens and checks its roots
@@ -126,7 +133,9 @@ class JobManager {
              size_t max_retained);
   absl::Status Recover();
   void Start(unsigned workers);
-  void WorkerLoop();
+  void WorkerLoop(int lane);
+  static int LaneOf(const JobSpec& spec);  // 0: CPU workers, 1: the GPU worker
+  size_t QueuedLocked() const;             // requires mu_
   void AddEvent(Job& job, JobEvent event);
   void Finish(Job& job, JobEvent last);  // requires mu_; records the job as finished
   absl::Status Store(const JobSnapshot& snapshot) const;
@@ -141,7 +150,7 @@ class JobManager {
   mutable std::condition_variable cv_;  // signalled on any new event, job, finish or stop
   // Shared so that a watcher keeps a job alive while it is dropped from the map.
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_
-  std::deque<std::shared_ptr<Job>> queue_;            // guarded by mu_
+  std::deque<std::shared_ptr<Job>> queues_[2];        // guarded by mu_; by LaneOf
   std::deque<std::string> finished_;                  // guarded by mu_; oldest first
   size_t running_ = 0;                                // guarded by mu_
   size_t reserved_ = 0;                               // guarded by mu_: Submits writing rows

@@ -8,6 +8,7 @@
 #include <future>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "core/audit/audit_checks.h"
 #include "core/evidence/dsse.h"
@@ -104,10 +105,12 @@ class DaemonTest : public ::testing::Test {
 
   // Submits an audit; the job's id.
   std::string Submit(const fs::path& root, const fs::path& source,
-                     const std::vector<std::pair<std::string, std::string>>& root_map = {}) {
+                     const std::vector<std::pair<std::string, std::string>>& root_map = {},
+                     const std::string& forward_layers = "") {
     pb::StartAuditRequest req;
     req.set_root(root.string());
     if (!source.empty()) req.set_source_root(source.string());
+    req.set_forward_layers(forward_layers);
     for (const auto& [declared, actual] : root_map) {
       pb::RootMapping* m = req.add_root_map();
       m->set_declared(declared);
@@ -162,9 +165,10 @@ class DaemonTest : public ::testing::Test {
 
   // Starts an audit and follows its stream to the end; returns the final job.
   pb::Job AuditAndWait(const fs::path& root, const fs::path& source,
-                       std::vector<std::string>* phases = nullptr) {
+                       std::vector<std::string>* phases = nullptr,
+                       const std::string& forward_layers = "") {
     pb::WatchJobRequest watch;
-    watch.set_id(Submit(root, source));
+    watch.set_id(Submit(root, source, {}, forward_layers));
     grpc::ClientContext wctx;
     auto reader = stub_->WatchJob(&wctx, watch);
     pb::JobEvent e;
@@ -625,6 +629,71 @@ TEST_F(DaemonTest, InvalidRequestFieldsAreNamed) {
   bad_id.set_id("../etc");
   grpc::ClientContext c3;
   EXPECT_EQ(stub_->GetJob(&c3, bad_id, &job).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// StartAudit's block forward: every layer on the CPU into the signed record; bad forward fields
+// are INVALID_ARGUMENT; a GPU request without a usable GPU is FAILED_PRECONDITION, never a CPU
+// run, and queues nothing.
+TEST_F(DaemonTest, ForwardLayersInAuditsAndGpuRequests) {
+  pb::Job job = AuditAndWait(dst_, src_, nullptr, "all");
+  ASSERT_EQ(job.state(), pb::JOB_STATE_SUCCEEDED) << job.error_message();
+  EXPECT_EQ(job.verdict(), "pass");
+  EXPECT_EQ(job.forward_layers(), "all");
+  auto log = storage::EvidenceLog::OpenReadOnly(db_);
+  ASSERT_TRUE(log.ok());
+  auto entry = (*log)->Get(static_cast<uint64_t>(job.record_id()));
+  ASSERT_TRUE(entry.ok()) << entry.status();
+  auto envelope = evidence::ParseEnvelope(entry->envelope);
+  ASSERT_TRUE(envelope.ok());
+  auto statement = nlohmann::json::parse(envelope->payload);
+  const auto& forward = statement["predicate"]["block_forward"];
+  EXPECT_EQ(forward["layers_run"], 2);
+  EXPECT_EQ(forward["device"], "cpu");
+  EXPECT_EQ(forward["summary"][1]["verdict"], "bit-identical");
+
+  auto start = [&](const std::function<void(pb::StartAuditRequest&)>& set) {
+    pb::StartAuditRequest req;
+    req.set_root(dst_.string());
+    req.set_source_root(src_.string());
+    set(req);
+    pb::Job out;
+    grpc::ClientContext ctx;
+    return stub_->StartAudit(&ctx, req, &out);
+  };
+  for (const auto& set : std::vector<std::function<void(pb::StartAuditRequest&)>>{
+           [](auto& r) { r.set_forward_layers("1;2"); },
+           [](auto& r) { r.set_forward_layers("all"); r.set_device("tpu"); },
+           [](auto& r) { r.set_forward_layers("all"); r.set_emulate("sglang"); },
+           [](auto& r) { r.set_device("cpu"); }}) {
+    EXPECT_EQ(start(set).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  const uint64_t size = LogSize();
+  grpc::Status gpu = start([](auto& r) {
+    r.set_forward_layers("all");
+    r.set_device("cuda");
+  });
+  if (!gpu.ok()) {
+    EXPECT_EQ(gpu.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << gpu.error_message();
+    EXPECT_EQ(LogSize(), size);
+    return;
+  }
+  // A GPU is here: the job ran on it and the record names it.
+  for (int i = 0; i < 3000 && LogSize() < size + 2; ++i) {  // at most 60 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GE(LogSize(), size + 2) << "the GPU job did not log its record";
+  auto gpu_log = storage::EvidenceLog::OpenReadOnly(db_);
+  ASSERT_TRUE(gpu_log.ok());
+  auto gpu_entry = (*gpu_log)->Get(size);
+  ASSERT_TRUE(gpu_entry.ok()) << gpu_entry.status();
+  auto gpu_statement = nlohmann::json::parse(evidence::ParseEnvelope(gpu_entry->envelope)->payload);
+  const auto& predicate = gpu_statement["predicate"];
+  EXPECT_EQ(predicate["block_forward"]["device"], "cuda");
+  EXPECT_EQ(predicate["block_forward"]["verdict"], "bit-identical");
+  EXPECT_FALSE(predicate["environment"]["gpu"]["name"].get<std::string>().empty());
+  std::printf("[ measured ] daemon GPU job: %s on %s\n",
+              predicate["block_forward"]["verdict"].get<std::string>().c_str(),
+              predicate["environment"]["gpu"].dump().c_str());
 }
 
 // Finding 10: filters are normalised and compared as values, not as strings.

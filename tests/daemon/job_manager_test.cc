@@ -242,6 +242,50 @@ TEST_F(JobManagerTest, QueuedJobsSurviveAStopAndRunAfterIt) {
   EXPECT_EQ(jobs->Get(second)->state, JobState::kSucceeded);
 }
 
+// GPU jobs have a lane of their own: a running GPU job holds the GPU worker (the next GPU job
+// waits) while CPU jobs still run; the forward request survives a restart.
+TEST_F(JobManagerTest, GpuJobsRunOneAtATimeBesideCpuJobs) {
+  std::promise<void> release_gpu;
+  std::shared_future<void> gpu_released = release_gpu.get_future().share();
+  std::atomic<int> gpu_running{0}, gpu_max{0};
+  auto work = [&](const JobSpec& spec, Progress& p) -> absl::StatusOr<JobOutcome> {
+    p.Begin("work", 1);
+    p.End();
+    if (spec.device == "cuda") {
+      const int now = ++gpu_running;
+      gpu_max = std::max(gpu_max.load(), now);
+      while (gpu_released.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
+        if (p.Cancelled()) {
+          --gpu_running;
+          return absl::CancelledError("stopped");
+        }
+      }
+      --gpu_running;
+    }
+    return JobOutcome{"pass", 1};
+  };
+  auto m = JobManager::Create(work, table_.get(), absl::OkStatus(), 1, 8);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto& jobs = **m;
+  JobSpec gpu{"root", "", "", {}, "", "all", "cuda", "vllm-w13-collapse"};
+  const std::string g1 = *jobs.Submit(gpu), g2 = *jobs.Submit(gpu);
+  jobs.Watch(g1, [](const JobEvent& e) { return e.phase != "work"; }).IgnoreError();
+  const std::string cpu = *jobs.Submit({"root", "", ""});
+  WaitDone(jobs, cpu);  // a CPU job finishes while the GPU job holds the GPU worker
+  EXPECT_EQ(jobs.Get(cpu)->state, JobState::kSucceeded);
+  EXPECT_EQ(jobs.Get(g2)->state, JobState::kQueued);
+  auto row = table_->Get(g2);
+  ASSERT_TRUE(row.ok());
+  EXPECT_EQ(row->forward_layers, "all");
+  EXPECT_EQ(row->device, "cuda");
+  EXPECT_EQ(row->emulate, "vllm-w13-collapse");
+  release_gpu.set_value();
+  WaitDone(jobs, g2);
+  EXPECT_EQ(jobs.Get(g2)->state, JobState::kSucceeded);
+  EXPECT_EQ(jobs.Get(g2)->spec.device, "cuda");
+  EXPECT_EQ(gpu_max.load(), 1);
+}
+
 TEST_F(JobManagerTest, DrainRefusesNewJobs) {
   GatedWork work;
   work.release.set_value();

@@ -126,7 +126,8 @@ TEST_F(CliTest, AuditVerifyQueryAndReport) {
   auto predicate = nlohmann::json::parse(js.out)["statement"]["predicate"];
   EXPECT_EQ(predicate["verdict"], "pass");
   EXPECT_EQ(predicate["pair_audit"]["verdict"], "lossless");
-  EXPECT_EQ(predicate["block_forward"]["layer"], 1);
+  EXPECT_EQ(predicate["block_forward"]["layers"][0]["layer"], 1);
+  EXPECT_EQ(predicate["block_forward"]["summary"][0]["verdict"], "bit-identical");
 
   // verify: signature, subjects against the disk, inclusion under the signed checkpoint.
   Result ok = Run("verify --db " + Db() + " --id 4 --root " + bad.string() + " --trust " + Trust());

@@ -1,11 +1,14 @@
 // Mutations of a copied fixture for forward tests: one NVFP4 scale of an expert off by a
-// power of two.
+// power of two; or a lossless rewrite of an expert's w3 (global scale and every block scale
+// halved) that vLLM's w1/w3 global-scale collapse turns lossy (docs/formats.md §5).
 #ifndef CKPT_TESTS_FORWARD_FIXTURE_MUTATION_H_
 #define CKPT_TESTS_FORWARD_FIXTURE_MUTATION_H_
 
 #include <filesystem>
 #include <fstream>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/checkpoint.h"
 #include "gtest/gtest.h"
@@ -46,6 +49,48 @@ inline void ScaleOneByPowerOfTwo(const std::filesystem::path& root, const std::s
   f.seekp(static_cast<std::streamoff>(offset));
   const char byte = static_cast<char>(mutated);
   f.write(&byte, 1);
+}
+
+// Writes `len` bytes at `offset` of the file `path`.
+inline void Overwrite(const std::string& path, uint64_t offset, const void* data, size_t len) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(len));
+  ASSERT_TRUE(f.good()) << path;
+}
+
+// Halves `module`'s F32 weight_global_scale (the NVFP4 divisor) and every nonzero E4M3
+// weight_scale: each value e2m1 * scale / global is unchanged, so the pair stays lossless on
+// disk, but the module's global scale no longer equals its sibling's. Requires every nonzero
+// scale to be normal with a biased exponent >= 2 (true of transcoder output, whose scales are
+// 2^0 .. 2^8), so that halving is exact.
+inline void HalveGlobalAndBlockScales(const std::filesystem::path& root,
+                                      const std::string& module) {
+  auto ckpt = Checkpoint::Open(root.string());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto scale = (*ckpt)->Find(module + ".weight_scale");
+  auto global = (*ckpt)->Find(module + ".weight_global_scale");
+  ASSERT_TRUE(scale && global) << module;
+  ASSERT_EQ(scale->info->dtype, DType::kF8_E4M3);
+  ASSERT_EQ(global->info->dtype, DType::kF32);
+  ASSERT_EQ(global->info->num_bytes(), 4u);
+  std::vector<uint8_t> scales(scale->bytes().begin(), scale->bytes().end());
+  for (uint8_t& b : scales) {
+    if ((b & 0x7F) == 0) continue;
+    const int exp = (b >> 3) & 0xF;
+    ASSERT_GE(exp, 2) << module << ": a scale too small to halve exactly";
+    ASSERT_FALSE(exp == 15 && (b & 7) == 7) << module << ": NaN scale";
+    b = static_cast<uint8_t>(b - 8);
+  }
+  float g;
+  std::memcpy(&g, global->bytes().data(), 4);
+  g /= 2;
+  const std::string scale_path = scale->file->path(), global_path = global->file->path();
+  const uint64_t scale_at = scale->file->data_start() + scale->info->begin;
+  const uint64_t global_at = global->file->data_start() + global->info->begin;
+  ckpt->reset();
+  Overwrite(scale_path, scale_at, scales.data(), scales.size());
+  Overwrite(global_path, global_at, &g, 4);
 }
 
 }  // namespace ckpt::forward

@@ -3,10 +3,13 @@
 // expert off by a power of two does not, and the report says where.
 #include "core/forward/forward_audit.h"
 
+#include <cstring>
 #include <fstream>
+#include <set>
 
 #include "core/forward/block_io.h"
 #include "core/forward/result_diff.h"
+#include "core/forward/tensor_file_diff.h"
 #include "core/safetensors.h"
 #include "core/sha256.h"
 #include "gtest/gtest.h"
@@ -123,6 +126,173 @@ TEST(ForwardAudit, ErrorsAreStatuses) {
   o.layer = 1;
   o.input_path = Fixture("malformed/valid_e8m0.safetensors").string();
   EXPECT_EQ(RunForwardAudit(o, CpuDevice()).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ModelForward, LayerSpecs) {
+  auto ckpt = Checkpoint::Open(Fixture("mini-kimi-nvfp4").string());
+  ASSERT_TRUE(ckpt.ok());
+  const nlohmann::json& c = (*ckpt)->text_config();
+  EXPECT_EQ(*ResolveLayers("all", c), (std::vector<int>{1, 2}));  // layer 0 is dense
+  EXPECT_EQ(*ResolveLayers("2,1", c), (std::vector<int>{2, 1}));
+  for (const char* bad : {"", "0", "1,1", "3", "-1", "x", "1,", "1;2", "99999999999"}) {
+    EXPECT_EQ(ResolveLayers(bad, c).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  nlohmann::json no_count = c;
+  no_count.erase("num_hidden_layers");
+  EXPECT_FALSE(ResolveLayers("all", no_count).ok());
+}
+
+TEST(ModelForward, EveryFixtureLayerIsBitIdenticalToSource) {
+  for (const char* derived : {"mini-kimi-nvfp4", "mini-kimi-x4t"}) {
+    auto r = RunModelForward("all", PairOptions(Fixture(derived).string(), Precision::kBF16),
+                             CpuDevice());
+    ASSERT_TRUE(r.ok()) << derived << ": " << r.status();
+    EXPECT_TRUE(r->passed) << r->report.dump(1);
+    EXPECT_EQ(r->report["schema"], "ckpt-audit.model-forward/1");
+    EXPECT_EQ(r->report["verdict"], "bit-identical");
+    EXPECT_EQ(r->report["layers_run"], 2);
+    ASSERT_EQ(r->report["summary"].size(), 2u);
+    std::set<std::string> outputs;
+    for (int i = 0; i < 2; ++i) {
+      const auto& row = r->report["summary"][i];
+      EXPECT_EQ(row["layer"], i + 1);
+      EXPECT_EQ(row["verdict"], "bit-identical");
+      EXPECT_EQ(row["output_differing_elements"], 0);
+      EXPECT_EQ(row["output_ulp_histogram"]["0"], 8 * 256);
+      EXPECT_EQ(row["source_output_sha256"], row["derived_output_sha256"]);
+      EXPECT_EQ(r->report["layers"][i]["layer"], i + 1);
+      outputs.insert(row["derived_output_sha256"].get<std::string>());
+    }
+    EXPECT_EQ(outputs.size(), 2u) << "the two layers have different weights";
+  }
+}
+
+TEST(ModelForward, MutatedLayerIsTheOneReported) {
+  TempDir dir;
+  const auto copy = CopyFixture("mini-kimi-nvfp4", dir);
+  for (int e = 0; e < 16; ++e) {
+    ScaleOneByPowerOfTwo(copy, "language_model.model.layers.2.block_sparse_moe.experts." +
+                             std::to_string(e) + ".w2");
+  }
+  auto r = RunModelForward("all", PairOptions(copy.string(), Precision::kF32), CpuDevice());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->passed);
+  EXPECT_EQ(r->report["summary"][0]["verdict"], "bit-identical");
+  EXPECT_EQ(r->report["summary"][1]["verdict"], "different");
+  EXPECT_GT(r->report["summary"][1]["output_differing_elements"].get<uint64_t>(), 0u);
+  EXPECT_EQ(r->report["layers_passed"], 1);
+}
+
+// docs/formats.md §5: w3's global scale and block scales halved together is lossless on disk;
+// loaded as vLLM does (w1's global scale for both) it is not.
+TEST(ModelForward, VllmW13CollapseEmulation) {
+  ForwardAuditOptions o = PairOptions(Fixture("mini-kimi-nvfp4").string(), Precision::kBF16);
+  o.emulation = Emulation::kVllmW13Collapse;
+  auto original = RunModelForward("all", o, CpuDevice());
+  ASSERT_TRUE(original.ok()) << original.status();
+  EXPECT_TRUE(original->passed);
+  EXPECT_FALSE(original->emulation_differs);
+  for (const auto& row : original->report["summary"]) {
+    EXPECT_EQ(row["emulated_verdict"], "bit-identical");
+    EXPECT_EQ(row["emulated_experts_changed"], 0);
+  }
+
+  TempDir dir;
+  const auto copy = CopyFixture("mini-kimi-nvfp4", dir);
+  for (int e = 0; e < 16; ++e) {
+    HalveGlobalAndBlockScales(copy, "language_model.model.layers.1.block_sparse_moe.experts." +
+                                        std::to_string(e) + ".w3");
+  }
+  o.root = copy.string();
+  auto mutated = RunModelForward("all", o, CpuDevice());
+  ASSERT_TRUE(mutated.ok()) << mutated.status();
+  EXPECT_TRUE(mutated->passed) << "lossless on disk: the stored weights give the same bits";
+  EXPECT_TRUE(mutated->emulation_differs);
+  const auto& l1 = mutated->report["summary"][0];
+  const auto& l2 = mutated->report["summary"][1];
+  EXPECT_EQ(l1["verdict"], "bit-identical");
+  EXPECT_EQ(l1["emulated_verdict"], "different");
+  EXPECT_EQ(l1["emulated_experts_changed"], 16);
+  EXPECT_GT(l1["emulated_output_differing_elements"].get<uint64_t>(), 0u);
+  EXPECT_NE(l1["emulated_output_max_abs_diff"], "0");
+  EXPECT_EQ(l2["emulated_verdict"], "bit-identical");
+  EXPECT_EQ(l2["emulated_experts_changed"], 0);
+
+  // Emulation leaves MXFP4 (no global scales) alone.
+  ForwardAuditOptions x4t = PairOptions(Fixture("mini-kimi-x4t").string(), Precision::kF64);
+  x4t.emulation = Emulation::kVllmW13Collapse;
+  auto r = RunModelForward("1", x4t, CpuDevice());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->report["summary"][0]["emulated_experts_changed"], 0);
+  EXPECT_FALSE(r->emulation_differs);
+}
+
+TEST(ModelForward, OutputFileNeedsOneLayer) {
+  ForwardAuditOptions o = PairOptions(Fixture("mini-kimi-nvfp4").string(), Precision::kF32);
+  TempDir dir;
+  o.output_path = (dir / "y.safetensors").string();
+  EXPECT_EQ(RunModelForward("all", o, CpuDevice()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TensorFileDiff, ComparesForwardOutputs) {
+  TempDir dir;
+  ForwardAuditOptions o = PairOptions(Fixture("mini-kimi-nvfp4").string(), Precision::kF32);
+  o.output_path = (dir / "a.safetensors").string();
+  ASSERT_TRUE(RunForwardAudit(o, CpuDevice()).ok());
+  o.root = Fixture("mini-kimi-x4t").string();
+  o.output_path = (dir / "b.safetensors").string();
+  ASSERT_TRUE(RunForwardAudit(o, CpuDevice()).ok());
+  auto same = DiffTensorFiles((dir / "a.safetensors").string(), (dir / "b.safetensors").string());
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_TRUE(same->identical) << same->report.dump(1);
+  EXPECT_EQ(same->report["tensors"]["output"]["compared_in"], "F32");
+  EXPECT_EQ(same->report["tensors_compared"], 9);  // input + 8 block tensors
+
+  const auto copy = CopyFixture("mini-kimi-nvfp4", dir);
+  for (int e = 0; e < 16; ++e) {
+    ScaleOneByPowerOfTwo(copy, "language_model.model.layers.1.block_sparse_moe.experts." +
+                             std::to_string(e) + ".w2");
+  }
+  o.root = copy.string();
+  o.output_path = (dir / "c.safetensors").string();
+  ASSERT_TRUE(RunForwardAudit(o, CpuDevice()).ok());
+  auto d = DiffTensorFiles((dir / "a.safetensors").string(), (dir / "c.safetensors").string());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->identical);
+  EXPECT_EQ(d->report["verdict"], "different");
+  const auto& out = d->report["tensors"]["output"];
+  EXPECT_FALSE(out["bitwise_equal"]);
+  EXPECT_GT(out["differing_elements"].get<uint64_t>(), 0u);
+  EXPECT_TRUE(d->report["tensors"]["router_logits"]["bitwise_equal"]);
+
+  EXPECT_FALSE(DiffTensorFiles((dir / "a.safetensors").string(),
+                               Fixture("malformed/valid_e8m0.safetensors").string())
+                   ->identical);
+  EXPECT_FALSE(DiffTensorFiles((dir / "a.safetensors").string(),
+                               (dir / "missing.safetensors").string()).ok());
+}
+
+TEST(TensorFileDiff, MixedFloatDtypesCompareInTheCoarserOne) {
+  TempDir dir;
+  // One BF16 tensor [2] = {1.0, 1.5}, one F32 tensor with {1.0, 1.5 + 2^-20} (the same BF16).
+  auto write = [&](const std::string& name, const std::string& dtype, const std::string& bytes) {
+    const std::string header = "{\"t\":{\"dtype\":\"" + dtype + "\",\"shape\":[2],\"data_offsets\":[0," +
+                               std::to_string(bytes.size()) + "]}}";
+    std::string file(8, '\0');
+    const uint64_t n = header.size();
+    std::memcpy(file.data(), &n, 8);
+    file += header + bytes;
+    ::ckpt::testing::WriteAll(dir / name, file);
+  };
+  const uint16_t bf[2] = {0x3F80, 0x3FC0};
+  const float f[2] = {1.0f, 1.5f + 0x1p-20f};
+  write("a.safetensors", "BF16", std::string(reinterpret_cast<const char*>(bf), 4));
+  write("b.safetensors", "F32", std::string(reinterpret_cast<const char*>(f), 8));
+  auto d = DiffTensorFiles((dir / "a.safetensors").string(), (dir / "b.safetensors").string());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->report["tensors"]["t"]["compared_in"], "BF16");
+  EXPECT_TRUE(d->identical) << d->report.dump(1);
 }
 
 TEST(ResultDiff, UlpHistogramCountsFloatSteps) {

@@ -56,12 +56,82 @@ TEST(ForwardCli, MutatedPairExitsOne) {
   EXPECT_NE(r.out.find("DIFFERENT"), std::string::npos) << r.out;
 }
 
+TEST(ForwardCli, EveryLayerWithSummaryAndEmulation) {
+  CliRun r = Cli("--root " + Fixture("mini-kimi-nvfp4").string() + kSource +
+                 " --layers all --tokens 2 --precision f32 --emulate vllm-w13-collapse");
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("verdict: bit-identical (2 of 2 layers passed)"), std::string::npos)
+      << r.out;
+  CliRun j = Cli("--root " + Fixture("mini-kimi-nvfp4").string() + kSource +
+                 " --layers 2 --tokens 2 --json");
+  ASSERT_EQ(j.rc, 0) << j.err;
+  EXPECT_EQ(nlohmann::json::parse(j.out)["summary"][0]["layer"], 2);
+
+  TempDir dir;
+  const auto copy = CopyFixture("mini-kimi-nvfp4", dir);
+  for (int e = 0; e < 16; ++e) {
+    HalveGlobalAndBlockScales(copy, "language_model.model.layers.2.block_sparse_moe.experts." +
+                                        std::to_string(e) + ".w3");
+  }
+  const std::string mutated = "--root " + copy.string() + kSource + " --layers all --tokens 2";
+  EXPECT_EQ(Cli(mutated).rc, 0) << "lossless on disk";
+  CliRun e = Cli(mutated + " --emulate vllm-w13-collapse");
+  EXPECT_EQ(e.rc, 1) << e.out;
+  EXPECT_NE(e.out.find("vllm-w13-collapse (16 experts changed) vs source: output different"),
+            std::string::npos) << e.out;
+}
+
+TEST(ForwardCli, DiffExitCodes) {
+  TempDir dir;
+  const std::string a = (dir / "a.safetensors").string(), b = (dir / "b.safetensors").string();
+  ASSERT_EQ(Cli("--root " + Fixture("mini-kimi-nvfp4").string() + " --layer 1 --tokens 2 "
+                "--precision f32 --output " + a).rc, 0);
+  ASSERT_EQ(Cli("--root " + Fixture("mini-kimi-x4t").string() + " --layer 2 --tokens 2 "
+                "--precision f32 --output " + b).rc, 0);
+  static const TempDir scratch;
+  auto same = ::ckpt::testing::RunCli("diff " + a + " " + a, scratch.path());
+  EXPECT_EQ(same.rc, 0) << same.out << same.err;
+  auto differ = ::ckpt::testing::RunCli("diff " + a + " " + b, scratch.path());
+  EXPECT_EQ(differ.rc, 1) << differ.out;
+  EXPECT_NE(differ.out.find("output"), std::string::npos);
+  EXPECT_EQ(::ckpt::testing::RunCli("diff " + a + " " + (dir / "none").string(), scratch.path()).rc,
+            2);
+}
+
+// Without a usable GPU a GPU audit is refused before anything is read or signed; with one it
+// runs there.
+TEST(ForwardCli, GpuAuditNeedsAGpu) {
+  TempDir dir;
+  const std::string args = "audit " + Fixture("mini-kimi-nvfp4").string() + kSource +
+                           " --forward-layers all --device cuda --db " +
+                           (dir / "log.db").string() + " --key " + (dir / "k.pem").string() +
+                           " --json";
+  auto r = ::ckpt::testing::RunCli(args, dir.path());
+  if (r.rc == 2) {
+    EXPECT_NE(r.err.find("FAILED_PRECONDITION"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir / "log.db")) << "nothing may be logged";
+  } else {
+    ASSERT_EQ(r.rc, 0) << r.out << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["checks"][4]["name"], "block_forward");
+  }
+  auto no_layers = ::ckpt::testing::RunCli(
+      "audit " + Fixture("mini-kimi-nvfp4").string() + " --device cuda --db " +
+          (dir / "log2.db").string() + " --key " + (dir / "k.pem").string(),
+      dir.path());
+  EXPECT_EQ(no_layers.rc, 2);
+}
+
 TEST(ForwardCli, BadInputExitsTwo) {
   const std::string root = " --root " + Fixture("mini-kimi-nvfp4").string();
   EXPECT_EQ(Cli(root + " --layer 0").rc, 2);             // dense layer
   EXPECT_EQ(Cli(root + " --layer 1 --precision f16").rc, 2);
   EXPECT_EQ(Cli(root + " --layer 1 --device tpu").rc, 2);
   EXPECT_EQ(Cli("--layer 1").rc, 2);                      // no --root
+  EXPECT_EQ(Cli(root + " --layer 1 --layers all").rc, 2);
+  EXPECT_EQ(Cli(root).rc, 2);                             // neither
+  EXPECT_EQ(Cli(root + " --layers 0,1").rc, 2);           // 0 is dense
+  EXPECT_EQ(Cli(root + " --layers all --emulate sglang").rc, 2);
+  EXPECT_EQ(Cli(root + " --layers all --output /tmp/x.safetensors").rc, 2);
   EXPECT_EQ(Cli(root + " --layer 1 --input " +
                 Fixture("malformed/valid_e8m0.safetensors").string()).rc, 2);
 }

@@ -14,6 +14,7 @@
 #include "core/quant/codecs.h"
 #include "core/safetensors.h"
 #include "gtest/gtest.h"
+#include "tests/forward/fixture_mutation.h"
 #include "tests/forward/synthetic_blocks.h"
 #include "tests/test_util.h"
 
@@ -214,6 +215,81 @@ TEST(CudaForward, AuditDeviceReportsPairIdenticalOnGpu) {
                 derived, r->report["verdict"].get<std::string>().c_str(),
                 r->report["device_vs_cpu"]["max_relative_error"]["output"]
                     .get<std::string>().c_str());
+  }
+}
+
+TEST(CudaForward, DeviceOpensOnlyWithAGpu) {
+  if (absl::Status s = CudaAvailable(); !s.ok()) {
+    // Never a silent CPU run: asking for the GPU without one is FAILED_PRECONDITION.
+    EXPECT_EQ(OpenCudaDevice().status().code(), absl::StatusCode::kFailedPrecondition);
+    GTEST_SKIP() << "no GPU: " << s.message();
+  }
+  auto d = OpenCudaDevice();
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_TRUE(d->gpu.has_value());
+  EXPECT_FALSE(d->gpu->name.empty());
+  EXPECT_NE(d->gpu->sm.find('.'), std::string::npos);
+  std::printf("[ measured ] GPU %s, sm %s, driver %s, CUDA runtime %s\n", d->gpu->name.c_str(),
+              d->gpu->sm.c_str(), d->gpu->driver.c_str(), d->gpu->cuda.c_str());
+}
+
+forward::ForwardAuditOptions ModelOptions(const std::string& derived) {
+  forward::ForwardAuditOptions o;
+  o.root = derived;
+  o.source = Fixture("mini-kimi-mxfp4").string();
+  o.tokens = 8;
+  o.seed = 11;
+  o.precision = Precision::kBF16;
+  return o;
+}
+
+TEST(CudaForward, EveryFixtureLayerAgreesWithCpuAndSource) {
+  SKIP_WITHOUT_GPU();
+  for (const char* derived : {"mini-kimi-nvfp4", "mini-kimi-x4t"}) {
+    auto r = forward::RunModelForward("all", ModelOptions(Fixture(derived).string()),
+                                      CudaDevice());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->passed) << r->report.dump(1);
+    ASSERT_EQ(r->report["layers"].size(), 2u);
+    for (const auto& layer : r->report["layers"]) {
+      EXPECT_EQ(layer["verdict"], "bit-identical");
+      EXPECT_TRUE(layer["determinism"]["bitwise_equal"]);
+      EXPECT_TRUE(layer["device_vs_cpu"]["topk_ids_equal"]);
+      const double rel =
+          std::stod(layer["device_vs_cpu"]["max_relative_error"]["output"].get<std::string>());
+      EXPECT_LT(rel, 1e-4) << "layer " << layer["layer"];
+      std::printf("[ measured ] %s layer %d on cuda: %s, device vs cpu output rel error %.3g\n",
+                  derived, layer["layer"].get<int>(), layer["verdict"].get<std::string>().c_str(),
+                  rel);
+    }
+  }
+}
+
+TEST(CudaForward, VllmW13CollapseEmulationOnGpu) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const auto copy = CopyFixture("mini-kimi-nvfp4", dir);
+  for (int e = 0; e < 16; ++e) {
+    forward::HalveGlobalAndBlockScales(
+        copy, "language_model.model.layers.1.block_sparse_moe.experts." + std::to_string(e) +
+                  ".w3");
+  }
+  for (const bool mutated : {false, true}) {
+    forward::ForwardAuditOptions o =
+        ModelOptions(mutated ? copy.string() : Fixture("mini-kimi-nvfp4").string());
+    o.emulation = forward::Emulation::kVllmW13Collapse;
+    auto r = forward::RunModelForward("all", o, CudaDevice());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->passed) << "lossless on disk";
+    EXPECT_EQ(r->emulation_differs, mutated);
+    const auto& l1 = r->report["summary"][0];
+    EXPECT_EQ(l1["emulated_verdict"], mutated ? "different" : "bit-identical");
+    EXPECT_EQ(r->report["summary"][1]["emulated_verdict"], "bit-identical");
+    std::printf("[ measured ] vllm-w13-collapse on cuda, %s fixture, layer 1: %s output "
+                "elements differ, max |diff| %s\n",
+                mutated ? "mutated" : "original",
+                l1["emulated_output_differing_elements"].dump().c_str(),
+                l1["emulated_output_max_abs_diff"].get<std::string>().c_str());
   }
 }
 
