@@ -218,6 +218,24 @@ int IntOr(const nlohmann::json& c, const char* key, int fallback) {
   return v < 0 || v > (1 << 20) ? fallback : static_cast<int>(v);
 }
 
+// The derived checkpoint at `o.root` and, when `o.source` is set, the source.
+struct OpenedPair {
+  std::unique_ptr<Checkpoint> derived, source;
+};
+
+absl::StatusOr<OpenedPair> OpenPair(const ForwardAuditOptions& o) {
+  OpenedPair pair;
+  auto derived = Checkpoint::Open(o.root);
+  if (!derived.ok()) return derived.status();
+  pair.derived = *std::move(derived);
+  if (!o.source.empty()) {
+    auto source = Checkpoint::Open(o.source);
+    if (!source.ok()) return source.status();
+    pair.source = *std::move(source);
+  }
+  return pair;
+}
+
 }  // namespace
 
 std::string EmulationName(Emulation e) {
@@ -289,15 +307,9 @@ ForwardDevice CpuDevice() {
 
 absl::StatusOr<ForwardAuditResult> RunForwardAudit(const ForwardAuditOptions& o,
                                                    const ForwardDevice& device) {
-  auto derived = Checkpoint::Open(o.root);
-  if (!derived.ok()) return derived.status();
-  std::unique_ptr<Checkpoint> source;
-  if (!o.source.empty()) {
-    auto s = Checkpoint::Open(o.source);
-    if (!s.ok()) return s.status();
-    source = *std::move(s);
-  }
-  return RunForwardAudit(**derived, source.get(), o, device);
+  auto pair = OpenPair(o);
+  if (!pair.ok()) return pair.status();
+  return RunForwardAudit(*pair->derived, pair->source.get(), o, device);
 }
 
 absl::StatusOr<ForwardAuditResult> RunForwardAudit(const Checkpoint& derived_ckpt,
@@ -332,15 +344,9 @@ absl::StatusOr<ForwardAuditResult> RunForwardAudit(const Checkpoint& derived_ckp
 absl::StatusOr<ForwardAuditResult> RunModelForward(const std::string& layers,
                                                    const ForwardAuditOptions& o,
                                                    const ForwardDevice& device) {
-  auto derived = Checkpoint::Open(o.root);
-  if (!derived.ok()) return derived.status();
-  std::unique_ptr<Checkpoint> source;
-  if (!o.source.empty()) {
-    auto s = Checkpoint::Open(o.source);
-    if (!s.ok()) return s.status();
-    source = *std::move(s);
-  }
-  return RunModelForward(**derived, source.get(), layers, o, device);
+  auto pair = OpenPair(o);
+  if (!pair.ok()) return pair.status();
+  return RunModelForward(*pair->derived, pair->source.get(), layers, o, device);
 }
 
 absl::StatusOr<ForwardAuditResult> RunModelForward(const Checkpoint& derived_ckpt,
