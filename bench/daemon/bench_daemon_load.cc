@@ -6,7 +6,11 @@
 // docs/PERFORMANCE.md ("Daemon under load") records runs.
 //
 //   build/bench/daemon/bench_daemon_load [--clients 64] [--calls 200] [--seconds 30]
-//                                        [--methods QueryAudits,GetRecord,...]
+//                                        [--methods QueryAudits,GetRecord,...] [--rounds N]
+//
+// With --rounds N the load runs N times against the same daemon, and the daemon's RSS is
+// printed after each round: memory that settles after the first round is what the daemon keeps
+// for that many connections; memory that grows round after round would be a leak.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -74,10 +78,12 @@ double Percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   CLI::App app{"bench_daemon_load: concurrent clients against ckpt-auditd on loopback"};
-  int clients = 64, calls = 200, seconds = 30;
+  int clients = 64, calls = 200, seconds = 30, rounds = 1;
   app.add_option("--clients", clients, "concurrent clients, one connection each");
   app.add_option("--calls", calls, "calls per client (upper bound)");
   app.add_option("--seconds", seconds, "time limit for the load phase (upper bound)");
+  app.add_option("--rounds", rounds, "load phases against the same daemon")
+      ->check(CLI::Range(1, 100));
   std::vector<std::string> methods = {"QueryAudits", "GetRecord", "GetInclusionProof", "GetJob",
                                       "Gate"};
   app.add_option("--methods", methods, "the methods each client calls in turn")
@@ -185,77 +191,83 @@ int main(int argc, char** argv) {
   // wait until it is, as a release gate run after its audit would find it.
   std::this_thread::sleep_for(std::chrono::seconds(3));
   const long rss_before = RssKib(pid);
-  const auto start = Clock::now();
-  const auto deadline = start + std::chrono::seconds(seconds);
-  std::vector<std::thread> threads;
-  for (int c = 0; c < clients; ++c) {
-    threads.emplace_back([&, c] {
-      grpc::ChannelArguments ch;
-      ch.SetInt("ckpt.bench_client", c);  // a distinct argument: a connection of its own
-      auto stub = pb::AuditService::NewStub(
-          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), ch));
-      std::map<std::string, Samples> mine;
-      for (int i = 0; i < calls && Clock::now() < deadline; ++i) {
-        const std::string& method = methods[static_cast<size_t>(i + c) % methods.size()];
-        grpc::ClientContext ctx;
-        context(ctx);
-        const auto t0 = Clock::now();
-        grpc::Status s;
-        if (method == "QueryAudits") {
-          pb::QueryAuditsRequest q;
-          q.set_root(root.string());
-          pb::QueryAuditsResponse r;
-          s = stub->QueryAudits(&ctx, q, &r);
-        } else if (method == "GetRecord") {
-          pb::GetRecordRequest q;
-          q.set_id(job.record_id());
-          pb::Record r;
-          s = stub->GetRecord(&ctx, q, &r);
-        } else if (method == "GetInclusionProof") {
-          pb::GetInclusionProofRequest q;
-          q.set_id(job.record_id());
-          pb::InclusionProof r;
-          s = stub->GetInclusionProof(&ctx, q, &r);
-        } else if (method == "GetJob") {
-          pb::GetJobRequest q;
-          q.set_id(job.id());
-          pb::Job r;
-          s = stub->GetJob(&ctx, q, &r);
-        } else {
-          pb::GateRequest q;
-          q.set_root(root.string());
-          pb::GateResponse r;
-          s = stub->Gate(&ctx, q, &r);
-          if (s.ok() && !r.pass()) s = grpc::Status(grpc::StatusCode::INTERNAL, "gate failed");
+  std::vector<long> rss_rounds;
+  double elapsed = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const auto start = Clock::now();
+    const auto deadline = start + std::chrono::seconds(seconds);
+    std::vector<std::thread> threads;
+    for (int c = 0; c < clients; ++c) {
+      threads.emplace_back([&, c] {
+        grpc::ChannelArguments ch;
+        ch.SetInt("ckpt.bench_client", c);  // a distinct argument: a connection of its own
+        auto stub = pb::AuditService::NewStub(
+            grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), ch));
+        std::map<std::string, Samples> mine;
+        for (int i = 0; i < calls && Clock::now() < deadline; ++i) {
+          const std::string& method = methods[static_cast<size_t>(i + c) % methods.size()];
+          grpc::ClientContext ctx;
+          context(ctx);
+          const auto t0 = Clock::now();
+          grpc::Status s;
+          if (method == "QueryAudits") {
+            pb::QueryAuditsRequest q;
+            q.set_root(root.string());
+            pb::QueryAuditsResponse r;
+            s = stub->QueryAudits(&ctx, q, &r);
+          } else if (method == "GetRecord") {
+            pb::GetRecordRequest q;
+            q.set_id(job.record_id());
+            pb::Record r;
+            s = stub->GetRecord(&ctx, q, &r);
+          } else if (method == "GetInclusionProof") {
+            pb::GetInclusionProofRequest q;
+            q.set_id(job.record_id());
+            pb::InclusionProof r;
+            s = stub->GetInclusionProof(&ctx, q, &r);
+          } else if (method == "GetJob") {
+            pb::GetJobRequest q;
+            q.set_id(job.id());
+            pb::Job r;
+            s = stub->GetJob(&ctx, q, &r);
+          } else {
+            pb::GateRequest q;
+            q.set_root(root.string());
+            pb::GateResponse r;
+            s = stub->Gate(&ctx, q, &r);
+            if (s.ok() && !r.pass()) s = grpc::Status(grpc::StatusCode::INTERNAL, "gate failed");
+          }
+          Samples& m = mine[method];
+          m.ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+          if (!s.ok()) {
+            if (m.errors++ == 0) m.first_error = s.error_message();
+          }
+          ++total;
         }
-        Samples& m = mine[method];
-        m.ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-        if (!s.ok()) {
-          if (m.errors++ == 0) m.first_error = s.error_message();
+        std::lock_guard<std::mutex> lock(mu);
+        for (auto& [k, v] : mine) {
+          Samples& all = samples[k];
+          all.ms.insert(all.ms.end(), v.ms.begin(), v.ms.end());
+          if (all.errors == 0 && v.errors) all.first_error = v.first_error;
+          all.errors += v.errors;
         }
-        ++total;
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      for (auto& [k, v] : mine) {
-        Samples& all = samples[k];
-        all.ms.insert(all.ms.end(), v.ms.begin(), v.ms.end());
-        if (all.errors == 0 && v.errors) all.first_error = v.first_error;
-        all.errors += v.errors;
-      }
-    });
+      });
+    }
+    for (auto& t : threads) t.join();
+    elapsed += std::chrono::duration<double>(Clock::now() - start).count();
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // let the daemon settle
+    rss_rounds.push_back(RssKib(pid));
   }
-  for (auto& t : threads) t.join();
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  std::this_thread::sleep_for(std::chrono::seconds(1));  // let the daemon settle
-  const long rss_after = RssKib(pid);
+  const long rss_after = rss_rounds.back();
   std::string load_after;
   {
     std::ifstream in("/proc/loadavg");
     std::getline(in, load_after);
   }
 
-  std::printf("clients %d, calls/client <= %d, time limit %d s; load average before: %s\n",
-              clients, calls, seconds, load_before.c_str());
+  std::printf("clients %d, calls/client <= %d, time limit %d s, rounds %d; load average before: "
+              "%s\n",
+              clients, calls, seconds, rounds, load_before.c_str());
   std::printf("%-18s %8s %10s %9s %9s %9s %7s\n", "method", "calls", "calls/s", "p50 ms",
               "p99 ms", "max ms", "errors");
   uint64_t errors = 0;
@@ -275,6 +287,11 @@ int main(int argc, char** argv) {
               rss_before / 1024.0, rss_after / 1024.0,
               100.0 * static_cast<double>(rss_after - rss_before) / static_cast<double>(rss_before),
               load_after.c_str());
+  if (rounds > 1) {
+    std::printf("daemon RSS after each round (MiB):");
+    for (long kib : rss_rounds) std::printf(" %.1f", kib / 1024.0);
+    std::printf("\n");
+  }
   stop();
   return errors == 0 ? 0 : 1;
 }
