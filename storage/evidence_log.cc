@@ -139,20 +139,6 @@ Hash ToHash(std::span<const uint8_t> b) {
   return h;
 }
 
-// Rolls back an open transaction unless committed.
-class Transaction {
- public:
-  explicit Transaction(sqlite3* db) : db_(db) {}
-  ~Transaction() {
-    if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  void Committed() { done_ = true; }
-
- private:
-  sqlite3* db_;
-  bool done_ = false;
-};
-
 std::string ErrnoText(int err) { return std::strerror(err); }
 
 // OK when `path` (which exists) can be opened for writing; otherwise why not. A file with no
@@ -400,7 +386,7 @@ absl::Status EvidenceLog::Migrate() {
   if (!current.ok()) return current.status();
   if (*current == kLogSchemaVersion) return absl::OkStatus();
   if (auto s = Exec(db_, "BEGIN IMMEDIATE", label_); !s.ok()) return s;
-  Transaction tx(db_);
+  RollbackGuard tx(db_);
   auto locked = SchemaVersion();  // another process may have migrated meanwhile
   if (!locked.ok()) return locked.status();
   int64_t version = *locked;
@@ -442,7 +428,7 @@ absl::StatusOr<AppendResult> EvidenceLog::AppendBatch(const std::vector<std::str
   if (!append_status_.ok()) return append_status_;
   // IMMEDIATE takes the write lock now, so two appenders never both read the same size.
   if (auto s = Exec(db_, "BEGIN IMMEDIATE", label_); !s.ok()) return s;
-  Transaction tx(db_);
+  RollbackGuard tx(db_);
   auto result = AppendLocked(envelopes, log_key);
   if (!result.ok()) return result.status();
   if (auto s = Exec(db_, "COMMIT", label_); !s.ok()) return s;

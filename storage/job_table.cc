@@ -38,20 +38,6 @@ JobRow ReadRow(const Statement& q) {
   return r;
 }
 
-// Rolls back unless committed.
-class WriteTransaction {
- public:
-  explicit WriteTransaction(sqlite3* db) : db_(db) {}
-  ~WriteTransaction() {
-    if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  void Committed() { done_ = true; }
-
- private:
-  sqlite3* db_;
-  bool done_ = false;
-};
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(const std::string& path,
@@ -98,7 +84,7 @@ absl::Status JobTable::Insert(JobRow& row) {
         absl::StrCat(label_, ": schema version ", version_, " is too old to record jobs"));
   }
   if (auto s = Exec(db_, "BEGIN IMMEDIATE", label_); !s.ok()) return s;
-  WriteTransaction tx(db_);
+  RollbackGuard tx(db_);
   auto next = Statement::Prepare(db_, "SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs", label_);
   if (!next.ok()) return next.status();
   auto has = next->Step();

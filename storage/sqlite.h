@@ -52,6 +52,23 @@ class Statement {
   std::string label_;
 };
 
+// Rolls back the transaction open on `db` when it goes out of scope, unless Committed() was
+// called after a successful COMMIT.
+class RollbackGuard {
+ public:
+  explicit RollbackGuard(sqlite3* db) : db_(db) {}
+  ~RollbackGuard() {
+    if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  RollbackGuard(const RollbackGuard&) = delete;
+  RollbackGuard& operator=(const RollbackGuard&) = delete;
+  void Committed() { done_ = true; }
+
+ private:
+  sqlite3* db_;
+  bool done_ = false;
+};
+
 // Runs one or more statements that return no rows.
 absl::Status Exec(sqlite3* db, const std::string& sql, const std::string& label);
 

@@ -101,7 +101,10 @@ class DaemonTest : public ::testing::Test {
     trust_.Add(key_->public_key());
     Start();
   }
-  void TearDown() override { Stop(); }
+  void TearDown() override {
+    hold_.Release();  // a test that failed while holding the worker must not hang the stop
+    Stop();
+  }
 
   // Submits an audit; the job's id.
   std::string Submit(const fs::path& root, const fs::path& source,
@@ -258,6 +261,7 @@ class DaemonTest : public ::testing::Test {
   TempDir dir_;
   fs::path src_, dst_;
   AuditObserver* observer_ = nullptr;
+  HoldFirstAudit hold_;  // installed as observer_ by the tests that need a busy worker
   std::string db_;
   std::optional<evidence::SigningKey> key_;
   evidence::TrustStore trust_;
@@ -818,26 +822,23 @@ TEST_F(DaemonTest, X4TPairAuditsWithARootMapping) {
 // re-resolving the path would have audited the other tree (which fails).
 TEST_F(DaemonTest, AQueuedJobAuditsTheDirectoryItWasGiven) {
   Stop();
-  HoldFirstAudit hold;
-  observer_ = &hold;
+  observer_ = &hold_;
   Start();
   const fs::path target = dir_ / "target", other = dir_ / "other";
   fs::copy(dst_, target, fs::copy_options::recursive);
   fs::copy(dst_, other, fs::copy_options::recursive);
   BreakGlobalScale(other);
   const std::string first = Submit(dst_, src_);
-  hold.WaitHeld();  // the one worker is busy: the next job stays queued
+  hold_.WaitHeld();  // the one worker is busy: the next job stays queued
   const std::string queued = Submit(target, src_);
   fs::rename(target, dir_ / "moved");
   fs::create_directory_symlink(other, target);
-  hold.Release();
+  hold_.Release();
   pb::Job job = Wait(queued);
   ASSERT_EQ(job.state(), pb::JOB_STATE_SUCCEEDED) << job.error_message();
   EXPECT_EQ(job.verdict(), "pass");
   EXPECT_EQ(job.root(), fs::canonical(dir_.path()).string() + "/target");
   EXPECT_EQ(Wait(first).verdict(), "pass");
-  Stop();
-  observer_ = nullptr;
 }
 
 // Finding 4 (durability) through gRPC: CancelJob on a queued job, and ids answered from the
