@@ -8,9 +8,8 @@
 namespace ckpt::gpu {
 namespace {
 
-constexpr int kWarps = 8;       // warps per block; each warp owns one output row at a time
-constexpr int kChunk = 2;       // tokens whose accumulators a lane holds at once (small: occupancy)
-constexpr int kPrefetch = 2;    // 32-element groups a lane loads ahead of use
+constexpr int kWarps = 8;  // warps per block of the dense GEMVs; a warp owns one output row
+constexpr int kChunk = 2;  // tokens whose accumulators a lane of a dense GEMV holds at once
 
 __device__ __forceinline__ float Bf16ToFloat(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
 __device__ __forceinline__ uint16_t FloatToBf16(float v) {
@@ -29,53 +28,6 @@ __device__ __forceinline__ float E4M3(uint32_t b) {
   const float v = e == 0u ? __fmul_rn(static_cast<float>(m), 0x1p-9f)
                           : __uint_as_float(((e + 120u) << 23) | (m << 20));
   return (b & 0x80u) ? -v : v;
-}
-
-// The two 16-element block scales of 32-element group g of a row.
-template <Fp4Kind K>
-__device__ __forceinline__ void GroupScales(const uint8_t* scale_row, int g, float global,
-                                            float* s0, float* s1) {
-  if constexpr (K == Fp4Kind::kMxfp4) {
-    *s0 = *s1 = E8M0(scale_row[g]);
-  } else {
-    *s0 = __fdiv_rn(E4M3(scale_row[2 * g]), global);
-    *s1 = __fdiv_rn(E4M3(scale_row[2 * g + 1]), global);
-  }
-}
-
-// Two E2M1 codes (one packed byte) -> two floats, each 2^-14 times the code's value: the
-// magnitude bits (e1 e0 m) are placed at FP16 bits 11..9 and the sign at bit 15, which makes
-// the FP16 number 2^-14 * value for every code, subnormals included (0.5 -> 2^-15). Pure ALU:
-// measured faster on the H200 than shared-memory lookup tables (docs/forward.md).
-__device__ __forceinline__ float2 E2M1PairScaled(uint32_t byte) {
-  uint32_t h = ((byte & 0x7u) << 9) | ((byte & 0x8u) << 12) | ((byte & 0x70u) << 21) |
-               ((byte & 0x80u) << 24);
-  return __half22float2(*reinterpret_cast<const __half2*>(&h));
-}
-
-// sum_{i<16} e2m1(w_i) * x_i for 8 packed bytes and 16 BF16 activations, i ascending. The
-// products are exact, so summing 2^-14-scaled values and rescaling once gives the same float
-// as summing the values themselves (barring subnormal products).
-__device__ __forceinline__ float Dot16(uint32_t w0, uint32_t w1, uint4 xa, uint4 xb) {
-  const uint32_t w[2] = {w0, w1};
-  const uint32_t x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-  float acc = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float2 v = E2M1PairScaled(w[i / 4] >> (8 * (i % 4)));
-    acc = fmaf(v.x, __uint_as_float(x[i] << 16), acc);
-    acc = fmaf(v.y, __uint_as_float(x[i] & 0xFFFF0000u), acc);
-  }
-  return __fmul_rn(acc, 16384.0f);
-}
-
-// One 32-element group's contribution: (dot(block 0) * s0 + dot(block 1) * s1).
-__device__ __forceinline__ float GroupDot(uint4 w, const uint16_t* x,
-                                          float s0, float s1) {
-  const uint4* xv = reinterpret_cast<const uint4*>(x);
-  const float p0 = Dot16(w.x, w.y, __ldg(xv), __ldg(xv + 1));
-  const float p1 = Dot16(w.z, w.w, __ldg(xv + 2), __ldg(xv + 3));
-  return __fadd_rn(__fmul_rn(p0, s0), __fmul_rn(p1, s1));
 }
 
 __device__ __forceinline__ float WarpSum(float v) {
@@ -100,125 +52,317 @@ __device__ __forceinline__ float Glu(const GluParams& p, float g, float u) {
   return 0.0f;
 }
 
-// a[slot, r] = BF16(GLU(z_t . gate_r, z_t . up_r)) for row r of every pair of expert blockIdx.y.
+// ---- Expert GEMVs on BF16 tensor cores (mma.sync m16n8k16, FP32 accumulation) ----------------
+//
+// A warp owns 16 weight rows (the MMA's A rows: lane/4 and lane/4 + 8) and walks the input
+// dimension in 128-element segments. In a segment, quad lane c (lane % 4) loads 16 bytes of each
+// of its two rows: elements 32c..32c+31, i.e. the two 16-element blocks 2c and 2c+1. Eight MMAs
+// cover the segment; MMA (h, q) takes from every lane 4 codes of its block 2c + h. The B operand
+// (activations, 16 x 8) keeps the blocks apart: its column n = 2c' + t holds token t's
+// activations only in the k positions that quad lane c' supplies, zeros elsewhere. So output
+// column 2c' + t of the four MMAs of one h is the exact-product, FP32-accumulated dot product of
+// block 2c' + h with token t, which is then scaled by that block's scale in FP32 (fmaf). Two
+// tokens per pass; the 16-element block dots never mix blocks, so a block scale multiplies
+// exactly one block's sum, as in the scalar definition.
+constexpr int kExpertWarps = 4;               // warps per block of the expert kernels
+constexpr int kRowsPerWarp = 16;
+constexpr int kSegment = 128;                 // input elements per warp step
+constexpr int kPassTokens = 2;                // token columns per pass (B columns 2c' + t)
+constexpr int kGateUpBlocksPerSm = 5;         // register cap 102: enough warps for loads in flight
+constexpr int kDownBlocksPerSm = 6;
+
+// Codes j and j + 4 of the 8 in `w` (nibble i = element i) as BF16 x 2, each 2^-126 times the
+// E2M1 value: the multiply copies the nibble to bits 6..9 and 12..15, the mask keeps the
+// magnitude at bits 8..6 (exponent LSBs + first mantissa bit; code 1 = 0.5 becomes a subnormal)
+// and the sign at bit 15. `Rescale` multiplies by 2^126 (exact in BF16 for every code).
+template <int J>
+__device__ __forceinline__ uint32_t E2M1PairBf16Scaled(uint32_t w) {
+  const uint32_t v = J >= 2 ? w >> 8 : w;
+  const uint32_t lanes = (J & 1) ? 0x00F000F0u : 0x000F000Fu;
+  const uint32_t spread = (J & 1) ? 0x104u : 0x1040u;
+  return ((v & lanes) * spread) & 0x81C081C0u;
+}
+__device__ __forceinline__ uint32_t Rescale(uint32_t v) {
+  uint32_t r;
+  // 2^126 = 0x7E80 in both halves; -0 addend keeps every product exact (no rounding occurs).
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(0x7E807E80u), "r"(0x80008000u));
+  return r;
+}
+template <int J>
+__device__ __forceinline__ uint32_t E2M1PairBf16(uint32_t w) {
+  return Rescale(E2M1PairBf16Scaled<J>(w));
+}
+
+__device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                    uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The scale value of a scale byte: 2^(s-127) (MXFP4) or E4M3/global (NVFP4), one table of 256
+// floats per matrix in shared memory so that the exact division happens once per value.
 template <Fp4Kind K>
-__global__ void __launch_bounds__(kWarps * 32, 4) GateUpKernel(ExpertLaunch l) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = blockIdx.x * kWarps + warp;
-  if (r >= l.intermediate) return;
+__device__ __forceinline__ float ScaleValue(uint32_t b, float global) {
+  if constexpr (K == Fp4Kind::kMxfp4) {
+    return E8M0(b);
+  } else {
+    return __fdiv_rn(E4M3(b), global);
+  }
+}
+
+// One matrix's data for one segment of a lane: 16 bytes of each of its rows (g, g + 8) and the
+// scale bytes of its blocks 2c and 2c + 1 of those rows (MXFP4: one 32-element group).
+struct SegmentData {
+  uint4 w0, w1;
+  uint32_t s0, s1;  // byte h (h = 0, 1) is block 2c + h's scale, for row g and row g + 8
+};
+
+template <Fp4Kind K>
+__device__ __forceinline__ SegmentData LoadSegment(const uint8_t* row0, const uint8_t* row8,
+                                                   const uint8_t* srow0, const uint8_t* srow8,
+                                                   int seg, int c, int dim) {
+  SegmentData d{};
+  if (seg * kSegment + 32 * c < dim) {
+    const size_t at = static_cast<size_t>(seg) * (kSegment / 2) + 16 * c;
+    d.w0 = __ldg(reinterpret_cast<const uint4*>(row0 + at));
+    d.w1 = __ldg(reinterpret_cast<const uint4*>(row8 + at));
+    if constexpr (K == Fp4Kind::kMxfp4) {
+      const int g = seg * (kSegment / 32) + c;
+      d.s0 = __ldg(srow0 + g) * 0x101u;
+      d.s1 = __ldg(srow8 + g) * 0x101u;
+    } else {
+      const int b = seg * (kSegment / 16) + 2 * c;
+      d.s0 = __ldg(srow0 + b) | (static_cast<uint32_t>(__ldg(srow0 + b + 1)) << 8);
+      d.s1 = __ldg(srow8 + b) | (static_cast<uint32_t>(__ldg(srow8 + b + 1)) << 8);
+    }
+  }
+  return d;
+}
+
+// The four MMAs of half h of a segment: acc += A(h) x B; `x` = this lane's 4 x 16 bytes of B.
+template <int H>
+__device__ __forceinline__ void SegmentHalf(const SegmentData& d, const uint4 (&x)[4],
+                                            float (&c)[4]) {
+  const uint32_t r0[4] = {d.w0.x, d.w0.y, d.w0.z, d.w0.w};
+  const uint32_t r8[4] = {d.w1.x, d.w1.y, d.w1.z, d.w1.w};
+#pragma unroll
+  for (int wi = 2 * H; wi < 2 * H + 2; ++wi) {
+    Mma(c, E2M1PairBf16<0>(r0[wi]), E2M1PairBf16<0>(r8[wi]), E2M1PairBf16<1>(r0[wi]),
+        E2M1PairBf16<1>(r8[wi]), x[wi].x, x[wi].y);
+    Mma(c, E2M1PairBf16<2>(r0[wi]), E2M1PairBf16<2>(r8[wi]), E2M1PairBf16<3>(r0[wi]),
+        E2M1PairBf16<3>(r8[wi]), x[wi].z, x[wi].w);
+  }
+}
+
+// acc[i] += block dot * block scale; c[0], c[1]: row g (tokens 0, 1); c[2], c[3]: row g + 8.
+template <int H>
+__device__ __forceinline__ void ApplyScales(const SegmentData& d, const float* table,
+                                            const float (&c)[4], float (&acc)[4]) {
+  const float s0 = table[(d.s0 >> (8 * H)) & 0xFFu], s1 = table[(d.s1 >> (8 * H)) & 0xFFu];
+  acc[0] = fmaf(c[0], s0, acc[0]);
+  acc[1] = fmaf(c[1], s0, acc[1]);
+  acc[2] = fmaf(c[2], s1, acc[2]);
+  acc[3] = fmaf(c[3], s1, acc[3]);
+}
+
+template <Fp4Kind K>
+__device__ __forceinline__ void SegmentStep(const SegmentData& d, const uint4 (&x)[4],
+                                            const float* table, float (&acc)[4]) {
+  float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  SegmentHalf<0>(d, x, c0);
+  SegmentHalf<1>(d, x, c1);
+  ApplyScales<0>(d, table, c0, acc);
+  ApplyScales<1>(d, table, c1, acc);
+}
+
+// Shared memory of the expert kernels: the pass's activations in B order, 64 zero bytes (the B
+// source of lanes whose column is zero at their k positions), and the scale tables.
+struct ExpertSmem {
+  uint16_t* x;    // [kPassTokens][padded]: within every 8 elements, order 0 4 1 5 2 6 3 7
+  uint4* zeros;   // [4]
+  float* tables;  // [matrices][256]
+};
+__device__ __forceinline__ int Padded(int dim) { return (dim + kSegment - 1) / kSegment * kSegment; }
+size_t ExpertSmemBytes(int dim, int matrices) {
+  const int padded = (dim + kSegment - 1) / kSegment * kSegment;
+  return static_cast<size_t>(kPassTokens) * padded * 2 + 64 + matrices * 256 * sizeof(float);
+}
+__device__ __forceinline__ ExpertSmem CarveSmem(int dim) {
+  extern __shared__ uint4 expert_smem[];
+  ExpertSmem s;
+  s.x = reinterpret_cast<uint16_t*>(expert_smem);
+  s.zeros = expert_smem + kPassTokens * Padded(dim) / 8;
+  s.tables = reinterpret_cast<float*>(s.zeros + 4);
+  return s;
+}
+
+// Stage the pass's activation rows (BF16, `dim` wide; null = absent token) in B order, zero
+// padded to whole segments.
+__device__ __forceinline__ void StageActivations(const ExpertSmem& s, const uint16_t* const (&rows)[kPassTokens],
+                                                 int dim) {
+  const int groups = Padded(dim) / 8;
+  uint4* out = reinterpret_cast<uint4*>(s.x);
+  for (int i = threadIdx.x; i < kPassTokens * groups; i += blockDim.x) {
+    const int t = i / groups, g = i % groups;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    const uint16_t* row = t == 0 ? rows[0] : rows[1];
+    if (row != nullptr && g * 8 < dim) {
+      const uint4 e = __ldg(reinterpret_cast<const uint4*>(row) + g);
+      v = make_uint4(__byte_perm(e.x, e.z, 0x5410), __byte_perm(e.x, e.z, 0x7632),
+                     __byte_perm(e.y, e.w, 0x5410), __byte_perm(e.y, e.w, 0x7632));
+    }
+    out[i] = v;
+  }
+}
+
+// This lane's B source: its column n = lane / 4 = 2c' + t is non-zero only where c' = lane % 4.
+__device__ __forceinline__ const uint4* BSource(const ExpertSmem& s, int dim, int lane, int* step) {
+  const int g = lane / 4, c = lane % 4;
+  if (c == g / 2) {
+    *step = kSegment / 8;
+    return reinterpret_cast<const uint4*>(s.x + static_cast<size_t>(g % 2) * Padded(dim)) + 4 * c;
+  }
+  *step = 0;
+  return s.zeros;
+}
+
+__device__ __forceinline__ void LoadB(const uint4* src, uint4 (&x)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) x[i] = src[i];
+}
+
+// Sum over the quad (lanes c = 0..3 hold blocks 2c, 2c + 1 of each segment), xor 1 then xor 2.
+__device__ __forceinline__ float QuadSum(float v) {
+  v = __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, 1));
+  return __fadd_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, 2));
+}
+
+// After QuadSum every quad lane holds all four results; lane c keeps result c:
+// row g + 8 * (c / 2), token c % 2.
+__device__ __forceinline__ float Pick(const float (&acc)[4], int c) {
+  return c == 0 ? acc[0] : c == 1 ? acc[1] : c == 2 ? acc[2] : acc[3];
+}
+
+// a[slot, r] = BF16(GLU(z_t . gate_r, z_t . up_r)) for every row r and pair of expert blockIdx.y.
+template <Fp4Kind K>
+__global__ void __launch_bounds__(kExpertWarps * 32, kGateUpBlocksPerSm) GateUpKernel(ExpertLaunch l) {
+  const ExpertSmem s = CarveSmem(l.in_dim);
   const DeviceExpert& ex = l.experts[blockIdx.y];
-  const int D = l.in_dim, groups = D / 32;
+  for (int i = threadIdx.x; i < 512; i += blockDim.x) {
+    s.tables[i] = ScaleValue<K>(i & 255, i < 256 ? ex.gate.global_scale : ex.up.global_scale);
+  }
+  if (threadIdx.x < 4) s.zeros[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int D = l.in_dim, segs = Padded(D) / kSegment;
+  const int r0 = (blockIdx.x * kExpertWarps + warp) * kRowsPerWarp;
+  const bool active = r0 < l.intermediate;
   const int spr = K == Fp4Kind::kMxfp4 ? D / 32 : D / 16;
-  const uint8_t* gp = ex.gate.packed + static_cast<size_t>(r) * (D / 2);
-  const uint8_t* up = ex.up.packed + static_cast<size_t>(r) * (D / 2);
-  const uint8_t* gs = ex.gate.scales + static_cast<size_t>(r) * spr;
-  const uint8_t* us = ex.up.scales + static_cast<size_t>(r) * spr;
+  const int ra = active ? r0 + g : 0, rb = active ? r0 + g + 8 : 0;
+  const uint8_t* gp0 = ex.gate.packed + static_cast<size_t>(ra) * (D / 2);
+  const uint8_t* gp8 = ex.gate.packed + static_cast<size_t>(rb) * (D / 2);
+  const uint8_t* up0 = ex.up.packed + static_cast<size_t>(ra) * (D / 2);
+  const uint8_t* up8 = ex.up.packed + static_cast<size_t>(rb) * (D / 2);
+  const uint8_t* gs0 = ex.gate.scales + static_cast<size_t>(ra) * spr;
+  const uint8_t* gs8 = ex.gate.scales + static_cast<size_t>(rb) * spr;
+  const uint8_t* us0 = ex.up.scales + static_cast<size_t>(ra) * spr;
+  const uint8_t* us8 = ex.up.scales + static_cast<size_t>(rb) * spr;
+  int bstep;
+  const uint4* bsrc = BSource(s, D, lane, &bstep);
   const int p0 = l.pair_offsets[blockIdx.y], p1 = l.pair_offsets[blockIdx.y + 1];
-  for (int c0 = p0; c0 < p1; c0 += kChunk) {
-    const int n = min(kChunk, p1 - c0);
-    float ag[kChunk], au[kChunk];
-    const uint16_t* zrow[kChunk];
+  for (int c0 = p0; c0 < p1; c0 += kPassTokens) {
+    const int n = min(kPassTokens, p1 - c0);
+    const uint16_t* rows[kPassTokens];
 #pragma unroll
-    for (int c = 0; c < kChunk; ++c) {
-      ag[c] = au[c] = 0.0f;
-      zrow[c] = l.z + static_cast<size_t>(l.pair_slots[c0 + min(c, n - 1)] / l.top_k) * D;
+    for (int t = 0; t < kPassTokens; ++t) {
+      rows[t] = t < n ? l.z + static_cast<size_t>(l.pair_slots[c0 + t] / l.top_k) * D : nullptr;
     }
-    // Each lane takes groups lane, lane + 32, ... ascending; kPrefetch of them are loaded
-    // before any is used so that a warp keeps several 512-byte loads in flight.
-    for (int g0 = lane; g0 < groups; g0 += 32 * kPrefetch) {
-      uint4 wg[kPrefetch], wu[kPrefetch];
-      float sg0[kPrefetch], sg1[kPrefetch], su0[kPrefetch], su1[kPrefetch];
-#pragma unroll
-      for (int i = 0; i < kPrefetch; ++i) {
-        const int g = g0 + 32 * i;
-        if (g < groups) {
-          wg[i] = __ldg(reinterpret_cast<const uint4*>(gp) + g);
-          wu[i] = __ldg(reinterpret_cast<const uint4*>(up) + g);
-          GroupScales<K>(gs, g, ex.gate.global_scale, &sg0[i], &sg1[i]);
-          GroupScales<K>(us, g, ex.up.global_scale, &su0[i], &su1[i]);
-        }
+    __syncthreads();  // the previous pass is done with s.x
+    StageActivations(s, rows, D);
+    __syncthreads();
+    if (!active) continue;
+    float ag[4] = {0.0f, 0.0f, 0.0f, 0.0f}, au[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    SegmentData gn = LoadSegment<K>(gp0, gp8, gs0, gs8, 0, c, D);
+    SegmentData un = LoadSegment<K>(up0, up8, us0, us8, 0, c, D);
+    for (int seg = 0; seg < segs; ++seg) {
+      const SegmentData gd = gn, ud = un;
+      if (seg + 1 < segs) {  // next segment's loads in flight during this one's arithmetic
+        gn = LoadSegment<K>(gp0, gp8, gs0, gs8, seg + 1, c, D);
+        un = LoadSegment<K>(up0, up8, us0, us8, seg + 1, c, D);
       }
-#pragma unroll
-      for (int i = 0; i < kPrefetch; ++i) {
-        const int g = g0 + 32 * i;
-        if (g >= groups) break;
-#pragma unroll
-        for (int c = 0; c < kChunk; ++c) {
-          if (c < n) {
-            ag[c] = __fadd_rn(ag[c], GroupDot(wg[i], zrow[c] + g * 32, sg0[i], sg1[i]));
-            au[c] = __fadd_rn(au[c], GroupDot(wu[i], zrow[c] + g * 32, su0[i], su1[i]));
-          }
-        }
-      }
+      uint4 x[4];
+      LoadB(bsrc + seg * bstep, x);
+      SegmentStep<K>(gd, x, s.tables, ag);
+      SegmentStep<K>(ud, x, s.tables + 256, au);
     }
 #pragma unroll
-    for (int c = 0; c < kChunk; ++c) {
-      if (c < n) {
-        float g = WarpSum(ag[c]), u = WarpSum(au[c]);
-        if (lane == 0) {
-          if (ex.gate_bias != nullptr) {
-            g = __fadd_rn(g, ex.gate_bias[r]);
-            u = __fadd_rn(u, ex.up_bias[r]);
-          }
-          const int slot = l.pair_slots[c0 + c];
-          l.a[static_cast<size_t>(slot) * l.intermediate + r] = FloatToBf16(Glu(l.glu, g, u));
-        }
+    for (int i = 0; i < 4; ++i) {
+      ag[i] = QuadSum(ag[i]);
+      au[i] = QuadSum(au[i]);
+    }
+    if (c % 2 < n) {
+      const int r = r0 + g + 8 * (c / 2);
+      float gv = Pick(ag, c), uv = Pick(au, c);
+      if (ex.gate_bias != nullptr) {
+        gv = __fadd_rn(gv, ex.gate_bias[r]);
+        uv = __fadd_rn(uv, ex.up_bias[r]);
       }
+      const int slot = l.pair_slots[c0 + c % 2];
+      l.a[static_cast<size_t>(slot) * l.intermediate + r] = FloatToBf16(Glu(l.glu, gv, uv));
     }
   }
 }
 
-// h[slot, r] = a_slot . down_r (+ bias) for row r of every pair of expert blockIdx.y.
+// h[slot, r] = a_slot . down_r (+ bias) for every row r and pair of expert blockIdx.y.
 template <Fp4Kind K>
-__global__ void __launch_bounds__(kWarps * 32, 4) DownKernel(ExpertLaunch l) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = blockIdx.x * kWarps + warp;
-  const int D = l.in_dim, I = l.intermediate;
-  if (r >= D) return;
+__global__ void __launch_bounds__(kExpertWarps * 32, kDownBlocksPerSm) DownKernel(ExpertLaunch l) {
+  const ExpertSmem s = CarveSmem(l.intermediate);
   const DeviceExpert& ex = l.experts[blockIdx.y];
-  const int groups = I / 32, spr = K == Fp4Kind::kMxfp4 ? I / 32 : I / 16;
-  const uint8_t* wp = ex.down.packed + static_cast<size_t>(r) * (I / 2);
-  const uint8_t* ws = ex.down.scales + static_cast<size_t>(r) * spr;
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+    s.tables[i] = ScaleValue<K>(i, ex.down.global_scale);
+  }
+  if (threadIdx.x < 4) s.zeros[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int D = l.in_dim, I = l.intermediate, segs = Padded(I) / kSegment;
+  const int r0 = (blockIdx.x * kExpertWarps + warp) * kRowsPerWarp;
+  const bool active = r0 < D;
+  const int spr = K == Fp4Kind::kMxfp4 ? I / 32 : I / 16;
+  const int ra = active ? r0 + g : 0, rb = active ? r0 + g + 8 : 0;
+  const uint8_t* wp0 = ex.down.packed + static_cast<size_t>(ra) * (I / 2);
+  const uint8_t* wp8 = ex.down.packed + static_cast<size_t>(rb) * (I / 2);
+  const uint8_t* ws0 = ex.down.scales + static_cast<size_t>(ra) * spr;
+  const uint8_t* ws8 = ex.down.scales + static_cast<size_t>(rb) * spr;
+  int bstep;
+  const uint4* bsrc = BSource(s, I, lane, &bstep);
   const int p0 = l.pair_offsets[blockIdx.y], p1 = l.pair_offsets[blockIdx.y + 1];
-  for (int c0 = p0; c0 < p1; c0 += kChunk) {
-    const int n = min(kChunk, p1 - c0);
-    float acc[kChunk];
-    const uint16_t* arow[kChunk];
+  for (int c0 = p0; c0 < p1; c0 += kPassTokens) {
+    const int n = min(kPassTokens, p1 - c0);
+    const uint16_t* rows[kPassTokens];
 #pragma unroll
-    for (int c = 0; c < kChunk; ++c) {
-      acc[c] = 0.0f;
-      arow[c] = l.a + static_cast<size_t>(l.pair_slots[c0 + min(c, n - 1)]) * I;
+    for (int t = 0; t < kPassTokens; ++t) {
+      rows[t] = t < n ? l.a + static_cast<size_t>(l.pair_slots[c0 + t]) * I : nullptr;
     }
-    for (int g0 = lane; g0 < groups; g0 += 32 * kPrefetch) {
-      uint4 w[kPrefetch];
-      float s0[kPrefetch], s1[kPrefetch];
-#pragma unroll
-      for (int i = 0; i < kPrefetch; ++i) {
-        const int g = g0 + 32 * i;
-        if (g < groups) {
-          w[i] = __ldg(reinterpret_cast<const uint4*>(wp) + g);
-          GroupScales<K>(ws, g, ex.down.global_scale, &s0[i], &s1[i]);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < kPrefetch; ++i) {
-        const int g = g0 + 32 * i;
-        if (g >= groups) break;
-#pragma unroll
-        for (int c = 0; c < kChunk; ++c) {
-          if (c < n) acc[c] = __fadd_rn(acc[c], GroupDot(w[i], arow[c] + g * 32, s0[i], s1[i]));
-        }
-      }
+    __syncthreads();
+    StageActivations(s, rows, I);
+    __syncthreads();
+    if (!active) continue;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    SegmentData wn = LoadSegment<K>(wp0, wp8, ws0, ws8, 0, c, I);
+    for (int seg = 0; seg < segs; ++seg) {
+      const SegmentData wd = wn;
+      if (seg + 1 < segs) wn = LoadSegment<K>(wp0, wp8, ws0, ws8, seg + 1, c, I);
+      uint4 x[4];
+      LoadB(bsrc + seg * bstep, x);
+      SegmentStep<K>(wd, x, s.tables, acc);
     }
 #pragma unroll
-    for (int c = 0; c < kChunk; ++c) {
-      if (c < n) {
-        float v = WarpSum(acc[c]);
-        if (lane == 0) {
-          if (ex.down_bias != nullptr) v = __fadd_rn(v, ex.down_bias[r]);
-          l.h[static_cast<size_t>(l.pair_slots[c0 + c]) * D + r] = v;
-        }
-      }
+    for (int i = 0; i < 4; ++i) acc[i] = QuadSum(acc[i]);
+    if (c % 2 < n) {
+      const int r = r0 + g + 8 * (c / 2);
+      float v = Pick(acc, c);
+      if (ex.down_bias != nullptr) v = __fadd_rn(v, ex.down_bias[r]);
+      l.h[static_cast<size_t>(l.pair_slots[c0 + c % 2]) * D + r] = v;
     }
   }
 }
@@ -423,19 +567,35 @@ __global__ void TopKKernel(TopKLaunch l) {
 
 unsigned Blocks(int n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
 
+
+template <Fp4Kind K>
+void LaunchExpertKernels(const ExpertLaunch& l, cudaStream_t stream) {
+  const dim3 block(kExpertWarps * 32);
+  const int rows_per_block = kExpertWarps * kRowsPerWarp;
+  const dim3 gate_grid(Blocks(l.intermediate, rows_per_block), l.num_experts);
+  const dim3 down_grid(Blocks(l.in_dim, rows_per_block), l.num_experts);
+  const size_t gate_smem = ExpertSmemBytes(l.in_dim, 2), down_smem = ExpertSmemBytes(l.intermediate, 1);
+  // Above 48 KiB (widths over ~11k) a kernel must opt in to more dynamic shared memory.
+  if (gate_smem > 48 * 1024) {
+    cudaFuncSetAttribute(GateUpKernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(gate_smem));
+  }
+  if (down_smem > 48 * 1024) {
+    cudaFuncSetAttribute(DownKernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(down_smem));
+  }
+  GateUpKernel<K><<<gate_grid, block, gate_smem, stream>>>(l);
+  DownKernel<K><<<down_grid, block, down_smem, stream>>>(l);
+}
+
 }  // namespace
 
 void LaunchExperts(const ExpertLaunch& l, cudaStream_t stream) {
   if (l.num_experts == 0) return;
-  const dim3 block(kWarps * 32);
-  const dim3 gate_grid(Blocks(l.intermediate, kWarps), l.num_experts);
-  const dim3 down_grid(Blocks(l.in_dim, kWarps), l.num_experts);
   if (l.kind == Fp4Kind::kMxfp4) {
-    GateUpKernel<Fp4Kind::kMxfp4><<<gate_grid, block, 0, stream>>>(l);
-    DownKernel<Fp4Kind::kMxfp4><<<down_grid, block, 0, stream>>>(l);
+    LaunchExpertKernels<Fp4Kind::kMxfp4>(l, stream);
   } else {
-    GateUpKernel<Fp4Kind::kNvfp4><<<gate_grid, block, 0, stream>>>(l);
-    DownKernel<Fp4Kind::kNvfp4><<<down_grid, block, 0, stream>>>(l);
+    LaunchExpertKernels<Fp4Kind::kNvfp4>(l, stream);
   }
 }
 
