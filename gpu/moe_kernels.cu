@@ -68,7 +68,18 @@ constexpr int kExpertWarps = 4;               // warps per block of the expert k
 constexpr int kRowsPerWarp = 16;
 constexpr int kSegment = 128;                 // input elements per warp step
 constexpr int kPassTokens = 2;                // token columns per pass (B columns 2c' + t)
-constexpr int kGateUpBlocksPerSm = 5;         // register cap 102: enough warps for loads in flight
+#ifndef CKPT_MOE_SPLIT
+#define CKPT_MOE_SPLIT 4
+#endif
+#ifndef CKPT_MOE_DEPTH
+#define CKPT_MOE_DEPTH 2
+#endif
+#ifndef CKPT_MOE_GU_BLOCKS
+#define CKPT_MOE_GU_BLOCKS 4
+#endif
+constexpr int kSplit = CKPT_MOE_SPLIT;        // warps sharing one 16-row tile (input ranges)
+constexpr int kDepth = CKPT_MOE_DEPTH;        // segments whose loads are in flight ahead of use
+constexpr int kGateUpBlocksPerSm = CKPT_MOE_GU_BLOCKS;
 constexpr int kDownBlocksPerSm = 6;
 
 // Codes j and j + 4 of the 8 in `w` (nibble i = element i) as BF16 x 2, each 2^-126 times the
@@ -180,21 +191,24 @@ __device__ __forceinline__ void SegmentStep(const SegmentData& d, const uint4 (&
 // Shared memory of the expert kernels: the pass's activations in B order, 64 zero bytes (the B
 // source of lanes whose column is zero at their k positions), and the scale tables.
 struct ExpertSmem {
-  uint16_t* x;    // [kPassTokens][padded]: within every 8 elements, order 0 4 1 5 2 6 3 7
-  uint4* zeros;   // [4]
-  float* tables;  // [matrices][256]
+  uint16_t* x;     // [kPassTokens][padded]: within every 8 elements, order 0 4 1 5 2 6 3 7
+  uint4* zeros;    // [4]
+  float* tables;   // [matrices][256]
+  float* partial;  // [kExpertWarps][matrices][32]: per-warp sums of a split tile
 };
 __device__ __forceinline__ int Padded(int dim) { return (dim + kSegment - 1) / kSegment * kSegment; }
 size_t ExpertSmemBytes(int dim, int matrices) {
   const int padded = (dim + kSegment - 1) / kSegment * kSegment;
-  return static_cast<size_t>(kPassTokens) * padded * 2 + 64 + matrices * 256 * sizeof(float);
+  return static_cast<size_t>(kPassTokens) * padded * 2 + 64 +
+         static_cast<size_t>(matrices) * (256 + kExpertWarps * 32) * sizeof(float);
 }
-__device__ __forceinline__ ExpertSmem CarveSmem(int dim) {
+__device__ __forceinline__ ExpertSmem CarveSmem(int dim, int matrices) {
   extern __shared__ uint4 expert_smem[];
   ExpertSmem s;
   s.x = reinterpret_cast<uint16_t*>(expert_smem);
   s.zeros = expert_smem + kPassTokens * Padded(dim) / 8;
   s.tables = reinterpret_cast<float*>(s.zeros + 4);
+  s.partial = s.tables + 256 * matrices;
   return s;
 }
 
@@ -245,124 +259,121 @@ __device__ __forceinline__ float Pick(const float (&acc)[4], int c) {
   return c == 0 ? acc[0] : c == 1 ? acc[1] : c == 2 ? acc[2] : acc[3];
 }
 
-// a[slot, r] = BF16(GLU(z_t . gate_r, z_t . up_r)) for every row r and pair of expert blockIdx.y.
-template <Fp4Kind K>
-__global__ void __launch_bounds__(kExpertWarps * 32, kGateUpBlocksPerSm) GateUpKernel(ExpertLaunch l) {
-  const ExpertSmem s = CarveSmem(l.in_dim);
+// The expert GEMVs of expert blockIdx.y for all its pairs, two tokens per pass. Gate/up
+// (kGateUp): a[slot, r] = BF16(GLU(z_t . gate_r (+ bias), z_t . up_r (+ bias))); down:
+// h[slot, r] = a_slot . down_r (+ bias). A block has kExpertWarps warps: kSplit of them share a
+// 16-row tile, each taking a contiguous range of segments; their partial sums are added in warp
+// order through shared memory.
+template <Fp4Kind K, bool kGateUp>
+__global__ void __launch_bounds__(kExpertWarps * 32, kGateUp ? kGateUpBlocksPerSm : kDownBlocksPerSm)
+    ExpertKernel(ExpertLaunch l) {
+  constexpr int M = kGateUp ? 2 : 1;  // matrices: gate, up | down
+  const int in = kGateUp ? l.in_dim : l.intermediate;
+  const int out_rows = kGateUp ? l.intermediate : l.in_dim;
+  const ExpertSmem s = CarveSmem(in, M);
   const DeviceExpert& ex = l.experts[blockIdx.y];
-  for (int i = threadIdx.x; i < 512; i += blockDim.x) {
-    s.tables[i] = ScaleValue<K>(i & 255, i < 256 ? ex.gate.global_scale : ex.up.global_scale);
+  const DeviceFp4* mat[2] = {kGateUp ? &ex.gate : &ex.down, &ex.up};
+  for (int i = threadIdx.x; i < 256 * M; i += blockDim.x) {
+    s.tables[i] = ScaleValue<K>(i & 255, (i < 256 ? mat[0] : mat[1])->global_scale);
   }
   if (threadIdx.x < 4) s.zeros[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const int D = l.in_dim, segs = Padded(D) / kSegment;
-  const int r0 = (blockIdx.x * kExpertWarps + warp) * kRowsPerWarp;
-  const bool active = r0 < l.intermediate;
-  const int spr = K == Fp4Kind::kMxfp4 ? D / 32 : D / 16;
-  const int ra = active ? r0 + g : 0, rb = active ? r0 + g + 8 : 0;
-  const uint8_t* gp0 = ex.gate.packed + static_cast<size_t>(ra) * (D / 2);
-  const uint8_t* gp8 = ex.gate.packed + static_cast<size_t>(rb) * (D / 2);
-  const uint8_t* up0 = ex.up.packed + static_cast<size_t>(ra) * (D / 2);
-  const uint8_t* up8 = ex.up.packed + static_cast<size_t>(rb) * (D / 2);
-  const uint8_t* gs0 = ex.gate.scales + static_cast<size_t>(ra) * spr;
-  const uint8_t* gs8 = ex.gate.scales + static_cast<size_t>(rb) * spr;
-  const uint8_t* us0 = ex.up.scales + static_cast<size_t>(ra) * spr;
-  const uint8_t* us8 = ex.up.scales + static_cast<size_t>(rb) * spr;
+  const int split = warp % kSplit, tile = warp / kSplit;
+  const int r0 = (blockIdx.x * (kExpertWarps / kSplit) + tile) * kRowsPerWarp;
+  const bool active = r0 < out_rows;
+  const int segs = Padded(in) / kSegment;
+  const int seg_begin = split * segs / kSplit, seg_end = (split + 1) * segs / kSplit;
+  const int spr = K == Fp4Kind::kMxfp4 ? in / 32 : in / 16;
+  const size_t ra = active ? r0 + g : 0, rb = active ? r0 + g + 8 : 0;
+  const uint8_t *p0[M], *p8[M], *s0[M], *s8[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    p0[m] = mat[m]->packed + ra * (in / 2);
+    p8[m] = mat[m]->packed + rb * (in / 2);
+    s0[m] = mat[m]->scales + ra * spr;
+    s8[m] = mat[m]->scales + rb * spr;
+  }
   int bstep;
-  const uint4* bsrc = BSource(s, D, lane, &bstep);
-  const int p0 = l.pair_offsets[blockIdx.y], p1 = l.pair_offsets[blockIdx.y + 1];
-  for (int c0 = p0; c0 < p1; c0 += kPassTokens) {
-    const int n = min(kPassTokens, p1 - c0);
+  const uint4* bsrc = BSource(s, in, lane, &bstep);
+  const int q0 = l.pair_offsets[blockIdx.y], q1 = l.pair_offsets[blockIdx.y + 1];
+  for (int c0 = q0; c0 < q1; c0 += kPassTokens) {
+    const int n = min(kPassTokens, q1 - c0);
     const uint16_t* rows[kPassTokens];
 #pragma unroll
     for (int t = 0; t < kPassTokens; ++t) {
-      rows[t] = t < n ? l.z + static_cast<size_t>(l.pair_slots[c0 + t] / l.top_k) * D : nullptr;
+      const int slot = l.pair_slots[c0 + min(t, n - 1)];
+      rows[t] = t >= n     ? nullptr
+                : kGateUp ? l.z + static_cast<size_t>(slot / l.top_k) * in
+                          : l.a + static_cast<size_t>(slot) * in;
     }
-    __syncthreads();  // the previous pass is done with s.x
-    StageActivations(s, rows, D);
+    __syncthreads();  // the previous pass is done with s.x and s.partial
+    StageActivations(s, rows, in);
     __syncthreads();
-    if (!active) continue;
-    float ag[4] = {0.0f, 0.0f, 0.0f, 0.0f}, au[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    SegmentData gn = LoadSegment<K>(gp0, gp8, gs0, gs8, 0, c, D);
-    SegmentData un = LoadSegment<K>(up0, up8, us0, us8, 0, c, D);
-    for (int seg = 0; seg < segs; ++seg) {
-      const SegmentData gd = gn, ud = un;
-      if (seg + 1 < segs) {  // next segment's loads in flight during this one's arithmetic
-        gn = LoadSegment<K>(gp0, gp8, gs0, gs8, seg + 1, c, D);
-        un = LoadSegment<K>(up0, up8, us0, us8, seg + 1, c, D);
-      }
-      uint4 x[4];
-      LoadB(bsrc + seg * bstep, x);
-      SegmentStep<K>(gd, x, s.tables, ag);
-      SegmentStep<K>(ud, x, s.tables + 256, au);
-    }
+    float v[M];
+    if (active) {
+      float acc[M][4];
+      SegmentData q[M][kDepth];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      ag[i] = QuadSum(ag[i]);
-      au[i] = QuadSum(au[i]);
-    }
-    if (c % 2 < n) {
-      const int r = r0 + g + 8 * (c / 2);
-      float gv = Pick(ag, c), uv = Pick(au, c);
-      if (ex.gate_bias != nullptr) {
-        gv = __fadd_rn(gv, ex.gate_bias[r]);
-        uv = __fadd_rn(uv, ex.up_bias[r]);
+      for (int m = 0; m < M; ++m) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[m][i] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < kDepth; ++d) {
+          q[m][d] = seg_begin + d < seg_end
+                        ? LoadSegment<K>(p0[m], p8[m], s0[m], s8[m], seg_begin + d, c, in)
+                        : SegmentData{};
+        }
       }
+      for (int seg = seg_begin; seg < seg_end; ++seg) {
+        SegmentData cur[M];
+#pragma unroll
+        for (int m = 0; m < M; ++m) {  // keep kDepth segments' loads in flight
+          cur[m] = q[m][0];
+#pragma unroll
+          for (int d = 0; d + 1 < kDepth; ++d) q[m][d] = q[m][d + 1];
+          q[m][kDepth - 1] = seg + kDepth < seg_end
+                                 ? LoadSegment<K>(p0[m], p8[m], s0[m], s8[m], seg + kDepth, c, in)
+                                 : SegmentData{};
+        }
+        uint4 x[4];
+        LoadB(bsrc + seg * bstep, x);
+#pragma unroll
+        for (int m = 0; m < M; ++m) SegmentStep<K>(cur[m], x, s.tables + 256 * m, acc[m]);
+      }
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[m][i] = QuadSum(acc[m][i]);
+        v[m] = Pick(acc[m], c);
+        if (kSplit > 1) s.partial[(warp * M + m) * 32 + lane] = v[m];
+      }
+    }
+    if (kSplit > 1) {
+      __syncthreads();
+      if (active && split == 0) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          for (int w = 1; w < kSplit; ++w) {
+            v[m] = __fadd_rn(v[m], s.partial[((warp + w) * M + m) * 32 + lane]);
+          }
+        }
+      }
+    }
+    if (active && split == 0 && c % 2 < n) {
+      const int r = r0 + g + 8 * (c / 2);
       const int slot = l.pair_slots[c0 + c % 2];
-      l.a[static_cast<size_t>(slot) * l.intermediate + r] = FloatToBf16(Glu(l.glu, gv, uv));
-    }
-  }
-}
-
-// h[slot, r] = a_slot . down_r (+ bias) for every row r and pair of expert blockIdx.y.
-template <Fp4Kind K>
-__global__ void __launch_bounds__(kExpertWarps * 32, kDownBlocksPerSm) DownKernel(ExpertLaunch l) {
-  const ExpertSmem s = CarveSmem(l.intermediate);
-  const DeviceExpert& ex = l.experts[blockIdx.y];
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) {
-    s.tables[i] = ScaleValue<K>(i, ex.down.global_scale);
-  }
-  if (threadIdx.x < 4) s.zeros[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const int D = l.in_dim, I = l.intermediate, segs = Padded(I) / kSegment;
-  const int r0 = (blockIdx.x * kExpertWarps + warp) * kRowsPerWarp;
-  const bool active = r0 < D;
-  const int spr = K == Fp4Kind::kMxfp4 ? I / 32 : I / 16;
-  const int ra = active ? r0 + g : 0, rb = active ? r0 + g + 8 : 0;
-  const uint8_t* wp0 = ex.down.packed + static_cast<size_t>(ra) * (I / 2);
-  const uint8_t* wp8 = ex.down.packed + static_cast<size_t>(rb) * (I / 2);
-  const uint8_t* ws0 = ex.down.scales + static_cast<size_t>(ra) * spr;
-  const uint8_t* ws8 = ex.down.scales + static_cast<size_t>(rb) * spr;
-  int bstep;
-  const uint4* bsrc = BSource(s, I, lane, &bstep);
-  const int p0 = l.pair_offsets[blockIdx.y], p1 = l.pair_offsets[blockIdx.y + 1];
-  for (int c0 = p0; c0 < p1; c0 += kPassTokens) {
-    const int n = min(kPassTokens, p1 - c0);
-    const uint16_t* rows[kPassTokens];
-#pragma unroll
-    for (int t = 0; t < kPassTokens; ++t) {
-      rows[t] = t < n ? l.a + static_cast<size_t>(l.pair_slots[c0 + t]) * I : nullptr;
-    }
-    __syncthreads();
-    StageActivations(s, rows, I);
-    __syncthreads();
-    if (!active) continue;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    SegmentData wn = LoadSegment<K>(wp0, wp8, ws0, ws8, 0, c, I);
-    for (int seg = 0; seg < segs; ++seg) {
-      const SegmentData wd = wn;
-      if (seg + 1 < segs) wn = LoadSegment<K>(wp0, wp8, ws0, ws8, seg + 1, c, I);
-      uint4 x[4];
-      LoadB(bsrc + seg * bstep, x);
-      SegmentStep<K>(wd, x, s.tables, acc);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[i] = QuadSum(acc[i]);
-    if (c % 2 < n) {
-      const int r = r0 + g + 8 * (c / 2);
-      float v = Pick(acc, c);
-      if (ex.down_bias != nullptr) v = __fadd_rn(v, ex.down_bias[r]);
-      l.h[static_cast<size_t>(l.pair_slots[c0 + c % 2]) * D + r] = v;
+      if constexpr (kGateUp) {
+        float gv = v[0], uv = v[1];
+        if (ex.gate_bias != nullptr) {
+          gv = __fadd_rn(gv, ex.gate_bias[r]);
+          uv = __fadd_rn(uv, ex.up_bias[r]);
+        }
+        l.a[static_cast<size_t>(slot) * l.intermediate + r] = FloatToBf16(Glu(l.glu, gv, uv));
+      } else {
+        float hv = v[0];
+        if (ex.down_bias != nullptr) hv = __fadd_rn(hv, ex.down_bias[r]);
+        l.h[static_cast<size_t>(slot) * l.in_dim + r] = hv;
+      }
     }
   }
 }
@@ -571,21 +582,21 @@ unsigned Blocks(int n, int per) { return static_cast<unsigned>((n + per - 1) / p
 template <Fp4Kind K>
 void LaunchExpertKernels(const ExpertLaunch& l, cudaStream_t stream) {
   const dim3 block(kExpertWarps * 32);
-  const int rows_per_block = kExpertWarps * kRowsPerWarp;
+  const int rows_per_block = kExpertWarps / kSplit * kRowsPerWarp;
   const dim3 gate_grid(Blocks(l.intermediate, rows_per_block), l.num_experts);
   const dim3 down_grid(Blocks(l.in_dim, rows_per_block), l.num_experts);
   const size_t gate_smem = ExpertSmemBytes(l.in_dim, 2), down_smem = ExpertSmemBytes(l.intermediate, 1);
   // Above 48 KiB (widths over ~11k) a kernel must opt in to more dynamic shared memory.
   if (gate_smem > 48 * 1024) {
-    cudaFuncSetAttribute(GateUpKernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(ExpertKernel<K, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(gate_smem));
   }
   if (down_smem > 48 * 1024) {
-    cudaFuncSetAttribute(DownKernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(ExpertKernel<K, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(down_smem));
   }
-  GateUpKernel<K><<<gate_grid, block, gate_smem, stream>>>(l);
-  DownKernel<K><<<down_grid, block, down_smem, stream>>>(l);
+  ExpertKernel<K, true><<<gate_grid, block, gate_smem, stream>>>(l);
+  ExpertKernel<K, false><<<down_grid, block, down_smem, stream>>>(l);
 }
 
 }  // namespace
