@@ -68,18 +68,10 @@ constexpr int kExpertWarps = 4;               // warps per block of the expert k
 constexpr int kRowsPerWarp = 16;
 constexpr int kSegment = 128;                 // input elements per warp step
 constexpr int kPassTokens = 2;                // token columns per pass (B columns 2c' + t)
-#ifndef CKPT_MOE_SPLIT
-#define CKPT_MOE_SPLIT 4
-#endif
-#ifndef CKPT_MOE_DEPTH
-#define CKPT_MOE_DEPTH 2
-#endif
-#ifndef CKPT_MOE_GU_BLOCKS
-#define CKPT_MOE_GU_BLOCKS 4
-#endif
-constexpr int kSplit = CKPT_MOE_SPLIT;        // warps sharing one 16-row tile (input ranges)
-constexpr int kDepth = CKPT_MOE_DEPTH;        // segments whose loads are in flight ahead of use
-constexpr int kGateUpBlocksPerSm = CKPT_MOE_GU_BLOCKS;
+constexpr int kDepth = 2;                     // segments whose loads are in flight ahead of use
+// Blocks per SM the register allocation must allow (caps of 128 and 85 registers); on the H200,
+// 5 gate/up blocks (spills) and 8 down blocks were not faster (docs/PERFORMANCE.md).
+constexpr int kGateUpBlocksPerSm = 4;
 constexpr int kDownBlocksPerSm = 6;
 
 // Codes j and j + 4 of the 8 in `w` (nibble i = element i) as BF16 x 2, each 2^-126 times the
@@ -130,6 +122,16 @@ struct SegmentData {
   uint32_t s0, s1;  // byte h (h = 0, 1) is block 2c + h's scale, for row g and row g + 8
 };
 
+// 16 bytes of FP4 codes, read-only path; the L2::256B hint makes a miss fetch the aligned 256
+// bytes containing them (4 segments of the row): deeper prefetch at no register cost.
+__device__ __forceinline__ uint4 LoadWeights(const uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
 template <Fp4Kind K>
 __device__ __forceinline__ SegmentData LoadSegment(const uint8_t* row0, const uint8_t* row8,
                                                    const uint8_t* srow0, const uint8_t* srow8,
@@ -137,8 +139,8 @@ __device__ __forceinline__ SegmentData LoadSegment(const uint8_t* row0, const ui
   SegmentData d{};
   if (seg * kSegment + 32 * c < dim) {
     const size_t at = static_cast<size_t>(seg) * (kSegment / 2) + 16 * c;
-    d.w0 = __ldg(reinterpret_cast<const uint4*>(row0 + at));
-    d.w1 = __ldg(reinterpret_cast<const uint4*>(row8 + at));
+    d.w0 = LoadWeights(row0 + at);
+    d.w1 = LoadWeights(row8 + at);
     if constexpr (K == Fp4Kind::kMxfp4) {
       const int g = seg * (kSegment / 32) + c;
       d.s0 = __ldg(srow0 + g) * 0x101u;
@@ -194,13 +196,13 @@ struct ExpertSmem {
   uint16_t* x;     // [kPassTokens][padded]: within every 8 elements, order 0 4 1 5 2 6 3 7
   uint4* zeros;    // [4]
   float* tables;   // [matrices][256]
-  float* partial;  // [kExpertWarps][matrices][32]: per-warp sums of a split tile
 };
-__device__ __forceinline__ int Padded(int dim) { return (dim + kSegment - 1) / kSegment * kSegment; }
+__host__ __device__ __forceinline__ int Padded(int dim) {
+  return (dim + kSegment - 1) / kSegment * kSegment;
+}
 size_t ExpertSmemBytes(int dim, int matrices) {
-  const int padded = (dim + kSegment - 1) / kSegment * kSegment;
-  return static_cast<size_t>(kPassTokens) * padded * 2 + 64 +
-         static_cast<size_t>(matrices) * (256 + kExpertWarps * 32) * sizeof(float);
+  return static_cast<size_t>(kPassTokens) * Padded(dim) * 2 + 64 +
+         static_cast<size_t>(matrices) * 256 * sizeof(float);
 }
 __device__ __forceinline__ ExpertSmem CarveSmem(int dim, int matrices) {
   extern __shared__ uint4 expert_smem[];
@@ -208,13 +210,13 @@ __device__ __forceinline__ ExpertSmem CarveSmem(int dim, int matrices) {
   s.x = reinterpret_cast<uint16_t*>(expert_smem);
   s.zeros = expert_smem + kPassTokens * Padded(dim) / 8;
   s.tables = reinterpret_cast<float*>(s.zeros + 4);
-  s.partial = s.tables + 256 * matrices;
   return s;
 }
 
 // Stage the pass's activation rows (BF16, `dim` wide; null = absent token) in B order, zero
 // padded to whole segments.
-__device__ __forceinline__ void StageActivations(const ExpertSmem& s, const uint16_t* const (&rows)[kPassTokens],
+__device__ __forceinline__ void StageActivations(const ExpertSmem& s,
+                                                 const uint16_t* const (&rows)[kPassTokens],
                                                  int dim) {
   const int groups = Padded(dim) / 8;
   uint4* out = reinterpret_cast<uint4*>(s.x);
@@ -261,9 +263,8 @@ __device__ __forceinline__ float Pick(const float (&acc)[4], int c) {
 
 // The expert GEMVs of expert blockIdx.y for all its pairs, two tokens per pass. Gate/up
 // (kGateUp): a[slot, r] = BF16(GLU(z_t . gate_r (+ bias), z_t . up_r (+ bias))); down:
-// h[slot, r] = a_slot . down_r (+ bias). A block has kExpertWarps warps: kSplit of them share a
-// 16-row tile, each taking a contiguous range of segments; their partial sums are added in warp
-// order through shared memory.
+// h[slot, r] = a_slot . down_r (+ bias). Each of the kExpertWarps warps of a block owns a 16-row
+// tile over the whole input width; the block shares the staged activations and scale tables.
 template <Fp4Kind K, bool kGateUp>
 __global__ void __launch_bounds__(kExpertWarps * 32, kGateUp ? kGateUpBlocksPerSm : kDownBlocksPerSm)
     ExpertKernel(ExpertLaunch l) {
@@ -278,11 +279,9 @@ __global__ void __launch_bounds__(kExpertWarps * 32, kGateUp ? kGateUpBlocksPerS
   }
   if (threadIdx.x < 4) s.zeros[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const int split = warp % kSplit, tile = warp / kSplit;
-  const int r0 = (blockIdx.x * (kExpertWarps / kSplit) + tile) * kRowsPerWarp;
+  const int r0 = (blockIdx.x * kExpertWarps + warp) * kRowsPerWarp;
   const bool active = r0 < out_rows;
   const int segs = Padded(in) / kSegment;
-  const int seg_begin = split * segs / kSplit, seg_end = (split + 1) * segs / kSplit;
   const int spr = K == Fp4Kind::kMxfp4 ? in / 32 : in / 16;
   const size_t ra = active ? r0 + g : 0, rb = active ? r0 + g + 8 : 0;
   const uint8_t *p0[M], *p8[M], *s0[M], *s8[M];
@@ -306,11 +305,12 @@ __global__ void __launch_bounds__(kExpertWarps * 32, kGateUp ? kGateUpBlocksPerS
                 : kGateUp ? l.z + static_cast<size_t>(slot / l.top_k) * in
                           : l.a + static_cast<size_t>(slot) * in;
     }
-    __syncthreads();  // the previous pass is done with s.x and s.partial
+    __syncthreads();  // the previous pass is done with s.x
     StageActivations(s, rows, in);
     __syncthreads();
+    if (!active) continue;
     float v[M];
-    if (active) {
+    {
       float acc[M][4];
       SegmentData q[M][kDepth];
 #pragma unroll
@@ -319,19 +319,17 @@ __global__ void __launch_bounds__(kExpertWarps * 32, kGateUp ? kGateUpBlocksPerS
         for (int i = 0; i < 4; ++i) acc[m][i] = 0.0f;
 #pragma unroll
         for (int d = 0; d < kDepth; ++d) {
-          q[m][d] = seg_begin + d < seg_end
-                        ? LoadSegment<K>(p0[m], p8[m], s0[m], s8[m], seg_begin + d, c, in)
-                        : SegmentData{};
+          q[m][d] = d < segs ? LoadSegment<K>(p0[m], p8[m], s0[m], s8[m], d, c, in) : SegmentData{};
         }
       }
-      for (int seg = seg_begin; seg < seg_end; ++seg) {
+      for (int seg = 0; seg < segs; ++seg) {
         SegmentData cur[M];
 #pragma unroll
         for (int m = 0; m < M; ++m) {  // keep kDepth segments' loads in flight
           cur[m] = q[m][0];
 #pragma unroll
           for (int d = 0; d + 1 < kDepth; ++d) q[m][d] = q[m][d + 1];
-          q[m][kDepth - 1] = seg + kDepth < seg_end
+          q[m][kDepth - 1] = seg + kDepth < segs
                                  ? LoadSegment<K>(p0[m], p8[m], s0[m], s8[m], seg + kDepth, c, in)
                                  : SegmentData{};
         }
@@ -345,21 +343,9 @@ __global__ void __launch_bounds__(kExpertWarps * 32, kGateUp ? kGateUpBlocksPerS
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[m][i] = QuadSum(acc[m][i]);
         v[m] = Pick(acc[m], c);
-        if (kSplit > 1) s.partial[(warp * M + m) * 32 + lane] = v[m];
       }
     }
-    if (kSplit > 1) {
-      __syncthreads();
-      if (active && split == 0) {
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-          for (int w = 1; w < kSplit; ++w) {
-            v[m] = __fadd_rn(v[m], s.partial[((warp + w) * M + m) * 32 + lane]);
-          }
-        }
-      }
-    }
-    if (active && split == 0 && c % 2 < n) {
+    if (c % 2 < n) {
       const int r = r0 + g + 8 * (c / 2);
       const int slot = l.pair_slots[c0 + c % 2];
       if constexpr (kGateUp) {
@@ -447,16 +433,33 @@ __device__ float BlockSum(float v, float* scratch) {
   return total;
 }
 
-__global__ void CombineKernel(const float* h, const float* topk_weights, int top_k, int dim,
-                              const float* norm_weight, float eps, float* y, uint16_t* y_bf16) {
+// One block per token. The top-k terms of an element are loaded 8 at a time before they are
+// added (j ascending), so a thread waits for one round of loads per 8 terms, not per term.
+constexpr int kCombineThreads = 1024;
+constexpr int kCombineBatch = 8;
+__global__ void __launch_bounds__(kCombineThreads)
+    CombineKernel(const float* h, const float* topk_weights, int top_k, int dim,
+                  const float* norm_weight, float eps, float* y, uint16_t* y_bf16) {
   __shared__ float scratch[32];
   const int t = blockIdx.x;
+  const float* wt = topk_weights + static_cast<size_t>(t) * top_k;
+  const float* ht = h + static_cast<size_t>(t) * top_k * dim;
   float ss = 0.0f;
   for (int d = threadIdx.x; d < dim; d += blockDim.x) {
     float v = 0.0f;
-    for (int j = 0; j < top_k; ++j) {
-      v = __fadd_rn(v, __fmul_rn(topk_weights[t * top_k + j],
-                                 h[(static_cast<size_t>(t) * top_k + j) * dim + d]));
+    for (int j0 = 0; j0 < top_k; j0 += kCombineBatch) {
+      float wv[kCombineBatch], hv[kCombineBatch];
+#pragma unroll
+      for (int i = 0; i < kCombineBatch; ++i) {
+        if (j0 + i < top_k) {
+          wv[i] = wt[j0 + i];
+          hv[i] = ht[static_cast<size_t>(j0 + i) * dim + d];
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kCombineBatch; ++i) {
+        if (j0 + i < top_k) v = __fadd_rn(v, __fmul_rn(wv[i], hv[i]));
+      }
     }
     y[static_cast<size_t>(t) * dim + d] = v;
     ss = fmaf(v, v, ss);
@@ -582,7 +585,7 @@ unsigned Blocks(int n, int per) { return static_cast<unsigned>((n + per - 1) / p
 template <Fp4Kind K>
 void LaunchExpertKernels(const ExpertLaunch& l, cudaStream_t stream) {
   const dim3 block(kExpertWarps * 32);
-  const int rows_per_block = kExpertWarps / kSplit * kRowsPerWarp;
+  const int rows_per_block = kExpertWarps * kRowsPerWarp;
   const dim3 gate_grid(Blocks(l.intermediate, rows_per_block), l.num_experts);
   const dim3 down_grid(Blocks(l.in_dim, rows_per_block), l.num_experts);
   const size_t gate_smem = ExpertSmemBytes(l.in_dim, 2), down_smem = ExpertSmemBytes(l.intermediate, 1);
@@ -613,8 +616,8 @@ void LaunchExperts(const ExpertLaunch& l, cudaStream_t stream) {
 void LaunchCombine(const float* h, const float* topk_weights, int tokens, int top_k, int dim,
                    const float* norm_weight, float eps, float* y, uint16_t* y_bf16,
                    cudaStream_t stream) {
-  CombineKernel<<<tokens, 256, 0, stream>>>(h, topk_weights, top_k, dim, norm_weight, eps, y,
-                                            y_bf16);
+  CombineKernel<<<tokens, kCombineThreads, 0, stream>>>(h, topk_weights, top_k, dim, norm_weight,
+                                                        eps, y, y_bf16);
 }
 
 void LaunchLinearF32(const uint16_t* x, int tokens, const float* w, const float* bias, int rows,
