@@ -1,7 +1,6 @@
 // CUDA kernels of the MoE block forward; the contract is in moe_kernels.h. Rounding is spelled
 // out with __fmul_rn/__fadd_rn/fmaf wherever a contraction could change bits between builds.
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include "gpu/moe_kernels.h"
 

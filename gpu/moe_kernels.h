@@ -4,10 +4,11 @@
 //
 // Expert GEMVs run on BF16 tensor cores (mma.sync m16n8k16): FP4 codes are decoded to their
 // exact BF16 values, each MMA output is the dot product of one 16-element block with one token
-// (exact products, FP32 accumulation in the tensor core's fixed order), and the block's scale is
-// applied to that FP32 sum with one fmaf into a per-lane accumulator, blocks of a lane in
-// ascending order; the four lanes of a quad are then added by an xor-butterfly (1, 2). An
-// MXFP4 block scale 2^k and an NVFP4 E4M3/global equal to it therefore give equal bits.
+// (exact products, summed by the tensor core at FP32 precision in its fixed hardware order, which
+// IEEE does not specify: the CPU reference agrees to ~1e-7 relative, not bitwise), and the
+// block's scale is applied to that FP32 sum with one fmaf into a per-lane accumulator, blocks of
+// a lane in ascending order; the four lanes of a quad are then added by an xor-butterfly (1, 2).
+// An MXFP4 block scale 2^k and an NVFP4 E4M3/global equal to it therefore give equal bits.
 // Determinism: a fixed reduction order everywhere and no atomics on outputs, so equal inputs
 // give equal bits on every run. The combine adds the top-k terms of an element in ascending j.
 #ifndef CKPT_GPU_MOE_KERNELS_H_
