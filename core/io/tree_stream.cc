@@ -488,12 +488,15 @@ class Streamer {
         if (absl::Status st = io::ReadExactly(*s.file, step.offset, bytes, s.label); !st.ok()) {
           return st;
         }
-        s.file->Consumed(step.offset, step.length);
         progress_.Advance(step.length);
       }
       // The digests are of the bytes in memory, the ones every check reads: a range read
       // ahead is hashed from its buffer when the cursor reaches it.
       if (step.kind != Step::Kind::kReadAhead) s.hashers->Update(step.offset, bytes);
+      // The kernel may drop what the cursor has passed. A range read ahead stays in its page
+      // cache until then: the kernel's own readahead for the cursor may reach it first, and
+      // would read it from storage again had it been dropped.
+      if (step.kind != Step::Kind::kReadAhead) s.file->Consumed(step.offset, step.length);
     }
     if (step.kind == Step::Kind::kReadAhead || step.offset + step.length < s.size) {
       return absl::OkStatus();
