@@ -216,11 +216,13 @@ class Streamer {
     for (size_t w = 0; w < items_.size(); ++w) {
       if (items_[w].slots.empty()) continue;
       size_t image = kNone;
-      for (size_t j : items_[w].slots) image = std::min(image, streams_[slots_[j].stream].image_index);
+      for (size_t j : items_[w].slots) {
+        image = std::min(image, streams_[slots_[j].stream].image_index);
+      }
       for (size_t j : items_[w].slots) {
         const Slot& s = slots_[j];
         if (streams_[s.stream].image_index != image) continue;
-        rank[w] = std::max(rank[w], std::make_tuple(image, s.stream, s.trigger != kNever ? s.trigger : s.end));
+        rank[w] = std::max(rank[w], std::make_tuple(image, s.stream, Reach(s)));
       }
     }
     order_.resize(items_.size());
@@ -271,18 +273,24 @@ class Streamer {
     }
   }
 
-  // Admission: work items are admitted in order (RankWork), and a tensor gets memory only once an
-  // item that needs it (or whose file must be read past it) is admitted. Admitting item k adds
-  // what the items admitted before it and k need that was not counted yet: in each of k's files, every needed tensor
-  // from the part already counted up to k's furthest tensor read in order (or the trigger of
-  // its read-ahead tensors): the cursor must hold all of them when it passes; and k's tensors
-  // read ahead beyond that. `apply` false: only the cost. `far`: the tensor that sets it.
+  // How far the cursor must go for a slot: its end, or for one read ahead, its trigger.
+  static uint64_t Reach(const Slot& s) { return s.trigger != kNever ? s.trigger : s.end; }
+
+  // Admission: work items are admitted in order (RankWork), and a tensor gets memory only once
+  // an item that needs it (or whose file must be read past it) is admitted. Admitting item k
+  // adds what k needs that the items admitted before it did not: in each of k's files, every
+  // needed tensor from the end of what is counted up to k's Reach there (the cursor holds each
+  // needed tensor it passes), and k's tensors read ahead beyond that. `apply` false: only the
+  // cost. `far`: k's furthest tensor not yet admitted, for messages.
   uint64_t Admit(size_t k, bool apply, const Slot** far = nullptr) {
     std::vector<std::pair<size_t, uint64_t>> reach;  // stream, path end
+    auto reach_of = [&](size_t stream) {
+      return std::find_if(reach.begin(), reach.end(), [&](auto& p) { return p.first == stream; });
+    };
     for (size_t j : items_[k].slots) {
       const Slot& s = slots_[j];
-      const uint64_t r = s.trigger != kNever ? s.trigger : s.end;
-      auto it = std::find_if(reach.begin(), reach.end(), [&](auto& p) { return p.first == s.stream; });
+      const uint64_t r = Reach(s);
+      auto it = reach_of(s.stream);
       if (it == reach.end()) {
         reach.push_back({s.stream, std::max(streams_[s.stream].path_end, r)});
       } else {
@@ -308,9 +316,7 @@ class Streamer {
     for (size_t j : items_[k].slots) {
       Slot& s = slots_[j];
       if (s.admitted) continue;
-      const auto it = std::find_if(reach.begin(), reach.end(),
-                                   [&](auto& p) { return p.first == s.stream; });
-      if (!apply && s.begin < it->second) continue;  // counted on the path above
+      if (!apply && s.begin < reach_of(s.stream)->second) continue;  // counted on the path
       cost += s.size();
       if (apply) s.admitted = true;
     }
