@@ -1,7 +1,10 @@
 // The streamed audit in a bounded memory window (docs/audit-engine.md, "Memory"): a pair far
 // larger than the window gives the same record as an unbounded run and as the checks run on
 // whole trees, holds at most the window, reads each byte once; a layout whose partner tensors
-// lie far apart is RESOURCE_EXHAUSTED instead of growth; a cancelled audit stops.
+// lie far apart is RESOURCE_EXHAUSTED instead of growth; shards that store packed weights far
+// from their scales audit in a small window by reading the scales ahead, with the digests of
+// the stored files, and a rewrite between a read-ahead and the cursor's hash is DATA_LOSS; a
+// cancelled audit stops.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
