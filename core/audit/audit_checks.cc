@@ -241,8 +241,8 @@ ojson Unreadable(const absl::Status& s) {
           {"message", std::string(s.message())}};
 }
 
-// Work for the stream, keyed for priority: work on the same module of both trees sorts
-// together, so partners are asked for together.
+// Work for the stream, keyed by name: the stream admits work in file order and this order
+// breaks its ties (work on the same module of both trees sorts together).
 struct KeyedWork {
   std::string key;
   StreamWork work;
@@ -396,7 +396,8 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   std::sort(keyed.begin(), keyed.end(),
             [](const KeyedWork& a, const KeyedWork& b) { return a.key < b.key; });
   if (ckpt.ok() && !options.forward_layers.empty()) {
-    // Last: the requested layers of both trees are held until they have run.
+    // Appended after the sort (last among ties): the requested layers of both trees are held
+    // until they have run.
     const Checkpoint& d = **ckpt;
     const Checkpoint* s = source_ckpt.get();
     auto layers = forward::ResolveLayers(options.forward_layers, d.text_config());

@@ -6,8 +6,10 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "core/io/file_hashers.h"
@@ -16,7 +18,8 @@
 namespace ckpt {
 namespace {
 
-constexpr size_t kNoWork = std::numeric_limits<size_t>::max();
+constexpr size_t kNone = std::numeric_limits<size_t>::max();
+constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
 
 // A read chunk: small windows get small chunks, so that the scratch buffers stay small next
 // to what they bound.
@@ -24,26 +27,44 @@ uint64_t ChunkFor(uint64_t window) {
   return std::clamp<uint64_t>(window / 16, 64ull << 10, 8ull << 20);
 }
 
-// One tensor some work needs, while it is read and held.
+// One tensor some work needs, from its admission to when its buffer is freed.
 struct Slot {
   size_t stream = 0;
   const TensorInfo* info = nullptr;
   uint64_t begin = 0, end = 0;  // absolute offsets in the file
-  size_t key = kNoWork;         // the earliest work item that needs it
-  std::vector<size_t> work;
-  size_t users = 0;             // work items not yet run that need it
+  std::vector<size_t> work;     // the work items that need it, ascending
+  size_t users = 0;             // of those, not yet run
+  // Read ahead of the file's cursor once the cursor reaches this offset (the start of a larger
+  // tensor of the same work item; docs/audit-engine.md, "Memory"); kNever: read in order only.
+  uint64_t trigger = kNever;
+  bool admitted = false;  // counted in the bytes the admitted work will need (need_, then kept_)
+  bool granted = false;   // has had a buffer (counted in kept_ until freed)
+  bool complete = false;  // every byte is in the buffer
+  bool lent = false;      // lent to its SafetensorsFile
+  bool passed = false;    // the cursor has hashed past it
+  uint64_t filled = 0;    // bytes read ahead so far
   std::unique_ptr<uint8_t[]> bytes;
   uint64_t size() const { return end - begin; }
+  size_t key() const { return work.front(); }
 };
 
 // The unread rest of one deferred file.
 struct FileStream {
   ImageFile* out = nullptr;  // in the completed image
+  TreeImage* image = nullptr;
+  size_t image_index = 0;  // in StreamTrees' input
   std::string label;
-  uint64_t pos = 0, size = 0;
-  std::vector<size_t> slots;  // by offset
-  size_t next = 0;            // first slot not yet fully read
-  std::multiset<size_t> unallocated;  // keys of its slots not yet given memory
+  uint64_t pos = 0, size = 0;  // the cursor: every byte before it is hashed
+  std::vector<size_t> slots;   // by offset
+  size_t next = 0;             // first slot the cursor has not passed
+  std::vector<size_t> ahead;   // slots with a trigger, by trigger
+  size_t armed_next = 0;       // ahead[0, armed_next) have had their trigger reached
+  std::set<std::pair<size_t, size_t>> armed;  // (key, slot): may be read ahead now
+  size_t reading_ahead = kNone;               // the slot a read-ahead is filling
+  // Admission (Streamer::Admit): every slot before path_end (slots[0, path_next)) is admitted.
+  uint64_t path_end = 0;
+  size_t path_next = 0;
+  uint64_t storage_bytes = 0;  // read from storage by this stream
   bool busy = false, done = false;
   // Touched only by the thread that holds `busy`.
   std::unique_ptr<io::RandomAccessFile> file;
@@ -52,14 +73,21 @@ struct FileStream {
 
 struct Item {
   std::vector<size_t> slots;
-  size_t missing = 0;  // slots not yet read
+  size_t missing = 0;  // slots not yet complete
 };
 
-// One read of a range of a stream, decided under the lock and done outside it.
+// One step on a stream, decided under the lock and done outside it.
 struct Step {
+  enum class Kind {
+    kRead,       // read at the cursor and hash (into a slot's buffer, or the thread's scratch)
+    kHashKept,   // hash at the cursor from a slot read ahead: no storage read
+    kReadAhead,  // read a slot's bytes ahead of the cursor: hashed later, from the buffer
+  };
+  Kind kind = Kind::kRead;
   size_t stream = 0;
+  size_t slot = kNone;
   uint64_t offset = 0, length = 0;
-  uint8_t* into = nullptr;  // a slot's buffer, or null for the thread's scratch
+  uint8_t* into = nullptr;  // kRead/kReadAhead: where the bytes go (null: scratch); kHashKept: from
 };
 
 class Streamer {
@@ -69,7 +97,7 @@ class Streamer {
 
   ~Streamer() {
     for (Slot& s : slots_) {
-      if (s.bytes) File(s).Reclaim(*s.info);
+      if (s.lent) File(s).Reclaim(*s.info);
     }
   }
 
@@ -81,12 +109,14 @@ class Streamer {
       kept_ += copy->kept_bytes;
       for (ImageFile& f : copy->files) {
         if (!f.stream_from) continue;
-        copy->bytes_read += f.size() - *f.stream_from;  // when the stream succeeds
         FileStream s;
         s.out = &f;
+        s.image = copy.get();
+        s.image_index = out_.size();
         s.label = absl::StrCat(copy->root, "/", f.path);
         s.pos = *f.stream_from;
         s.size = f.size();
+        s.path_end = s.pos;
         if (f.safetensors != nullptr) by_file_[f.safetensors.get()] = streams_.size();
         streams_.push_back(std::move(s));
       }
@@ -112,6 +142,7 @@ class Streamer {
     StreamResult result;
     result.bytes_read = bytes_read_;
     result.peak_kept_bytes = peak_;
+    for (const FileStream& s : streams_) s.image->bytes_read += s.storage_bytes;
     for (auto& image : out_) {
       for (const ImageFile& f : image->files) {
         if (f.stream_from) return absl::InternalError(absl::StrCat(f.path, ": not streamed"));
@@ -124,8 +155,8 @@ class Streamer {
  private:
   const SafetensorsFile& File(const Slot& s) const { return *streams_[s.stream].out->safetensors; }
 
-  // Slots for every tensor of a deferred file that some work needs; items with all their
-  // tensors already in memory are ready at once.
+  // Slots for every tensor of a deferred file that some work needs; which of them are read
+  // ahead; items with all their tensors already in memory are ready at once.
   absl::Status Plan() {
     std::map<std::pair<size_t, const TensorInfo*>, size_t> slot_of;
     items_.resize(work_.size());
@@ -141,7 +172,6 @@ class Streamer {
           s.info = info;
           s.begin = file->data_start() + info->begin;
           s.end = file->data_start() + info->end;
-          s.key = w;
           slots_.push_back(std::move(s));
           streams_[it->second].slots.push_back(pos->second);
         }
@@ -160,21 +190,172 @@ class Streamer {
             options_.memory_window, " bytes (raise it with --memory-window)"));
       }
       if (items_[w].missing == 0) ready_.push_back(w);
-    }
-    for (const Slot& slot : slots_) {
-      unallocated_.insert(slot.key);
-      streams_[slot.stream].unallocated.insert(slot.key);
-    }
-    for (const Item& item : items_) {
-      std::map<size_t, uint64_t> per_stream;
-      for (size_t j : item.slots) per_stream[slots_[j].stream] += slots_[j].size();
-      for (const auto& [stream, bytes] : per_stream) headroom_ = std::max(headroom_, bytes);
+      PlanReadAhead(items_[w]);
     }
     for (FileStream& s : streams_) {
       std::sort(s.slots.begin(), s.slots.end(),
                 [&](size_t a, size_t b) { return slots_[a].begin < slots_[b].begin; });
+      for (size_t j : s.slots) {
+        if (slots_[j].trigger != kNever) s.ahead.push_back(j);
+      }
+      std::sort(s.ahead.begin(), s.ahead.end(),
+                [&](size_t a, size_t b) { return slots_[a].trigger < slots_[b].trigger; });
+      Arm(s);
     }
+    RankWork();
     return absl::OkStatus();
+  }
+
+  // The admission order: by where a work item's tensors lie, so that it follows the files'
+  // cursors rather than names: the first input image that holds any of its tensors, then the
+  // last file there (files in image order) and the offset its cursor must reach there (the end
+  // of its furthest tensor read in order, or the trigger of one read ahead); the list order
+  // breaks ties. Work on files kept whole comes first.
+  void RankWork() {
+    std::vector<std::tuple<size_t, size_t, uint64_t>> rank(items_.size(), {0, 0, 0});
+    for (size_t w = 0; w < items_.size(); ++w) {
+      if (items_[w].slots.empty()) continue;
+      size_t image = kNone;
+      for (size_t j : items_[w].slots) {
+        image = std::min(image, streams_[slots_[j].stream].image_index);
+      }
+      for (size_t j : items_[w].slots) {
+        const Slot& s = slots_[j];
+        if (streams_[s.stream].image_index != image) continue;
+        rank[w] = std::max(rank[w], std::make_tuple(image, s.stream, Reach(s)));
+      }
+    }
+    order_.resize(items_.size());
+    for (size_t w = 0; w < items_.size(); ++w) order_[w] = w;
+    std::stable_sort(order_.begin(), order_.end(),
+                     [&](size_t a, size_t b) { return rank[a] < rank[b]; });
+  }
+
+  // The read-ahead rule: in each file, a work item's largest tensor (the anchor, read in
+  // order) and its other tensors that lie beyond the anchor, not adjacent to it, when together
+  // they are smaller than the anchor: those are read ahead when the cursor reaches the anchor,
+  // so the item runs as soon as the anchor is in and holding the partners until the cursor
+  // passes them costs less than holding the anchor until it reaches them.
+  void PlanReadAhead(const Item& item) {
+    std::map<size_t, std::vector<size_t>> by_stream;
+    for (size_t j : item.slots) by_stream[slots_[j].stream].push_back(j);
+    for (const auto& [stream, js] : by_stream) {
+      size_t anchor = js.front();
+      for (size_t j : js) {
+        const Slot& a = slots_[anchor];
+        const Slot& s = slots_[j];
+        if (s.size() > a.size() || (s.size() == a.size() && s.begin < a.begin)) anchor = j;
+      }
+      const Slot& a = slots_[anchor];
+      bool beyond = js.size() > 1;
+      uint64_t partners = 0;
+      for (size_t j : js) {
+        if (j == anchor) continue;
+        beyond = beyond && slots_[j].begin > a.end;  // not before the anchor, nor adjacent
+        partners += slots_[j].size();
+      }
+      if (!beyond || partners >= a.size()) continue;
+      for (size_t j : js) {
+        if (j != anchor) slots_[j].trigger = std::min(slots_[j].trigger, a.begin);
+      }
+    }
+  }
+
+  // Under the lock: the read-ahead slots whose trigger the cursor has reached may now be read
+  // ahead; those the cursor has reached are read in order instead.
+  void Arm(FileStream& s) {
+    while (s.armed_next < s.ahead.size() && slots_[s.ahead[s.armed_next]].trigger <= s.pos) {
+      const size_t j = s.ahead[s.armed_next++];
+      if (!slots_[j].granted && slots_[j].begin > s.pos) s.armed.insert({slots_[j].key(), j});
+    }
+    for (auto it = s.armed.begin(); it != s.armed.end();) {
+      it = slots_[it->second].begin <= s.pos ? s.armed.erase(it) : std::next(it);
+    }
+  }
+
+  // How far the cursor must go for a slot: its end, or for one read ahead, its trigger.
+  static uint64_t Reach(const Slot& s) { return s.trigger != kNever ? s.trigger : s.end; }
+
+  // Admission: work items are admitted in order (RankWork), and a tensor gets memory only once
+  // an item that needs it (or whose file must be read past it) is admitted. Admitting item k
+  // adds what k needs that the items admitted before it did not: in each of k's files, every
+  // needed tensor from the end of what is counted up to k's Reach there (the cursor holds each
+  // needed tensor it passes), and k's tensors read ahead beyond that. `apply` false: only the
+  // cost. `far`: k's furthest tensor not yet admitted, for messages.
+  uint64_t Admit(size_t k, bool apply, const Slot** far = nullptr) {
+    std::vector<std::pair<size_t, uint64_t>> reach;  // stream, path end
+    auto reach_of = [&](size_t stream) {
+      return std::find_if(reach.begin(), reach.end(), [&](auto& p) { return p.first == stream; });
+    };
+    for (size_t j : items_[k].slots) {
+      const Slot& s = slots_[j];
+      const uint64_t r = Reach(s);
+      auto it = reach_of(s.stream);
+      if (it == reach.end()) {
+        reach.push_back({s.stream, std::max(streams_[s.stream].path_end, r)});
+      } else {
+        it->second = std::max(it->second, r);
+      }
+      if (far != nullptr && !s.admitted && (*far == nullptr || (*far)->end < s.end)) *far = &s;
+    }
+    uint64_t cost = 0;
+    for (const auto& [stream, end] : reach) {
+      FileStream& f = streams_[stream];
+      size_t i = f.path_next;
+      for (; i < f.slots.size() && slots_[f.slots[i]].begin < end; ++i) {
+        Slot& s = slots_[f.slots[i]];
+        if (s.admitted) continue;
+        cost += s.size();
+        if (apply) s.admitted = true;
+      }
+      if (apply) {
+        f.path_end = end;
+        f.path_next = i;
+      }
+    }
+    for (size_t j : items_[k].slots) {
+      Slot& s = slots_[j];
+      if (s.admitted) continue;
+      if (!apply && s.begin < reach_of(s.stream)->second) continue;  // counted on the path
+      cost += s.size();
+      if (apply) s.admitted = true;
+    }
+    if (apply) need_ += cost;
+    return cost;
+  }
+
+  // Admits items in order until `slot` is admitted, while what the admitted work needs fits in
+  // the window besides what is held. False when the next item does not fit now.
+  bool AdmitFor(const Slot& slot) {
+    while (!slot.admitted && admitted_ < items_.size()) {
+      if (!next_cost_) next_cost_ = Admit(order_[admitted_], /*apply=*/false);
+      if (kept_ + need_ + *next_cost_ > options_.memory_window) return false;
+      Admit(order_[admitted_++], /*apply=*/true);
+      next_cost_.reset();
+    }
+    return slot.admitted;
+  }
+
+  void Grant(Slot& slot) {
+    slot.granted = true;
+    slot.bytes.reset(new uint8_t[std::max<uint64_t>(slot.size(), 1)]);
+    need_ -= slot.size();
+    kept_ += slot.size();
+    peak_ = std::max(peak_, kept_);
+  }
+
+  void Free(Slot& slot) {
+    kept_ -= slot.size();
+    slot.bytes.reset();
+  }
+
+  void Lend(Slot& slot) {
+    slot.complete = true;
+    slot.lent = true;
+    File(slot).Lend(*slot.info, slot.bytes.get());
+    for (size_t w : slot.work) {
+      if (--items_[w].missing == 0) ready_.push_back(w);
+    }
   }
 
   void Fail(absl::Status s) {
@@ -187,67 +368,62 @@ class Streamer {
     return std::all_of(streams_.begin(), streams_.end(), [](const FileStream& s) { return s.done; });
   }
 
-  // Which stream reads next: those that need no new memory (nothing needed left, or a tensor
-  // already being read) or whose next tensor this stream alone will release go first; then
-  // the earliest work item the next tensor serves.
+  // Streams whose next step needs no admission go first, then by the earliest work item the
+  // tensor they would take memory for serves.
   size_t KeyOf(const FileStream& s) const {
-    if (s.next >= s.slots.size()) return 0;
-    const Slot& slot = slots_[s.slots[s.next]];
-    if (slot.bytes || SelfContained(slot)) return 0;
-    return slot.key + 1;
-  }
-
-  // True when every work item that needs the slot waits, besides tensors already in memory,
-  // only for tensors later in the same file: reading on in this file releases it, with no help
-  // from any other file.
-  bool SelfContained(const Slot& slot) const {
-    for (size_t w : slot.work) {
-      for (size_t j : items_[w].slots) {
-        const Slot& other = slots_[j];
-        if (&other != &slot && !other.bytes && other.stream != slot.stream) return false;
-      }
+    if (s.reading_ahead != kNone) return 0;
+    size_t key = kNone;
+    if (!s.armed.empty()) {
+      if (slots_[s.armed.begin()->second].admitted) return 0;
+      key = s.armed.begin()->first;
     }
-    return true;
+    if (s.next < s.slots.size()) {
+      const Slot& n = slots_[s.slots[s.next]];
+      if (s.pos < n.begin || n.granted || n.admitted) return 0;
+      key = std::min(key, n.key());
+    }
+    return key == kNone ? 0 : key + 1;
   }
 
-  // Picks the next read. `strict`: memory is granted in priority order only (a stream denied
-  // it stops later streams from taking any); otherwise to any stream whose tensor fits, which
-  // is how a stuck stream gets going when nothing else can move. False when no stream can.
-  bool PickStep(Step* step, bool strict) {
+  // Picks the next step: a read-ahead in progress, then a read-ahead whose trigger the cursor
+  // has reached, then the cursor. False when no stream can move without more memory.
+  bool PickStep(Step* step) {
     std::vector<size_t> order;
     for (size_t i = 0; i < streams_.size(); ++i) {
       if (!streams_[i].busy && !streams_[i].done) order.push_back(i);
     }
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t a, size_t b) { return KeyOf(streams_[a]) < KeyOf(streams_[b]); });
-    // The earliest work item still missing a tensor that has no memory yet.
-    const size_t behind = unallocated_.empty() ? kNoWork : *unallocated_.begin();
-    bool denied = false;
     for (size_t i : order) {
       FileStream& s = streams_[i];
+      *step = Step{};
       step->stream = i;
+      if (s.reading_ahead == kNone && !s.armed.empty()) {
+        const size_t j = s.armed.begin()->second;
+        if (AdmitFor(slots_[j])) {
+          s.armed.erase(s.armed.begin());
+          Grant(slots_[j]);
+          s.reading_ahead = j;
+        }
+      }
+      if (s.reading_ahead != kNone) {
+        Slot& slot = slots_[s.reading_ahead];
+        step->kind = Step::Kind::kReadAhead;
+        step->slot = s.reading_ahead;
+        step->offset = slot.begin + slot.filled;
+        step->length = std::min(chunk_, slot.size() - slot.filled);
+        step->into = slot.bytes.get() + slot.filled;
+        return true;
+      }
       step->offset = s.pos;
-      step->into = nullptr;
       if (s.next < s.slots.size() && s.pos >= slots_[s.slots[s.next]].begin) {
         Slot& slot = slots_[s.slots[s.next]];
-        if (!slot.bytes) {
-          // A tensor that waits for another file must leave room for the largest share of
-          // one work item in one file, so that the earliest work item can always complete:
-          // only the files that hold its missing tensors may use that room.
-          const bool reserved = (!s.unallocated.empty() && *s.unallocated.begin() <= behind) ||
-                                SelfContained(slot);
-          const uint64_t room = reserved ? 0 : headroom_;
-          if ((denied && strict) || kept_ + slot.size() + room > options_.memory_window) {
-            if (!denied) blocked_ = s.slots[s.next];
-            denied = true;
-            continue;
-          }
-          slot.bytes.reset(new uint8_t[slot.size()]);
-          unallocated_.erase(unallocated_.find(slot.key));
-          s.unallocated.erase(s.unallocated.find(slot.key));
-          kept_ += slot.size();
-          peak_ = std::max(peak_, kept_);
+        if (!slot.granted) {
+          if (!AdmitFor(slot)) continue;
+          Grant(slot);
         }
+        step->kind = slot.complete ? Step::Kind::kHashKept : Step::Kind::kRead;
+        step->slot = s.slots[s.next];
         step->length = std::min(chunk_, slot.end - s.pos);
         step->into = slot.bytes.get() + (s.pos - slot.begin);
         return true;
@@ -259,24 +435,30 @@ class Streamer {
     return false;
   }
 
-  absl::Status Exhausted() const {
+  // Nothing can move and nothing in flight can free memory: the next work item's tensors, with
+  // what must be held to reach them, do not fit beside what is held.
+  absl::Status Exhausted() {
     uint64_t held = 0, count = 0;
-    size_t first_waiting = kNoWork;
     for (const Slot& s : slots_) {
       if (!s.bytes) continue;
       held += s.size();
       ++count;
-      for (size_t w : s.work) {
-        if (items_[w].missing > 0) first_waiting = std::min(first_waiting, w);
+    }
+    std::string next = "no work item is waiting";
+    if (admitted_ < items_.size()) {
+      const Slot* far = nullptr;
+      const uint64_t cost = Admit(order_[admitted_], /*apply=*/false, &far);
+      next = absl::StrCat(work_[order_[admitted_]].label, " needs ", cost,
+                          " more bytes: its tensors and every needed tensor stored before them "
+                          "in their files");
+      if (far != nullptr) {
+        absl::StrAppend(&next, " (up to ", streams_[far->stream].label, ", tensor '",
+                        far->info->name, "' at offset ", far->begin, ")");
       }
     }
-    const Slot& b = slots_[blocked_];
     return absl::ResourceExhaustedError(absl::StrCat(
         "memory window of ", options_.memory_window, " bytes is full: ", count, " tensors (",
-        held, " bytes) are held for checks whose other tensors are not read yet",
-        first_waiting == kNoWork ? "" : absl::StrCat(" (first: ", work_[first_waiting].label, ")"),
-        ", and ", streams_[b.stream].label, " needs ", b.size(), " more bytes for tensor '",
-        b.info->name, "' at offset ", b.begin,
+        held, " bytes) are held for checks or until the file's hash reaches them, and ", next,
         "; the checkpoints store partner tensors far apart for this window (raise it with "
         "--memory-window)"));
   }
@@ -308,14 +490,23 @@ class Streamer {
         dst = scratch.get();
       }
       std::span<uint8_t> bytes(dst, step.length);
-      if (absl::Status st = io::ReadExactly(*s.file, step.offset, bytes, s.label); !st.ok()) {
-        return st;
+      if (step.kind != Step::Kind::kHashKept) {
+        if (absl::Status st = io::ReadExactly(*s.file, step.offset, bytes, s.label); !st.ok()) {
+          return st;
+        }
+        progress_.Advance(step.length);
       }
-      s.hashers->Update(step.offset, bytes);
-      s.file->Consumed(step.offset, step.length);
-      progress_.Advance(step.length);
+      // The digests are of the bytes in memory, the ones every check reads: a range read
+      // ahead is hashed from its buffer when the cursor reaches it.
+      if (step.kind != Step::Kind::kReadAhead) s.hashers->Update(step.offset, bytes);
+      // The kernel may drop what the cursor has passed. A range read ahead stays in its page
+      // cache until then: the kernel's own readahead for the cursor may reach it first, and
+      // would read it from storage again had it been dropped.
+      if (step.kind != Step::Kind::kReadAhead) s.file->Consumed(step.offset, step.length);
     }
-    if (step.offset + step.length < s.size) return absl::OkStatus();
+    if (step.kind == Step::Kind::kReadAhead || step.offset + step.length < s.size) {
+      return absl::OkStatus();
+    }
     // The end: the file must not have grown, nor changed, since its header was read.
     uint8_t extra;
     absl::StatusOr<size_t> more = s.file->Read(s.size, std::span<uint8_t>(&extra, 1));
@@ -333,36 +524,51 @@ class Streamer {
     return absl::OkStatus();
   }
 
-  // Under the lock, after a step: advance, and lend the tensors it completed.
+  // Under the lock, after a step: advance, lend the tensors it completed, free read-ahead
+  // buffers the cursor has passed and no work needs.
   void Advance(const Step& step) {
     FileStream& s = streams_[step.stream];
+    if (step.kind != Step::Kind::kHashKept) {
+      s.storage_bytes += step.length;
+      bytes_read_ += step.length;
+    }
+    if (step.kind == Step::Kind::kReadAhead) {
+      Slot& slot = slots_[step.slot];
+      slot.filled += step.length;
+      if (slot.filled == slot.size()) {
+        s.reading_ahead = kNone;
+        Lend(slot);
+      }
+      return;
+    }
     s.pos += step.length;
-    bytes_read_ += step.length;
     s.done = !s.out->stream_from;  // DoStep clears it when it has read and checked the end
     while (s.next < s.slots.size() && slots_[s.slots[s.next]].end <= s.pos) {
       Slot& slot = slots_[s.slots[s.next]];
-      // An empty tensor has no bytes to read: give it a valid pointer.
-      if (!slot.bytes) {
-        slot.bytes.reset(new uint8_t[1]);
-        unallocated_.erase(unallocated_.find(slot.key));
-        s.unallocated.erase(s.unallocated.find(slot.key));
-      }
-      File(slot).Lend(*slot.info, slot.bytes.get());
-      for (size_t w : slot.work) {
-        if (--items_[w].missing == 0) ready_.push_back(w);
+      slot.passed = true;
+      if (slot.complete) {  // read ahead: kept until the cursor passed it
+        if (slot.users == 0) Free(slot);
+      } else {
+        if (!slot.granted) {  // an empty tensor: no bytes to read, a valid pointer
+          slot.admitted = true;
+          Grant(slot);
+        }
+        Lend(slot);
       }
       ++s.next;
     }
+    Arm(s);
   }
 
-  // Under the lock, after work item `w` ran: free what nobody needs any more.
+  // Under the lock, after work item `w` ran: free what nobody needs any more (a tensor read
+  // ahead stays until the cursor has hashed it).
   void Release(size_t w) {
     for (size_t i : items_[w].slots) {
       Slot& slot = slots_[i];
       if (--slot.users > 0) continue;
       File(slot).Reclaim(*slot.info);
-      kept_ -= slot.size();
-      slot.bytes.reset();
+      slot.lent = false;
+      if (slot.passed) Free(slot);
     }
   }
 
@@ -393,11 +599,8 @@ class Streamer {
         break;
       }
       Step step;
-      const bool alone = running_ == 0 && busy_ == 0;  // nothing in flight can free memory
-      if (!PickStep(&step, /*strict=*/true) && !(alone && PickStep(&step, /*strict=*/false))) {
-        const bool all_read = std::all_of(streams_.begin(), streams_.end(),
-                                          [](const FileStream& s) { return s.done || s.busy; });
-        if (!all_read && alone) {
+      if (!PickStep(&step)) {
+        if (running_ == 0 && busy_ == 0) {  // nothing in flight can free memory
           Fail(Exhausted());
           break;
         }
@@ -433,10 +636,12 @@ class Streamer {
   std::vector<Slot> slots_;
   std::vector<Item> items_;
   std::vector<size_t> ready_;
-  size_t running_ = 0, busy_ = 0, blocked_ = 0;
+  size_t running_ = 0, busy_ = 0;
   uint64_t kept_ = 0, peak_ = 0, bytes_read_ = 0;
-  uint64_t headroom_ = 0;  // the most bytes one work item needs from one file
-  std::multiset<size_t> unallocated_;  // keys of the slots not yet given memory
+  uint64_t need_ = 0;      // bytes admitted work will still take (admitted, not yet granted)
+  std::vector<size_t> order_;  // work items in admission order (RankWork)
+  size_t admitted_ = 0;        // order_[0, admitted_) are admitted
+  std::optional<uint64_t> next_cost_;  // Admit(order_[admitted_]) while admitted_ is unchanged
   absl::Status error_;
 };
 

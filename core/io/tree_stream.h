@@ -1,21 +1,32 @@
 // The second half of an audit's one read (docs/audit-engine.md, "Memory"): the tensor data
 // that ReadTree left unread under Keep::kStreamTensorData, read once, in a bounded window.
 //
-// Every deferred file is read front to back in chunks, each chunk hashed as it arrives (the
-// file SHA-256 continues from the header ReadTree kept). A tensor is kept only while some
-// piece of work still needs it: the caller lists work items (a check on a few tensors, e.g.
-// one module of the derived checkpoint with its source partner); a tensor is read straight
-// into a buffer of its own, lent to its SafetensorsFile (so Checkpoint and TensorRef readers
-// see it), and an item runs on one of the stream's threads as soon as all its tensors are in.
-// When the last item that needs a tensor has run, the buffer is freed. Work items earlier in
-// the list have priority: the files whose next needed tensor serves the earliest item are read
-// first, and memory is granted in that order.
+// Every deferred file is hashed front to back by its cursor, in chunks (the file SHA-256
+// continues from the header ReadTree kept). A tensor is kept only while some piece of work
+// still needs it: the caller lists work items (a check on a few tensors, e.g. one module of the
+// derived checkpoint with its source partner); a tensor is read straight into a buffer of its
+// own, lent to its SafetensorsFile (so Checkpoint and TensorRef readers see it), and an item
+// runs on one of the stream's threads as soon as all its tensors are in.
 //
-// Kept bytes (the images' kept files and headers plus the tensors held) never exceed
-// ReadOptions::memory_window. When the next tensor cannot be held and nothing in flight can
-// free memory (a layout whose partners lie far apart), the stream stops with
-// RESOURCE_EXHAUSTED naming the window and what is pending; it never grows past the window
-// and never reads a byte twice. Between chunks it polls Progress::Cancelled (CANCELLED).
+// Read-ahead: in each file, a work item's tensors that lie beyond its largest tensor there (not
+// adjacent to it) and are together smaller than it (an NVFP4 module's scales when the shard
+// stores every packed weight before every scale) are read ahead, with pread at their offset,
+// when the cursor reaches that largest tensor; the cursor later hashes them from their buffer
+// instead of reading them again. Such a buffer is freed when every item that needs it has run
+// AND the cursor has passed it. Each byte is read from storage once, and the digests are of
+// the bytes in memory, the ones the work read.
+//
+// Admission: work is admitted in the order its tensors lie in the files (the first input image
+// holding any of them, then the file, then how far its cursor must go there; list order breaks
+// ties), and a tensor gets memory only once admitted. Admitting an item counts what it and the
+// items before it need in memory: their tensors, and every needed tensor the cursors must pass
+// to reach them; an item is admitted only when that fits in ReadOptions::memory_window beside
+// what is held. So kept bytes (the images' kept files and headers plus the tensors held) never
+// exceed the window, and whatever is admitted can always complete. When the next item does not
+// fit and nothing in flight can free memory (a layout whose partners lie far apart), the stream
+// stops with RESOURCE_EXHAUSTED naming the window, what is held and the item, bytes and tensor
+// it could not take; it never grows past the window and never reads a byte twice. Whether it
+// stops does not depend on timing. Between chunks it polls Progress::Cancelled (CANCELLED).
 #ifndef CKPT_CORE_IO_TREE_STREAM_H_
 #define CKPT_CORE_IO_TREE_STREAM_H_
 
@@ -44,7 +55,7 @@ struct StreamResult {
   // The input images with every deferred file completed (digests set, stream_from cleared,
   // bytes_read including this stream).
   std::vector<std::shared_ptr<const TreeImage>> images;
-  uint64_t bytes_read = 0;       // by this stream
+  uint64_t bytes_read = 0;       // from storage by this stream (each byte once)
   uint64_t peak_kept_bytes = 0;  // kept files and headers plus tensors held, at most the window
 };
 

@@ -1,7 +1,14 @@
 // The streamed audit in a bounded memory window (docs/audit-engine.md, "Memory"): a pair far
 // larger than the window gives the same record as an unbounded run and as the checks run on
 // whole trees, holds at most the window, reads each byte once; a layout whose partner tensors
-// lie far apart is RESOURCE_EXHAUSTED instead of growth; a cancelled audit stops.
+// lie far apart is RESOURCE_EXHAUSTED instead of growth; shards that store packed weights far
+// from their scales audit in a small window by reading the scales ahead, with the digests of
+// the stored files, and a rewrite between a read-ahead and the cursor's hash is DATA_LOSS; a
+// cancelled audit stops.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -9,11 +16,13 @@
 
 #include "core/audit/audit_checks.h"
 #include "core/checkpoint.h"
+#include "core/fingerprint/fingerprint.h"
 #include "core/quant/pair_verify.h"
 #include "core/quant/scale_window.h"
 #include "core/text/json_dump.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/audit/fault_fs.h"
 #include "tests/test_util.h"
 
 namespace ckpt::audit {
@@ -21,10 +30,18 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::ckpt::testing::CopyFixture;
+using ::ckpt::testing::FaultDirectory;
+using ::ckpt::testing::ReadHook;
 using ::ckpt::testing::TempDir;
 using ::testing::HasSubstr;
 
 constexpr uint64_t kSmallWindow = 1ull << 20;
+constexpr char kShard[] = "model-00001-of-00002.safetensors";
+constexpr char kScale[] = "language_model.model.layers.1.block_sparse_moe.experts.3.w1.weight_scale";
+// A third of a derived shard, a few times the largest work item: what the layout with packed
+// weights far from their scales needs when the scales are read ahead (front to back, every
+// packed weight of a shard is held until its scale arrives: over 896 KiB).
+constexpr uint64_t kPackedWindow = 768ull << 10;
 
 uint64_t TreeBytes(const fs::path& root) {
   uint64_t n = 0;
@@ -48,6 +65,43 @@ void ReverseTensorOrder(const fs::path& file) {
   std::sort(by_offset.rbegin(), by_offset.rend());
   std::vector<uint8_t> data;
   for (const auto& [begin, name] : by_offset) {
+    const uint64_t end = header[name]["data_offsets"][1].get<uint64_t>();
+    const uint64_t at = data.size();
+    data.insert(data.end(), bytes.begin() + 8 + n + begin, bytes.begin() + 8 + n + end);
+    header[name]["data_offsets"] = {at, data.size()};
+  }
+  std::string json = header.dump();
+  while ((8 + json.size()) % 8 != 0) json.push_back(' ');
+  std::vector<uint8_t> out(8);
+  const uint64_t len = json.size();
+  std::memcpy(out.data(), &len, 8);
+  out.insert(out.end(), json.begin(), json.end());
+  out.insert(out.end(), data.begin(), data.end());
+  ::ckpt::testing::WriteAll(file, out);
+}
+
+// Rewrites a safetensors file with its tensors' data grouped by dtype, by name within a dtype:
+// BF16 first (where the source stores its BF16 tensors too), then the packed U8 weights, then
+// the F8_E4M3 scales, then F32 (the NVFP4 global scales): the reference writer's order for the
+// quantized tensors (core/quant/safetensors_writer.cc) reversed, so that every packed weight
+// lies far from its scales, at the opposite end of the quantized tensors.
+void PackedBeforeScales(const fs::path& file) {
+  std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(file);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + n);
+  const std::vector<std::string> order = {"BF16", "U8", "F8_E4M3", "F32"};
+  std::vector<std::pair<size_t, std::string>> sorted;
+  for (const auto& [name, t] : header.items()) {
+    if (name == "__metadata__") continue;
+    const auto rank = std::find(order.begin(), order.end(), t["dtype"].get<std::string>());
+    ASSERT_NE(rank, order.end()) << name;
+    sorted.push_back({static_cast<size_t>(rank - order.begin()), name});
+  }
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<uint8_t> data;
+  for (const auto& [rank, name] : sorted) {
+    const uint64_t begin = header[name]["data_offsets"][0].get<uint64_t>();
     const uint64_t end = header[name]["data_offsets"][1].get<uint64_t>();
     const uint64_t at = data.size();
     data.insert(data.end(), bytes.begin() + 8 + n + begin, bytes.begin() + 8 + n + end);
@@ -112,6 +166,25 @@ class AuditStreamTest : public ::testing::Test {
     o.memory_window = window;
     o.threads = 3;
     return RunAudit(o, progress, stats);
+  }
+
+  void PackDerivedBeforeScales() {
+    for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
+      PackedBeforeScales(derived_ / shard);
+      ASSERT_GT(fs::file_size(derived_ / shard), 2 * kPackedWindow);
+    }
+  }
+
+  // Every file subject of `r` has the SHA-256 of the file as stored now.
+  void ExpectSubjectsAreTheStoredFiles(const evidence::EvidenceRecord& r) {
+    auto fp = FingerprintTree(derived_.string(), {}, NoProgress());
+    ASSERT_TRUE(fp.ok()) << fp.status();
+    for (const FileFingerprint& f : fp->files) {
+      const auto it = std::find_if(r.subjects.begin(), r.subjects.end(),
+                                   [&](const evidence::Subject& s) { return s.name == f.path; });
+      ASSERT_NE(it, r.subjects.end()) << f.path;
+      EXPECT_EQ(it->sha256, ToHex(*f.sha256)) << f.path;
+    }
   }
 
   TempDir tmp_;
@@ -188,6 +261,100 @@ TEST_F(AuditStreamTest, PartnersFarApartAreResourceExhaustedNotGrowth) {
   EXPECT_EQ(rec.status().code(), absl::StatusCode::kResourceExhausted) << rec.status();
   EXPECT_THAT(std::string(rec.status().message()), HasSubstr("memory window of 1048576 bytes"));
   EXPECT_THAT(std::string(rec.status().message()), HasSubstr("are held for checks"));
+}
+
+TEST_F(AuditStreamTest, PackedWeightsFarFromTheirScalesAuditInASmallWindow) {
+  // Each packed weight lies far from its scale: its scale and global scale are read ahead of
+  // the file's cursor, and the packed weights stream through a window much smaller than a
+  // shard, with each byte still read once and the file hashed in order.
+  PackDerivedBeforeScales();
+  const uint64_t tree_bytes = TreeBytes(source_) + TreeBytes(derived_);
+  AuditStats small, large;
+  auto bounded = Audit(kPackedWindow, NoProgress(), &small);
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  auto unbounded = Audit(1ull << 32, NoProgress(), &large);
+  ASSERT_TRUE(unbounded.ok()) << unbounded.status();
+  EXPECT_EQ(bounded->OverallVerdict(), evidence::Verdict::kPass);
+  EXPECT_EQ(Statements(*bounded), Statements(*unbounded));
+  EXPECT_LE(small.peak_kept_bytes, kPackedWindow);
+  EXPECT_EQ(small.bytes_read, tree_bytes);
+  EXPECT_EQ(large.bytes_read, tree_bytes);
+
+  // The record's digests are those of the files as stored, and the checks equal the checks on
+  // whole trees.
+  ExpectSubjectsAreTheStoredFiles(*bounded);
+  auto src = Checkpoint::Open(source_.string());
+  auto dst = Checkpoint::Open(derived_.string());
+  ASSERT_TRUE(src.ok() && dst.ok());
+  auto pair = quant::VerifyPair(**src, **dst, {}, NoProgress());
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  EXPECT_EQ(DumpJson(bounded->pair_audit),
+            DumpJson(nlohmann::ordered_json::parse(DumpJson(pair->ToJson()))));
+}
+
+TEST_F(AuditStreamTest, ChangedScaleReadAheadIsFound) {
+  PackDerivedBeforeScales();
+  // One FP8 block scale changed: the copy read ahead is what the compare and the digest see.
+  const fs::path shard = derived_ / kShard;
+  auto dst = Checkpoint::Open(derived_.string());
+  ASSERT_TRUE(dst.ok());
+  auto t = (*dst)->Find(kScale);
+  ASSERT_TRUE(t.has_value());
+  std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(shard);
+  bytes[t->file->data_start() + t->info->begin + 7] ^= 0x08;
+  ::ckpt::testing::WriteAll(shard, bytes);
+  auto rec = Audit(kPackedWindow, NoProgress());
+  ASSERT_TRUE(rec.ok()) << rec.status();
+  EXPECT_EQ(CheckNamed(*rec, "pair_verify").verdict, evidence::Verdict::kFail);
+  ExpectSubjectsAreTheStoredFiles(*rec);
+}
+
+TEST_F(AuditStreamTest, FileRewrittenBetweenReadAheadAndHashIsDataLoss) {
+  PackDerivedBeforeScales();
+  auto dst = Checkpoint::Open(derived_.string());
+  ASSERT_TRUE(dst.ok());
+  auto t = (*dst)->Find(kScale);
+  ASSERT_TRUE(t.has_value());
+  const uint64_t scale_at = t->file->data_start() + t->info->begin;
+  // The last packed weight of the shard, which lies before the scales.
+  auto last = (*dst)->Find("language_model.model.layers.1.block_sparse_moe.experts.9.w3.weight_packed");
+  ASSERT_TRUE(last.has_value());
+  ASSERT_LT(last->info->end, t->info->begin);
+  const uint64_t last_packed_at = last->file->data_start() + last->info->begin;
+  bool last_packed_read = false;
+  // Right after the scale is read ahead (the cursor is still among the packed weights), its
+  // bytes are rewritten in place and the mtime put back. The checks and the digest use the
+  // bytes read; the rewrite is found when the file is checked at its end (ctime), and no
+  // record is made.
+  bool rewritten = false;
+  ReadHook hook{kShard, [](int) {}};
+  hook.after_read_at = [&](uint64_t offset, size_t length) {
+    if (offset <= last_packed_at && last_packed_at < offset + length) last_packed_read = true;
+    if (rewritten || offset > scale_at || offset + length <= scale_at) return;
+    EXPECT_FALSE(last_packed_read) << "the scale was not read ahead of the cursor";
+    rewritten = true;
+    struct stat before;
+    ASSERT_EQ(::stat((derived_ / kShard).c_str(), &before), 0);
+    std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(derived_ / kShard);
+    bytes[scale_at] ^= 0x08;
+    int fd = ::open((derived_ / kShard).c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, &bytes[scale_at], 1, static_cast<off_t>(scale_at)), 1);
+    ::close(fd);
+    struct timespec times[2] = {before.st_atim, before.st_mtim};
+    ASSERT_EQ(::utimensat(AT_FDCWD, (derived_ / kShard).c_str(), times, 0), 0);
+  };
+  AuditOptions o;
+  o.root = derived_.string();
+  o.root_dir = FaultDirectory::Open(derived_.string(), std::move(hook));
+  o.source = source_.string();
+  o.memory_window = kPackedWindow;
+  o.threads = 3;
+  auto rec = RunAudit(o, NoProgress());
+  EXPECT_TRUE(rewritten);
+  ASSERT_FALSE(rec.ok());
+  EXPECT_EQ(rec.status().code(), absl::StatusCode::kDataLoss) << rec.status();
+  EXPECT_THAT(std::string(rec.status().message()), HasSubstr(kShard));
 }
 
 // Cancels once `after` bytes were reported read.

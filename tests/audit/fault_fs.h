@@ -19,6 +19,8 @@ namespace ckpt::testing {
 struct ReadHook {
   std::string name;
   std::function<void(int reads_done)> after_read;
+  // When set, also called after each successful Read with its offset and length.
+  std::function<void(uint64_t offset, size_t length)> after_read_at = nullptr;
 };
 
 class FaultFile final : public io::RandomAccessFile {
@@ -27,7 +29,10 @@ class FaultFile final : public io::RandomAccessFile {
       : inner_(std::move(inner)), hook_(hook) {}
   absl::StatusOr<size_t> Read(uint64_t offset, std::span<uint8_t> out) const override {
     absl::StatusOr<size_t> n = inner_->Read(offset, out);
-    if (n.ok() && hook_ != nullptr) hook_->after_read(++reads_);
+    if (n.ok() && hook_ != nullptr) {
+      hook_->after_read(++reads_);
+      if (hook_->after_read_at) hook_->after_read_at(offset, *n);
+    }
     return n;
   }
   absl::StatusOr<io::FileIdentity> Identity() const override { return inner_->Identity(); }
