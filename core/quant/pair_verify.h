@@ -39,7 +39,6 @@ struct PairVerifyResult {
   FindingList mismatches;  // codes listed in docs/quant.md
 
   std::string verdict() const { return lossless ? "lossless" : "mismatch"; }
-  nlohmann::json ToJson() const;
 };
 
 // The check in pieces, for a streamed audit (core/io/tree_stream.h) that compares each unit as

@@ -240,7 +240,12 @@ EvidenceRecord SampleRecord() {
   CheckResult window;
   window.name = "scale_window";
   window.verdict = Verdict::kFail;
-  for (int i = 0; i < 30; ++i) window.findings.push_back({{"tensor", "t"}, {"row", i}});
+  for (int i = 0; i < 30; ++i) {
+    Finding f;
+    f.tensor = "t";
+    f.row = i;
+    window.findings.push_back(f);
+  }
   r.checks.push_back(window);
   r.environment = CollectEnvironment();
   r.started_at = "2026-01-01T00:00:00.000Z";
@@ -275,10 +280,11 @@ TEST(Record, StatementShapeAndVerdict) {
 
 TEST(Record, FloatsAndBadDigestsAreRefusedBeforeSigning) {
   EvidenceRecord r = SampleRecord();
-  r.checks[0].details = {{"ratio", 0.25}};
+  // A check's values are integers and strings by type; the forward's report is still JSON.
+  r.block_forward = {{"ratio", 0.25}};
   auto s = RecordPayload(r);
   ASSERT_FALSE(s.ok());
-  EXPECT_THAT(std::string(s.status().message()), HasSubstr("/predicate/checks/0/details/ratio"));
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("/predicate/block_forward/ratio"));
   r = SampleRecord();
   r.subjects[0].sha256 = "ABC";
   EXPECT_FALSE(RecordPayload(r).ok());
