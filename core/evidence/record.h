@@ -3,11 +3,12 @@
 // A record is an in-toto Statement v1 whose subjects are the checkpoint's files and its OMS
 // manifest ROOT, with a predicate (type kEvidencePredicateType) holding the policy, every check
 // with its verdict, counts and first findings, optional pair-audit and block-forward results,
-// the environment and the start/finish times. Each check contributes one CheckResult (typed:
-// check_result.h); the rest of the pipeline does not need to know what a check does. The
-// Statement's JSON is written here and in check_result.cc, nowhere else. Payloads are float-free (see
-// json_guard.h) and are signed as exact bytes in a DSSE envelope. Roots are recorded in the
-// name encoding (core/text/name_encoding.h); subject names arrive encoded from the fingerprint.
+// the environment and the start/finish times. Each check contributes one typed CheckResult
+// (check_result.h); the rest of the pipeline does not need to know what a check does. The
+// Statement's JSON is written here and in check_result.cc (docs/evidence.md "Where JSON is
+// produced"). Payloads are float-free (see json_guard.h) and are signed as exact bytes in a DSSE
+// envelope. Roots are recorded in the name encoding (core/text/name_encoding.h); subject names
+// arrive encoded from the fingerprint.
 #ifndef CKPT_CORE_EVIDENCE_RECORD_H_
 #define CKPT_CORE_EVIDENCE_RECORD_H_
 

@@ -19,7 +19,6 @@
 #include "core/progress.h"
 #include "core/quant/finding.h"
 #include "core/quant/format.h"
-#include "nlohmann/json.hpp"
 
 namespace ckpt::quant {
 
