@@ -23,8 +23,24 @@ using ojson = nlohmann::ordered_json;
 
 ojson Ordered(const nlohmann::json& j) { return ojson::parse(DumpJson(j)); }
 
+evidence::Finding FindingOf(const quant::Finding& f) {
+  evidence::Finding e;
+  e.code = f.code;
+  e.message = f.message;
+  e.tensor = f.tensor;
+  if (f.row >= 0) e.row = f.row;
+  if (f.group >= 0) e.group = f.group;
+  e.numbers = f.numbers;
+  return e;
+}
+
 void AddFindings(const quant::FindingList& list, CheckResult* c) {
-  for (const quant::Finding& f : list.kept()) c->findings.push_back(Ordered(f.ToJson()));
+  for (const quant::Finding& f : list.kept()) c->findings.push_back(FindingOf(f));
+}
+
+evidence::ScaleWindowThresholds ThresholdsOf(const quant::ScaleWindowConfig& c) {
+  return {c.name, c.version, c.max_span, c.marlin_span, c.marlin_min_scale_log2,
+          static_cast<int64_t>(c.max_listed)};
 }
 
 // "L12" for any tensor under "layers.12.", else the tensor name itself.
@@ -59,8 +75,8 @@ CheckResult FingerprintCheck(const Fingerprint& fp) {
   c.counts["files"] = static_cast<int64_t>(fp.files.size());
   c.counts["file_bytes"] = static_cast<int64_t>(bytes);
   c.counts["hashed_bytes"] = static_cast<int64_t>(fp.hashed_bytes);
-  c.details = {{"manifest_algorithm", fp.manifest.Algorithm()},
-               {"manifest_root", fp.manifest.RootHex()}};
+  c.details.Set("manifest_algorithm", std::string(fp.manifest.Algorithm()));
+  c.details.Set("manifest_root", fp.manifest.RootHex());
   return c;
 }
 
@@ -94,15 +110,13 @@ CheckResult ScaleWindowCheck(const quant::ScaleWindowResult& r) {
     else it->second = std::max(it->second, t.span());
   }
   if (!order.empty()) {
-    ojson points = ojson::array();
-    for (const std::string& l : order) points.push_back({{"label", l}, {"value", span_by_layer[l]}});
-    c.series.push_back({{"title", "Scale exponent span per layer"},
-                        {"unit", "k_max - k_min (powers of two)"},
-                        {"limit", r.config.max_span},
-                        {"warn", r.config.marlin_span},
-                        {"points", points}});
+    evidence::Series s{"Scale exponent span per layer", "k_max - k_min (powers of two)",
+                       r.config.max_span, r.config.marlin_span, {}};
+    for (const std::string& l : order) s.points.push_back({l, span_by_layer[l]});
+    c.series.push_back(std::move(s));
   }
-  c.details = {{"verdict", quant::VerdictName(r.verdict)}, {"policy", Ordered(r.config.ToJson())}};
+  c.details.Set("verdict", quant::VerdictName(r.verdict));
+  c.details.Set("policy", ThresholdsOf(r.config));
   return c;
 }
 
@@ -119,14 +133,15 @@ CheckResult PairCheck(const quant::PairVerifyResult& r) {
   c.counts["mismatches"] = static_cast<int64_t>(r.mismatches.total());
   AddFindings(r.mismatches, &c);
   c.findings_total = r.mismatches.total();
-  ojson points = ojson::array();
-  for (const auto& [code, n] : r.mismatches.by_code()) {
-    points.push_back({{"label", code}, {"value", n}});
+  if (!r.mismatches.by_code().empty()) {
+    evidence::Series s{"Pair mismatches by kind", "count", std::nullopt, std::nullopt, {}};
+    for (const auto& [code, n] : r.mismatches.by_code()) {
+      s.points.push_back({code, static_cast<int64_t>(n)});
+    }
+    c.series.push_back(std::move(s));
   }
-  if (!points.empty()) {
-    c.series.push_back({{"title", "Pair mismatches by kind"}, {"unit", "count"}, {"points", points}});
-  }
-  c.details = {{"derived_kind", r.derived_kind}, {"verdict", r.verdict()}};
+  c.details.Set("derived_kind", r.derived_kind);
+  c.details.Set("verdict", r.verdict());
   return c;
 }
 
@@ -137,55 +152,72 @@ CheckResult ForwardCheck(const forward::ForwardAuditResult& r) {
   const nlohmann::json& rep = r.report;
   c.counts["layers_run"] = rep.value("layers_run", int64_t{0});
   c.counts["layers_passed"] = rep.value("layers_passed", int64_t{0});
-  ojson differing = ojson::array(), emulated = ojson::array();
+  evidence::Series differing{"Block output elements differing from the source, per layer",
+                             "elements", std::nullopt, std::nullopt, {}};
+  evidence::Series emulated{"Output elements differing after vLLM's w1/w3 scale collapse",
+                            "elements", std::nullopt, std::nullopt, {}};
   for (const nlohmann::json& row : rep.value("summary", nlohmann::json::array())) {
     const std::string label = absl::StrCat("layer ", row.value("layer", -1));
     if (row.contains("output_differing_elements")) {
       const int64_t n = row.value("output_differing_elements", int64_t{0});
-      differing.push_back({{"label", label}, {"value", n}});
+      differing.points.push_back({label, n});
       if (n > 0) {
-        c.findings.push_back({{"code", "block-output-differs"},
-                              {"layer", row.value("layer", -1)},
-                              {"message", absl::StrCat(label, ": ", n, " of ",
-                                                       row.value("output_elements", int64_t{0}),
-                                                       " output elements differ, max |diff| ",
-                                                       row.value("output_max_abs_diff", "?"))}});
+        evidence::Finding f;
+        f.code = "block-output-differs";
+        f.layer = row.value("layer", -1);
+        f.message = absl::StrCat(label, ": ", n, " of ", row.value("output_elements", int64_t{0}),
+                                 " output elements differ, max |diff| ",
+                                 row.value("output_max_abs_diff", "?"));
+        c.findings.push_back(std::move(f));
       }
     }
     if (row.contains("emulated_verdict")) {
       const int64_t n = row.value("emulated_output_differing_elements", int64_t{0});
-      emulated.push_back({{"label", label}, {"value", n}});
+      emulated.points.push_back({label, n});
       if (n > 0) {
         // The measured size of the scale window's vllm-w13-global-scale-collapse hazard.
-        c.findings.push_back(
-            {{"code", "vllm-w13-collapse-output-differs"},
-             {"hazard", "vllm-w13-global-scale-collapse"},
-             {"layer", row.value("layer", -1)},
-             {"message", absl::StrCat(label, ": loaded as vLLM does (w1's global scale for w3), ",
-                                      n, " output elements differ from the source, max |diff| ",
-                                      row.value("emulated_output_max_abs_diff", "?"))}});
+        evidence::Finding f;
+        f.code = "vllm-w13-collapse-output-differs";
+        f.hazard = "vllm-w13-global-scale-collapse";
+        f.layer = row.value("layer", -1);
+        f.message = absl::StrCat(label, ": loaded as vLLM does (w1's global scale for w3), ", n,
+                                 " output elements differ from the source, max |diff| ",
+                                 row.value("emulated_output_max_abs_diff", "?"));
+        c.findings.push_back(std::move(f));
       }
     }
   }
   c.findings_total = c.findings.size();
-  if (!differing.empty()) {
-    c.series.push_back({{"title", "Block output elements differing from the source, per layer"},
-                        {"unit", "elements"},
-                        {"points", differing}});
-  }
-  if (!emulated.empty()) {
-    c.series.push_back({{"title", "Output elements differing after vLLM's w1/w3 scale collapse"},
-                        {"unit", "elements"},
-                        {"points", emulated}});
-  }
-  c.details = {{"verdict", rep.value("verdict", "")},
-               {"device", rep.value("device", "")},
-               {"layers", rep.value("layers_requested", "")}};
+  if (!differing.points.empty()) c.series.push_back(std::move(differing));
+  if (!emulated.points.empty()) c.series.push_back(std::move(emulated));
+  c.details.Set("verdict", rep.value("verdict", ""));
+  c.details.Set("device", rep.value("device", ""));
+  c.details.Set("layers", rep.value("layers_requested", ""));
   return c;
 }
 
+evidence::PairAudit PairAuditOf(const quant::PairVerifyResult& r) {
+  evidence::PairAudit a;
+  a.verdict = r.verdict();
+  a.source_format = r.source_format;
+  a.derived_format = r.derived_format;
+  a.derived_kind = r.derived_kind;
+  a.quantized_tensors = r.quantized_tensors;
+  a.packed_bytes_compared = r.packed_bytes_compared;
+  a.value_blocks_compared = r.value_blocks_compared;
+  a.ignored_tensors_compared = r.ignored_tensors_compared;
+  a.ignored_bytes_compared = r.ignored_bytes_compared;
+  a.fused_groups_checked = r.fused_groups_checked;
+  a.zero_groups_canonicalized = r.zero_groups_canonicalized;
+  a.mismatches.total = r.mismatches.total();
+  a.mismatches.by_code = r.mismatches.by_code();
+  a.mismatches.cap = r.mismatches.cap();
+  for (const quant::Finding& f : r.mismatches.kept()) a.mismatches.listed.push_back(FindingOf(f));
+  return a;
+}
+
 evidence::PolicyRef PolicyRefOf(const quant::ScaleWindowConfig& policy) {
-  return {policy.name, std::to_string(policy.version), Ordered(policy.ToJson())};
+  return evidence::ScaleWindowPolicyRef(ThresholdsOf(policy));
 }
 
 std::vector<evidence::Subject> SubjectsOf(const Fingerprint& fp) {
@@ -235,10 +267,12 @@ void AddLayoutCheck(const char* name, const LayoutInfo& layout, const TreeImage&
 
 // A checkpoint the strict reader refused, as a finding: the message names the file, the
 // tensor and the offset.
-ojson Unreadable(const absl::Status& s) {
-  return {{"code", "unreadable-checkpoint"},
-          {"status", absl::StatusCodeToString(s.code())},
-          {"message", std::string(s.message())}};
+evidence::Finding Unreadable(const char* code, const absl::Status& s) {
+  evidence::Finding f;
+  f.code = code;
+  f.status = absl::StatusCodeToString(s.code());
+  f.message = std::string(s.message());
+  return f;
 }
 
 // Work for the stream, keyed by name: the stream admits work in file order and this order
@@ -319,12 +353,12 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   auto ckpt = Checkpoint::Open(derived_image);
   if (!ckpt.ok()) {
     structure.verdict = evidence::Verdict::kFail;
-    structure.findings.push_back(Unreadable(ckpt.status()));
+    structure.findings.push_back(Unreadable("unreadable-checkpoint", ckpt.status()));
   } else {
     structure.counts["shards"] = static_cast<int64_t>((*ckpt)->shards().size());
     structure.counts["tensors"] = static_cast<int64_t>((*ckpt)->TensorNames().size());
     structure.counts["tensor_bytes"] = static_cast<int64_t>((*ckpt)->total_tensor_bytes());
-    structure.details = {{"layout", std::string(LayoutName((*ckpt)->layout()))}};
+    structure.details.Set("layout", std::string(LayoutName((*ckpt)->layout())));
   }
   std::unique_ptr<Checkpoint> source_ckpt;
   std::optional<CheckResult> unreadable_source;
@@ -334,9 +368,7 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
       CheckResult c;
       c.name = "pair_verify";
       c.verdict = evidence::Verdict::kFail;
-      ojson f = Unreadable(opened.status());
-      f["code"] = "unreadable-source";
-      c.findings.push_back(f);
+      c.findings.push_back(Unreadable("unreadable-source", opened.status()));
       unreadable_source = std::move(c);
     } else {
       source_ckpt = *std::move(opened);
@@ -457,13 +489,13 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
     quant::PairVerifyResult r = quant::FinishPair(*std::move(pair_plan), pair_outcomes);
     rec.checks.push_back(PairCheck(r));
     if (!options.root_map.empty()) {  // what the X4T checkpoint_root was compared with
-      ojson maps = ojson::array();
+      std::vector<std::string> maps;
       for (const quant::RootMapping& m : options.root_map) {
         maps.push_back(EncodeName(m.declared) + "=" + EncodeName(m.actual));
       }
-      rec.checks.back().details["root_map"] = std::move(maps);
+      rec.checks.back().details.Set("root_map", std::move(maps));
     }
-    rec.pair_audit = Ordered(r.ToJson());
+    rec.pair_audit = PairAuditOf(r);
   }
   if (forward_result) {
     rec.checks.push_back(ForwardCheck(*forward_result));

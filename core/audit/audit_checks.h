@@ -69,6 +69,8 @@ std::vector<evidence::Subject> SubjectsOf(const Fingerprint& fp);
 evidence::CheckResult FingerprintCheck(const Fingerprint& fp);
 evidence::CheckResult ScaleWindowCheck(const quant::ScaleWindowResult& r);
 evidence::CheckResult PairCheck(const quant::PairVerifyResult& r);
+// The record's pair_audit (and `verify-pair --json`): the pair check's full result.
+evidence::PairAudit PairAuditOf(const quant::PairVerifyResult& r);
 // `r` from forward::RunModelForward.
 evidence::CheckResult ForwardCheck(const forward::ForwardAuditResult& r);
 

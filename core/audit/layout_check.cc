@@ -13,27 +13,29 @@ evidence::CheckResult LayoutCheck(const std::string& name, const LayoutInfo& lay
       c.verdict = evidence::Verdict::kFail;
       ++failing;
     }
-    nlohmann::ordered_json j = {{"code", f.code}};
-    if (!f.path.empty()) j["path"] = f.path;
-    j["message"] = f.message;
-    j["fails"] = f.fails;
-    c.findings.push_back(std::move(j));
+    evidence::Finding e;
+    e.code = f.code;
+    e.path = f.path;
+    e.message = f.message;
+    e.fails = f.fails;
+    c.findings.push_back(std::move(e));
   }
   c.findings_total = c.findings.size();
   c.counts["files"] = static_cast<int64_t>(image.files.size());
   c.counts["links_followed"] = static_cast<int64_t>(layout.links_followed);
   c.counts["failing_findings"] = failing;
-  c.details = {{"layout", std::string(TreeLayoutName(layout.kind))}};
-  if (!layout.repo_id.empty()) c.details["repo_id"] = layout.repo_id;
-  if (!layout.commit.empty()) c.details["commit"] = layout.commit;
+  c.details.Set("layout", std::string(TreeLayoutName(layout.kind)));
+  if (!layout.repo_id.empty()) c.details.Set("repo_id", layout.repo_id);
+  if (!layout.commit.empty()) c.details.Set("commit", layout.commit);
   if (layout.kind == TreeLayout::kHubSnapshot) {
-    c.details["refs_main"] = layout.refs_main;
-    c.details["snapshot_is_main"] = !layout.refs_main.empty() && layout.refs_main == layout.commit;
+    c.details.Set("refs_main", layout.refs_main);
+    c.details.Set("snapshot_is_main",
+                  !layout.refs_main.empty() && layout.refs_main == layout.commit);
   }
   if (layout.kind == TreeLayout::kLocalDir) {
     c.counts["metadata_files"] = static_cast<int64_t>(layout.metadata.size());
   }
-  c.details["model_ref"] = layout.ModelRef();
+  c.details.Set("model_ref", layout.ModelRef());
   return c;
 }
 

@@ -34,25 +34,8 @@ absl::StatusOr<std::string> Finish(const ojson& statement) {
 
 }  // namespace
 
-std::string VerdictName(Verdict v) {
-  switch (v) {
-    case Verdict::kPass: return "pass";
-    case Verdict::kFail: return "fail";
-    case Verdict::kSkipped: return "skipped";
-  }
-  return "?";
-}
-
-ojson CheckResult::ToJson() const {
-  ojson j = {{"name", name}, {"verdict", VerdictName(verdict)}};
-  j["counts"] = ojson::object();
-  for (const auto& [k, v] : counts) j["counts"][k] = v;
-  j["findings_total"] = findings_total.value_or(findings.size());
-  j["findings"] = ojson::array();
-  for (size_t i = 0; i < findings.size() && i < kMaxFindings; ++i) j["findings"].push_back(findings[i]);
-  if (!series.empty()) j["series"] = series;
-  if (!details.is_null()) j["details"] = details;
-  return j;
+PolicyRef ScaleWindowPolicyRef(const ScaleWindowThresholds& thresholds) {
+  return {thresholds.name, std::to_string(thresholds.version), ToJson(thresholds)};
 }
 
 Verdict EvidenceRecord::OverallVerdict() const {
@@ -75,7 +58,7 @@ absl::StatusOr<std::string> RecordPayload(const EvidenceRecord& r) {
                   {"thresholds", r.policy.thresholds}}},
       {"verdict", VerdictName(r.OverallVerdict())},
       {"checks", checks},
-      {"pair_audit", r.pair_audit},
+      {"pair_audit", r.pair_audit ? r.pair_audit->ToJson() : ojson()},
       {"block_forward", r.block_forward},
       {"environment", r.environment.ToJson()},
       {"started_at", r.started_at},

@@ -3,10 +3,12 @@
 // A record is an in-toto Statement v1 whose subjects are the checkpoint's files and its OMS
 // manifest ROOT, with a predicate (type kEvidencePredicateType) holding the policy, every check
 // with its verdict, counts and first findings, optional pair-audit and block-forward results,
-// the environment and the start/finish times. Each check contributes one CheckResult; the rest
-// of the pipeline does not need to know what a check does. Payloads are float-free (see
-// json_guard.h) and are signed as exact bytes in a DSSE envelope. Roots are recorded in the
-// name encoding (core/text/name_encoding.h); subject names arrive encoded from the fingerprint.
+// the environment and the start/finish times. Each check contributes one typed CheckResult
+// (check_result.h); the rest of the pipeline does not need to know what a check does. The
+// Statement's JSON is written here and in check_result.cc (docs/evidence.md "Where JSON is
+// produced"). Payloads are float-free (see json_guard.h) and are signed as exact bytes in a DSSE
+// envelope. Roots are recorded in the name encoding (core/text/name_encoding.h); subject names
+// arrive encoded from the fingerprint.
 #ifndef CKPT_CORE_EVIDENCE_RECORD_H_
 #define CKPT_CORE_EVIDENCE_RECORD_H_
 
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/evidence/check_result.h"
 #include "core/evidence/environment.h"
 #include "nlohmann/json.hpp"
 
@@ -27,37 +30,22 @@ inline constexpr int kEvidenceSchemaVersion = 2;
 inline constexpr char kVerificationSummaryType[] = "https://slsa.dev/verification_summary/v1";
 // The subject name that carries the OMS manifest ROOT digest.
 inline constexpr char kManifestRootSubject[] = "oms-manifest-root";
-// Findings kept per check; the total is always reported.
-inline constexpr size_t kMaxFindings = 20;
-
-enum class Verdict { kPass, kFail, kSkipped };
-std::string VerdictName(Verdict v);  // "pass", "fail", "skipped"
-
-// One check's contribution. `series` feeds the report's plots: an array of
-// {"title", "unit", "limit" (optional int), "points": [{"label", "value" (int)}]}.
-struct CheckResult {
-  std::string name;
-  Verdict verdict = Verdict::kPass;
-  std::map<std::string, int64_t> counts;
-  std::vector<nlohmann::ordered_json> findings;  // ToJson keeps the first kMaxFindings
-  std::optional<uint64_t> findings_total;         // when the check itself kept only some
-  nlohmann::ordered_json series = nlohmann::ordered_json::array();
-  nlohmann::ordered_json details;  // anything else the check wants to keep (float-free)
-
-  nlohmann::ordered_json ToJson() const;
-};
-
 struct Subject {
   std::string name;    // POSIX path relative to the root, or kManifestRootSubject
   std::string sha256;  // lowercase hex
 };
 
+// A policy as statements name it. `thresholds` stays JSON: provenance statements read it back
+// and carry it on unchanged (provenance.h); records make it with ScaleWindowPolicyRef.
 struct PolicyRef {
   std::string name;
   std::string version;
   nlohmann::ordered_json thresholds = nlohmann::ordered_json::object();
   std::string uri{};  // a verification summary's policy URI; empty: ckpt-audit:policy/NAME@VERSION
 };
+
+// The scale-window policy's entry: its name, version and thresholds.
+PolicyRef ScaleWindowPolicyRef(const ScaleWindowThresholds& thresholds);
 
 // The source of a pair audit, bound by content: what the derived checkpoint was proved
 // lossless against (in-toto resolvedDependencies style; docs/evidence.md "Source binding").
@@ -82,8 +70,9 @@ struct EvidenceRecord {
   std::vector<Subject> subjects;
   PolicyRef policy;
   std::vector<CheckResult> checks;
-  nlohmann::ordered_json pair_audit;     // null when no pair audit ran
-  nlohmann::ordered_json block_forward;  // null when no block forward ran
+  std::optional<PairAudit> pair_audit;   // a pair audit's full result
+  // The block forward's report (core/forward/forward_audit.h), null when none ran.
+  nlohmann::ordered_json block_forward;
   Environment environment;
   std::string started_at;  // RFC 3339 UTC
   std::string finished_at;

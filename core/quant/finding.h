@@ -34,6 +34,7 @@ class FindingList {
   // Appends other's kept findings and adds its counts, prefixing their codes with `prefix`.
   void Merge(const FindingList& other, const std::string& prefix = "");
   uint64_t total() const { return total_; }
+  size_t cap() const { return cap_; }
   uint64_t count(const std::string& code) const;
   const std::vector<Finding>& kept() const { return kept_; }
   const std::map<std::string, uint64_t>& by_code() const { return by_code_; }

@@ -206,21 +206,6 @@ std::set<std::string> ModuleTensorNames(const Checkpoint& c, const std::vector<s
 
 }  // namespace
 
-nlohmann::json PairVerifyResult::ToJson() const {
-  return {{"verdict", verdict()},
-          {"source_format", source_format},
-          {"derived_format", derived_format},
-          {"derived_kind", derived_kind},
-          {"quantized_tensors", quantized_tensors},
-          {"packed_bytes_compared", packed_bytes_compared},
-          {"value_blocks_compared", value_blocks_compared},
-          {"ignored_tensors_compared", ignored_tensors_compared},
-          {"ignored_bytes_compared", ignored_bytes_compared},
-          {"fused_groups_checked", fused_groups_checked},
-          {"zero_groups_canonicalized", zero_groups_canonicalized},
-          {"mismatches", mismatches.ToJson()}};
-}
-
 absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& derived,
                                   const PairVerifyOptions& options) {
   PairPlan plan;

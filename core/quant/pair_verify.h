@@ -19,7 +19,6 @@
 #include "core/progress.h"
 #include "core/quant/finding.h"
 #include "core/quant/format.h"
-#include "nlohmann/json.hpp"
 
 namespace ckpt::quant {
 
@@ -39,7 +38,6 @@ struct PairVerifyResult {
   FindingList mismatches;  // codes listed in docs/quant.md
 
   std::string verdict() const { return lossless ? "lossless" : "mismatch"; }
-  nlohmann::json ToJson() const;
 };
 
 // The check in pieces, for a streamed audit (core/io/tree_stream.h) that compares each unit as

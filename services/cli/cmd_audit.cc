@@ -98,10 +98,9 @@ int Run(AuditArgs a) {
     for (const auto& c : rec->checks) {
       std::printf("  %-22s %s", c.name.c_str(), evidence::VerdictName(c.verdict).c_str());
       if (absl::EndsWith(c.name, "hf_layout")) {  // docs/hf-layouts.md
-        std::printf(" (%s)", c.details.value("layout", "").c_str());
+        std::printf(" (%s)", c.details.String("layout").c_str());
         for (size_t i = 0; i < c.findings.size() && i < 5; ++i) {
-          std::printf("\n    %s: %s", c.findings[i].value("code", "").c_str(),
-                      c.findings[i].value("message", "").c_str());
+          std::printf("\n    %s: %s", c.findings[i].code.c_str(), c.findings[i].message.c_str());
         }
       }
       std::printf("\n");

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/audit/audit_checks.h"
 #include "core/checkpoint.h"
 #include "core/quant/pair_verify.h"
 #include "core/text/json_dump.h"
@@ -65,7 +66,7 @@ int Run(const VerifyPairArgs& a) {
       quant::VerifyPair(**source, **derived, options, progress);
   if (!r.ok()) return ReportError(r.status());
   if (a.json) {
-    nlohmann::json j = r->ToJson();
+    nlohmann::ordered_json j = audit::PairAuditOf(*r).ToJson();
     j["source"] = (*source)->root();
     j["derived"] = (*derived)->root();
     std::printf("%s\n", DumpJson(j, 2).c_str());

@@ -158,7 +158,7 @@ TEST_F(AuditIntegrityTest, MalformedCheckpointIsASignedFailNamingTheFile) {
   ASSERT_NE(structure, nullptr);
   EXPECT_EQ(structure->verdict, evidence::Verdict::kFail);
   ASSERT_FALSE(structure->findings.empty());
-  EXPECT_THAT(structure->findings[0]["message"].get<std::string>(), HasSubstr(kShard));
+  EXPECT_THAT(structure->findings[0].message, HasSubstr(kShard));
   // The file's digest is still a subject: the record names the bytes it judged.
   EXPECT_TRUE(evidence::RecordPayload(*rec).ok());
 }
@@ -172,7 +172,7 @@ TEST_F(AuditIntegrityTest, MalformedSourceFailsThePairCheck) {
   EXPECT_EQ(rec->OverallVerdict(), evidence::Verdict::kFail);
   const evidence::CheckResult& pair = rec->checks.back();
   EXPECT_EQ(pair.name, "pair_verify");
-  EXPECT_EQ(pair.findings.at(0)["code"], "unreadable-source");
+  EXPECT_EQ(pair.findings.at(0).code, "unreadable-source");
 }
 
 TEST_F(AuditIntegrityTest, OverTheMemoryWindowIsRefusedBeforeReading) {

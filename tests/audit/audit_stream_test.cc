@@ -129,17 +129,21 @@ std::string Statements(const evidence::EvidenceRecord& r) {
     check["verdict"] = static_cast<int>(c.verdict);
     check["counts"] = counts;
     check["findings"] = nlohmann::ordered_json::array();
-    for (const auto& f : c.findings) check["findings"].push_back(f);
+    check["findings"] = nlohmann::ordered_json::array();
+    for (const auto& f : c.findings) {
+      check["findings"].push_back({f.code, f.message, f.status, f.path, f.tensor, f.hazard,
+                                   f.row.value_or(-1), f.group.value_or(-1), f.layer.value_or(-1),
+                                   f.numbers, f.fails.value_or(false)});
+    }
     check["findings_total"] = c.findings_total.value_or(0);
-    check["series"] = c.series;
-    check["details"] = c.details;
+    check["json"] = c.ToJson();  // its series and details
     j["checks"].push_back(check);
   }
   if (r.source) {
     j["source"] = {r.source->root, r.source->manifest_root};
     for (const auto& f : r.source->files) j["source_files"].push_back({f.name, f.sha256});
   }
-  j["pair_audit"] = r.pair_audit;
+  if (r.pair_audit) j["pair_audit"] = r.pair_audit->ToJson();
   return j.dump();
 }
 
@@ -218,11 +222,12 @@ TEST_F(AuditStreamTest, StreamedChecksEqualTheChecksOnWholeTrees) {
   ASSERT_TRUE(src.ok() && dst.ok());
   auto pair = quant::VerifyPair(**src, **dst, {}, NoProgress());
   ASSERT_TRUE(pair.ok()) << pair.status();
-  EXPECT_EQ(DumpJson(rec->pair_audit), DumpJson(nlohmann::ordered_json::parse(DumpJson(pair->ToJson()))));
+  ASSERT_TRUE(rec->pair_audit.has_value());
+  EXPECT_EQ(DumpJson(rec->pair_audit->ToJson()), DumpJson(PairAuditOf(*pair).ToJson()));
   auto window = quant::ScaleWindowPolicy().Check(**dst, NoProgress());
   ASSERT_TRUE(window.ok()) << window.status();
   const evidence::CheckResult& c = CheckNamed(*rec, "scale_window");
-  EXPECT_EQ(c.details["verdict"].get<std::string>(), quant::VerdictName(window->verdict));
+  EXPECT_EQ(c.details.String("verdict"), quant::VerdictName(window->verdict));
   EXPECT_EQ(c.counts.at("tensors"), static_cast<int64_t>(window->tensors.size()));
   EXPECT_EQ(c.counts.at("hazards"), static_cast<int64_t>(window->hazards.total()));
   EXPECT_EQ(c.counts.at("zero_groups_out_of_window"),

@@ -14,6 +14,7 @@
 #include "core/evidence/test_result.h"
 #include "core/evidence/trust_store.h"
 #include "core/sha256.h"
+#include "core/text/json_dump.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -240,7 +241,12 @@ EvidenceRecord SampleRecord() {
   CheckResult window;
   window.name = "scale_window";
   window.verdict = Verdict::kFail;
-  for (int i = 0; i < 30; ++i) window.findings.push_back({{"tensor", "t"}, {"row", i}});
+  for (int i = 0; i < 30; ++i) {
+    Finding f;
+    f.tensor = "t";
+    f.row = i;
+    window.findings.push_back(f);
+  }
   r.checks.push_back(window);
   r.environment = CollectEnvironment();
   r.started_at = "2026-01-01T00:00:00.000Z";
@@ -273,12 +279,53 @@ TEST(Record, StatementShapeAndVerdict) {
   EXPECT_EQ(nlohmann::json::parse(*RecordPayload(r))["predicate"]["verdict"], "pass");
 }
 
+// The typed values' JSON (check_result.h): unset fields are left out; a finding's keys come as
+// code, status, path, the rest by name, fails; details keep the order they were set in; a
+// tensor name that is not UTF-8 is written in the name encoding.
+TEST(Record, CheckValuesAreWrittenInTheirDocumentedOrder) {
+  CheckResult c;
+  c.name = "hf_layout";
+  c.verdict = Verdict::kFail;
+  Finding layout;
+  layout.code = "etag-mismatch";
+  layout.path = "config.json";
+  layout.message = "differs";
+  layout.fails = true;
+  Finding window;
+  window.code = "over-span";
+  window.message = "m";
+  window.tensor = std::string("w\xff", 2);
+  window.row = 1;
+  window.group = 2;
+  window.numbers = {{"k", -25}, {"a_first", 3}};
+  c.findings = {layout, window};
+  c.series.push_back({"t", "u", 17, std::nullopt, {{"L1", 5}}});
+  c.details.Set("verdict", std::string("over-span"));
+  c.details.Set("snapshot_is_main", false);
+  c.details.Set("root_map", std::vector<std::string>{"/a=/b"});
+  c.details.Set("policy", ScaleWindowThresholds{"p", 2, 17, 15, -6, 64});
+  c.details.Set("verdict", std::string("again"));  // replaced where it was
+  EXPECT_EQ(DumpJson(c.ToJson()),
+            R"({"name":"hf_layout","verdict":"fail","counts":{},"findings_total":2,"findings":[)"
+            R"({"code":"etag-mismatch","path":"config.json","message":"differs","fails":true},)"
+            R"({"code":"over-span","a_first":3,"group":2,"k":-25,"message":"m","row":1,)"
+            R"("tensor":"w%FF"}],"series":[{"title":"t","unit":"u","limit":17,)"
+            R"("points":[{"label":"L1","value":5}]}],"details":{"verdict":"again",)"
+            R"("snapshot_is_main":false,"root_map":["/a=/b"],"policy":{"id":"p/2",)"
+            R"("marlin_min_scale_log2":-6,"marlin_span":15,"max_listed":64,"max_span":17,)"
+            R"("name":"p","version":2}}})");
+  EXPECT_EQ(c.details.String("verdict"), "again");
+  EXPECT_EQ(c.details.String("snapshot_is_main"), "");
+  EXPECT_EQ(c.details.String("absent"), "");
+}
+
 TEST(Record, FloatsAndBadDigestsAreRefusedBeforeSigning) {
   EvidenceRecord r = SampleRecord();
-  r.checks[0].details = {{"ratio", 0.25}};
+  // A check's values are integers and strings by type; the forward's report is still JSON.
+  r.block_forward = {{"ratio", 0.25}};
   auto s = RecordPayload(r);
   ASSERT_FALSE(s.ok());
-  EXPECT_THAT(std::string(s.status().message()), HasSubstr("/predicate/checks/0/details/ratio"));
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("/predicate/block_forward/ratio"));
   r = SampleRecord();
   r.subjects[0].sha256 = "ABC";
   EXPECT_FALSE(RecordPayload(r).ok());

@@ -60,7 +60,7 @@ TEST(Transcode, OutputEqualsTheNvfp4FixtureTensorForTensor) {
   auto src = Checkpoint::Open(Fixture("mini-kimi-mxfp4").string());
   auto v = VerifyPair(**src, **got, {}, NoProgress());
   ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_TRUE(v->lossless) << v->ToJson().dump(2);
+  EXPECT_TRUE(v->lossless) << v->mismatches.ToJson().dump(2);
 }
 
 TEST(Transcode, OverSpanSourceFailsNamingTheGroupAndWritesNothing) {
