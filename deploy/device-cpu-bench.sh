@@ -51,7 +51,12 @@ log="$OUT/cpu_bench.log"
   taskset -c 0,1 .device-cpu/bench_daemon_load --clients 64 --calls 40 --seconds 60 --methods Gate
 } >> "$log" 2>&1
 echo "== bench_audit --size-gib 2 --threads $(nproc) --dir /tmp/bench-audit" >> "$log"
-.device-cpu/bench_audit --size-gib 2 --threads "$(nproc)" --dir /tmp/bench-audit >> "$log" 2>&1
+.device-cpu/bench_audit --size-gib 2 --threads "$(nproc)" --dir /tmp/bench-audit --keep >> "$log" 2>&1
+# The transcoder's dtype-ordered shards in a window far smaller than a shard (read-ahead of
+# small partner tensors, docs/audit-engine.md "Memory").
+echo "== bench_audit --size-gib 2 --threads $(nproc) --memory-window 67108864" >> "$log"
+.device-cpu/bench_audit --size-gib 2 --threads "$(nproc)" --memory-window 67108864 \
+  --dir /tmp/bench-audit >> "$log" 2>&1
 rm -rf /tmp/bench-audit
 for t in 16 4; do
   echo "== bench_fingerprint --size-gib 4 --threads $t --dir /tmp/fpbench"
