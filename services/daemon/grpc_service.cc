@@ -1,5 +1,6 @@
 #include "services/daemon/grpc_service.h"
 
+#include <atomic>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -98,15 +99,33 @@ absl::StatusOr<std::vector<quant::RootMapping>> RootMapOf(
 }
 
 // Cancelled once the client cancels or disconnects or the call's deadline passes; the backend
-// polls it while it hashes.
+// polls it while it hashes, once per file and per read chunk. The deadline is checked on every
+// poll, but whether the client left only every kClientCheckInterval: in the synchronous API
+// ServerContext::IsCancelled runs the call's completion queue, a wait on gRPC's pollset that was
+// most of the cost of a gate on unchanged content under concurrent load (docs/daemon.md, "Gate
+// cost and change detection"). Thread-safe: the hashing workers poll it concurrently.
 class CallProgress final : public Progress {
  public:
-  explicit CallProgress(grpc::ServerContext* ctx) : ctx_(ctx), deadline_(ctx->deadline()) {}
+  static constexpr std::chrono::milliseconds kClientCheckInterval{20};
+
+  explicit CallProgress(grpc::ServerContext* ctx)
+      : ctx_(ctx),
+        deadline_(ctx->deadline()),
+        next_client_check_(Ticks(std::chrono::system_clock::now() + kClientCheckInterval)) {}
   void Begin(std::string_view, uint64_t) override {}
   void Advance(uint64_t) override {}
   void End() override {}
   bool Cancelled() const override {
-    return ctx_->IsCancelled() || std::chrono::system_clock::now() > deadline_;
+    const auto now = std::chrono::system_clock::now();
+    if (now > deadline_ || client_left_.load(std::memory_order_acquire)) return true;
+    int64_t due = next_client_check_.load(std::memory_order_relaxed);
+    if (Ticks(now) < due) return false;
+    // One poller at a time; the others go on with the answer so far.
+    if (!next_client_check_.compare_exchange_strong(due, Ticks(now + kClientCheckInterval))) {
+      return client_left_.load(std::memory_order_acquire);
+    }
+    if (ctx_->IsCancelled()) client_left_.store(true, std::memory_order_release);
+    return client_left_.load(std::memory_order_acquire);
   }
   grpc::Status Why() const {
     if (std::chrono::system_clock::now() > deadline_) {
@@ -116,8 +135,14 @@ class CallProgress final : public Progress {
   }
 
  private:
+  static int64_t Ticks(std::chrono::system_clock::time_point t) {
+    return t.time_since_epoch().count();
+  }
+
   grpc::ServerContext* const ctx_;
   const std::chrono::system_clock::time_point deadline_;
+  mutable std::atomic<int64_t> next_client_check_;
+  mutable std::atomic<bool> client_left_{false};
 };
 
 }  // namespace
