@@ -534,6 +534,11 @@ absl::StatusOr<storage::LogVerification> AuditBackend::VerifyLog(bool incrementa
   return result;
 }
 
+std::optional<AuditFacts> AuditBackend::RecordFacts(int64_t id) const {
+  if (id < 0) return std::nullopt;
+  return index_.AuditAt(static_cast<uint64_t>(id));
+}
+
 absl::StatusOr<InclusionProofResult> AuditBackend::InclusionProof(uint64_t id) {
   return readers_->With<InclusionProofResult>(
       [&](storage::EvidenceLog& log) -> absl::StatusOr<InclusionProofResult> {

@@ -93,6 +93,9 @@ class AuditBackend {
   // `incremental`: from the last clean verification of this process (full when none).
   absl::StatusOr<storage::LogVerification> VerifyLog(bool incremental);
   absl::StatusOr<InclusionProofResult> InclusionProof(uint64_t id);
+  // Facts of the verified audit record at `id` (a finished job's record_id): layouts and refs
+  // for GetJob. nullopt when the log holds no verified audit record there.
+  std::optional<AuditFacts> RecordFacts(int64_t id) const;
 
   // realpath(root) if it lies inside an allowed directory; PERMISSION_DENIED otherwise.
   absl::StatusOr<std::string> CheckAllowed(const std::string& root) const;

@@ -37,7 +37,9 @@ pb::JobState ToProto(JobState s) {
   return pb::JOB_STATE_UNSPECIFIED;
 }
 
-void FillJob(const JobSnapshot& s, pb::Job* out) {
+// The job as the manager knows it; for a finished audit also what its signed record states about
+// the content's origin, read from the verified index (never from the jobs table).
+void FillJob(const AuditBackend& backend, const JobSnapshot& s, pb::Job* out) {
   out->set_id(s.id);
   out->set_state(ToProto(s.state));
   out->set_root(Text(s.spec.root));
@@ -57,6 +59,12 @@ void FillJob(const JobSnapshot& s, pb::Job* out) {
   out->set_error_message(Text(s.error.message()));
   out->set_created_at(s.created_at);
   out->set_finished_at(s.finished_at);
+  if (std::optional<AuditFacts> facts = backend.RecordFacts(s.outcome.record_id)) {
+    out->set_layout(Text(facts->layout));
+    out->set_source_layout(Text(facts->source_layout));
+    out->set_model_ref(Text(facts->model_ref));
+    out->set_source_ref(Text(facts->source_ref));
+  }
 }
 
 void FillSummary(const storage::LogEntry& e, pb::AuditSummary* out) {
@@ -193,7 +201,7 @@ grpc::Status GrpcAuditService::StartAudit(grpc::ServerContext* ctx,
   if (!id.ok()) return ToGrpc(id.status());
   auto snapshot = backend_.jobs().Get(*id);
   if (!snapshot.ok()) return ToGrpc(snapshot.status());
-  FillJob(*snapshot, out);
+  FillJob(backend_, *snapshot, out);
   return grpc::Status::OK;
 }
 
@@ -212,7 +220,7 @@ grpc::Status GrpcAuditService::WatchJob(grpc::ServerContext* ctx,
     msg.set_done(e.done);
     if (e.done) {
       auto snapshot = backend_.jobs().Get(req->id());
-      if (snapshot.ok()) FillJob(*snapshot, msg.mutable_job());
+      if (snapshot.ok()) FillJob(backend_, *snapshot, msg.mutable_job());
     }
     return writer->Write(msg);
   });
@@ -225,7 +233,7 @@ grpc::Status GrpcAuditService::GetJob(grpc::ServerContext* ctx, const pb::GetJob
   if (auto s = CheckJobId("id", req->id()); !s.ok()) return ToGrpc(s);
   auto snapshot = backend_.jobs().Get(req->id());
   if (!snapshot.ok()) return ToGrpc(snapshot.status());
-  FillJob(*snapshot, out);
+  FillJob(backend_, *snapshot, out);
   return grpc::Status::OK;
 }
 
@@ -235,7 +243,7 @@ grpc::Status GrpcAuditService::CancelJob(grpc::ServerContext* ctx,
   if (auto s = CheckJobId("id", req->id()); !s.ok()) return ToGrpc(s);
   auto snapshot = backend_.jobs().Cancel(req->id());
   if (!snapshot.ok()) return ToGrpc(snapshot.status());
-  FillJob(*snapshot, out);
+  FillJob(backend_, *snapshot, out);
   return grpc::Status::OK;
 }
 

@@ -277,6 +277,11 @@ TEST_F(DaemonTest, PairAuditThenGatePassesAndProofVerifies) {
   pb::Job job = AuditAndWait(dst_, src_, &phases);
   ASSERT_EQ(job.state(), pb::JOB_STATE_SUCCEEDED) << job.error_message();
   EXPECT_EQ(job.verdict(), "pass");
+  // Plain directories: the record states no layout and no refs.
+  EXPECT_EQ(job.layout(), "");
+  EXPECT_EQ(job.source_layout(), "");
+  EXPECT_EQ(job.model_ref(), "");
+  EXPECT_EQ(job.source_ref(), "");
   // The phases the proto documents, and no others.
   const std::set<std::string> documented = {"queued", "read", "scale-window", "verify-pair",
                                             "done"};
@@ -393,6 +398,32 @@ TEST_F(DaemonTest, HubSnapshotIsAuditedAndGatedAndItsLinksStayInTheAllowList) {
                                       "0123456789abcdef0123456789abcdef01234567");
   pb::Job job = AuditAndWait(hub.snapshot, "");
   ASSERT_EQ(job.verdict(), "pass") << job.error_message();
+  // The job shows the layout and model ref its signed record states, on the final WatchJob
+  // event and from GetJob.
+  EXPECT_EQ(job.layout(), "hf-cache-snapshot");
+  EXPECT_EQ(job.model_ref(), "org/m@0123456789abcdef0123456789abcdef01234567");
+  EXPECT_EQ(job.source_layout(), "");  // no source
+  {
+    pb::GetJobRequest get;
+    get.set_id(job.id());
+    pb::Job got;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->GetJob(&ctx, get, &got).ok());
+    EXPECT_EQ(got.layout(), job.layout());
+    EXPECT_EQ(got.model_ref(), job.model_ref());
+    // After a restart too: read from the verified log, which the daemon verifies in the
+    // background first (empty until then).
+    Stop();
+    Start();
+    got.Clear();
+    for (int i = 0; i < 200 && got.layout().empty(); ++i) {
+      grpc::ClientContext c;
+      ASSERT_TRUE(stub_->GetJob(&c, get, &got).ok());
+      if (got.layout().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    EXPECT_EQ(got.layout(), "hf-cache-snapshot");
+    EXPECT_EQ(got.model_ref(), job.model_ref());
+  }
   pb::GateResponse g = Gate(hub.snapshot);
   EXPECT_TRUE(g.pass()) << (g.reasons_size() ? g.reasons(0) : "");
 
