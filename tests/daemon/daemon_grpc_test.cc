@@ -537,6 +537,50 @@ TEST_F(DaemonTest, GatesAreRefusedWhenTheLogDoesNotMatchItsCheckpoint) {
   EXPECT_THAT(s.error_message(), HasSubstr("signed checkpoint"));
 }
 
+// The envelope cache (audit_backend.h) keys on the log index and holds only bytes that matched
+// the verified entry. A failing decision read back once, then rewritten in the database as a
+// validly signed passing decision (of other content), with the record's verdict column flipped
+// too: the running daemon still answers with the verified failing decision, and after a restart
+// (no cache) the rewritten row breaks the signed tree, so gates are refused.
+TEST_F(DaemonTest, RowRewrittenAfterACachedReadCannotChangeAGate) {
+  fs::path broken = dir_ / "broken";
+  fs::copy(dst_, broken, fs::copy_options::recursive);
+  BreakGlobalScale(broken);
+  pb::Job failing_audit = AuditAndWait(broken, src_);
+  ASSERT_EQ(failing_audit.verdict(), "fail");
+  ASSERT_EQ(AuditAndWait(dst_, src_).verdict(), "pass");
+  pb::GateResponse failing = Gate(broken);
+  ASSERT_FALSE(failing.pass());
+  pb::GateResponse reused = Gate(broken);  // read back from the log, checked, cached
+  ASSERT_TRUE(reused.reused());
+  ASSERT_EQ(reused.decision_envelope(), failing.decision_envelope());
+  pb::GateResponse passing = Gate(dst_);
+  ASSERT_TRUE(passing.pass());
+  {
+    RawDb db(db_);
+    db.DropTriggers();
+    db.SetBlob(absl::StrCat("UPDATE entries SET envelope = ? WHERE seq = ", failing.decision_id()),
+               passing.decision_envelope());
+    ASSERT_EQ(db.Exec(absl::StrCat("UPDATE entries SET verdict = 'pass' WHERE seq = ",
+                                   failing_audit.record_id())),
+              SQLITE_OK);
+  }
+  pb::GateResponse again = Gate(broken);
+  EXPECT_FALSE(again.pass());
+  EXPECT_TRUE(again.reused());
+  EXPECT_EQ(again.decision_id(), failing.decision_id());
+  EXPECT_EQ(again.decision_envelope(), failing.decision_envelope());
+  ExpectDecisionVerifies(again);
+  Stop();
+  Start();
+  pb::GateRequest req;
+  req.set_root(broken.string());
+  pb::GateResponse resp;
+  grpc::Status s = TryGate(req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_FALSE(resp.pass());
+}
+
 // Finding 6: repeated gates on unchanged content read no file bytes and append nothing.
 TEST_F(DaemonTest, RepeatedGateReusesItsDecision) {
   ASSERT_EQ(AuditAndWait(dst_, src_).verdict(), "pass");
