@@ -61,9 +61,11 @@ int main(int argc, char** argv) {
   app.add_option("--threads-per-audit", options.threads_per_audit, "0: all cores");
   int idle_threads = 64, malloc_arenas = 2;
   app.add_option("--idle-threads", idle_threads,
-                 "call-serving threads kept waiting after a burst (more exit once idle)");
+                 "call-serving threads kept waiting after a burst (more exit once idle)")
+      ->check(CLI::Range(2, 4096));
   app.add_option("--malloc-arenas", malloc_arenas,
-                 "glibc malloc arenas (0: glibc's default, 8 per core); MALLOC_ARENA_MAX wins");
+                 "glibc malloc arenas (0: glibc's default, 8 per core); MALLOC_ARENA_MAX wins")
+      ->check(CLI::Range(0, 1024));
   app.add_option("--drain-seconds", drain_seconds,
                  "on SIGTERM: report NOT_SERVING, then let audits and calls finish this long");
   CLI11_PARSE(app, argc, argv);
