@@ -296,6 +296,9 @@ EvidenceLog::~EvidenceLog() {
   entry_stmt_.reset();
   subject_stmt_.reset();
   insert_node_stmt_.reset();
+  get_stmt_.reset();
+  latest_checkpoint_stmt_.reset();
+  query_stmts_.clear();
   sqlite3_close(db_);
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the writer lock
 }
@@ -312,6 +315,19 @@ absl::StatusOr<Statement*> EvidenceLog::Cached(std::optional<Statement>& slot,
     slot = std::move(*s);
   }
   return &*slot;
+}
+
+absl::StatusOr<Statement*> EvidenceLog::CachedQuery(const std::string& sql) const {
+  // Query builds its text from fixed clauses, so few distinct texts exist; the bound is a guard.
+  constexpr size_t kMaxQueryStatements = 64;
+  auto it = query_stmts_.find(sql);
+  if (it == query_stmts_.end()) {
+    auto s = Prepare(sql);
+    if (!s.ok()) return s.status();
+    if (query_stmts_.size() >= kMaxQueryStatements) query_stmts_.clear();
+    it = query_stmts_.emplace(sql, *std::move(s)).first;
+  }
+  return &it->second;
 }
 
 absl::Status EvidenceLog::Configure(bool create, const std::string& origin) {
@@ -522,6 +538,18 @@ absl::StatusOr<uint64_t> EvidenceLog::Size() const {
 }
 
 namespace {
+// Resets a cached statement (and clears its bindings) however the function using it returns.
+class ResetOnExit {
+ public:
+  explicit ResetOnExit(Statement& q) : q_(q) {}
+  ~ResetOnExit() { q_.Reset(); }
+  ResetOnExit(const ResetOnExit&) = delete;
+  ResetOnExit& operator=(const ResetOnExit&) = delete;
+
+ private:
+  Statement& q_;
+};
+
 constexpr char kEntryColumns[] =
     "seq, envelope, leaf_hash, predicate_type, keyid, root_path, policy, verdict, audit_time";
 
@@ -542,13 +570,16 @@ LogEntry ReadEntry(const Statement& q) {
 }  // namespace
 
 absl::StatusOr<LogEntry> EvidenceLog::Get(uint64_t seq) const {
-  auto q = Prepare(absl::StrCat("SELECT ", kEntryColumns, " FROM entries WHERE seq = ?"));
+  static const std::string kSql =
+      absl::StrCat("SELECT ", kEntryColumns, " FROM entries WHERE seq = ?");
+  auto q = Cached(get_stmt_, kSql.c_str());
   if (!q.ok()) return q.status();
-  q->Bind(1, static_cast<int64_t>(seq));
-  auto row = q->Step();
+  ResetOnExit reset(**q);
+  (*q)->Bind(1, static_cast<int64_t>(seq));
+  auto row = (*q)->Step();
   if (!row.ok()) return row.status();
   if (!*row) return absl::NotFoundError(absl::StrCat(label_, ": no record ", seq));
-  return ReadEntry(*q);
+  return ReadEntry(**q);
 }
 
 namespace {
@@ -608,32 +639,36 @@ absl::StatusOr<QueryPage> EvidenceLog::Query(const QueryFilter& f) const {
     absl::StrAppend(&sql, " AND seq < ?");
   }
   absl::StrAppend(&sql, " ORDER BY seq DESC LIMIT ?");
-  auto q = Prepare(sql);
-  if (!q.ok()) return q.status();
+  auto cached = CachedQuery(sql);
+  if (!cached.ok()) return cached.status();
+  Statement& q = **cached;
+  ResetOnExit reset(q);
   int i = 1;
-  for (const std::string& t : texts) q->Bind(i++, t);
-  if (before >= 0) q->Bind(i++, before);
-  q->Bind(i, f.limit + 1);  // one more row tells whether another page exists
+  for (const std::string& t : texts) q.Bind(i++, t);
+  if (before >= 0) q.Bind(i++, before);
+  q.Bind(i, f.limit + 1);  // one more row tells whether another page exists
   QueryPage page;
   absl::StatusOr<bool> row;
-  while ((row = q->Step()).ok() && *row) {
+  while ((row = q.Step()).ok() && *row) {
     if (page.entries.size() == static_cast<size_t>(f.limit)) {
       page.next_page_token = absl::StrCat(page.entries.back().seq);
       break;
     }
-    page.entries.push_back(ReadEntry(*q));
+    page.entries.push_back(ReadEntry(q));
   }
   if (!row.ok()) return row.status();
   return page;
 }
 
 absl::StatusOr<std::pair<uint64_t, std::string>> EvidenceLog::LatestCheckpoint() const {
-  auto q = Prepare("SELECT size, note FROM checkpoints ORDER BY size DESC LIMIT 1");
+  auto q = Cached(latest_checkpoint_stmt_,
+                  "SELECT size, note FROM checkpoints ORDER BY size DESC LIMIT 1");
   if (!q.ok()) return q.status();
-  auto row = q->Step();
+  ResetOnExit reset(**q);
+  auto row = (*q)->Step();
   if (!row.ok()) return row.status();
   if (!*row) return absl::NotFoundError(absl::StrCat(label_, ": log is empty"));
-  return std::make_pair(static_cast<uint64_t>(q->Int(0)), q->Text(1));
+  return std::make_pair(static_cast<uint64_t>((*q)->Int(0)), (*q)->Text(1));
 }
 
 absl::StatusOr<Hash> EvidenceLog::Node(int level, uint64_t index) const {

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -165,8 +166,12 @@ class EvidenceLog final : public NodeReader {
                                             const evidence::SigningKey& log_key);
   absl::Status InsertOne(uint64_t seq, const std::string& envelope);
   absl::StatusOr<Statement> Prepare(const std::string& sql) const;
-  // A statement prepared once per connection and reused (appends and proofs are hot paths).
+  // A statement prepared once per connection and reused (appends, proofs and the daemon's reads
+  // are hot paths). The caller resets it before returning (ResetOnExit): a statement left
+  // stepping would hold its read snapshot open.
   absl::StatusOr<Statement*> Cached(std::optional<Statement>& slot, const char* sql) const;
+  // The same for Query's statements, one per combination of filters (a bounded set).
+  absl::StatusOr<Statement*> CachedQuery(const std::string& sql) const;
 
   const std::string path_;
   const std::string label_;
@@ -175,7 +180,9 @@ class EvidenceLog final : public NodeReader {
   std::string origin_;
   absl::Status append_status_;
   int64_t schema_version_ = 0;
-  mutable std::optional<Statement> node_stmt_, entry_stmt_, subject_stmt_, insert_node_stmt_;
+  mutable std::optional<Statement> node_stmt_, entry_stmt_, subject_stmt_, insert_node_stmt_,
+      get_stmt_, latest_checkpoint_stmt_;
+  mutable std::map<std::string, Statement> query_stmts_;  // by SQL text
 };
 
 }  // namespace ckpt::storage

@@ -7,6 +7,7 @@
 //
 //   build/bench/daemon/bench_daemon_load [--clients 64] [--calls 200] [--seconds 30]
 //                                        [--methods QueryAudits,GetRecord,...] [--rounds N]
+//                                        [--daemon PATH]
 //
 // With --rounds N the load runs N times against the same daemon, and the daemon's RSS is
 // printed after each round: memory that settles after the first round is what the daemon keeps
@@ -32,6 +33,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "ckpt_audit/v1/audit.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -89,7 +91,14 @@ int main(int argc, char** argv) {
   app.add_option("--methods", methods, "the methods each client calls in turn")
       ->delimiter(',')
       ->check(CLI::IsMember({"QueryAudits", "GetRecord", "GetInclusionProof", "GetJob", "Gate"}));
+  // Another build of the daemon (a copy of an earlier commit's), to compare two daemons under
+  // the same clients.
+  std::string daemon = std::string(CKPT_BINARY_DIR) + "/services/daemon/ckpt-auditd";
+  app.add_option("--daemon", daemon, "the ckpt-auditd binary to start");
   CLI11_PARSE(app, argc, argv);
+  // The clients share the cores with the daemon: abseil's debug-build deadlock detection (a
+  // global lock on every gRPC mutex operation) would make them cost more than they must.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   const fs::path dir =
       fs::temp_directory_path() / absl::StrFormat("ckpt-bench-daemon-%d", getpid());
@@ -109,7 +118,6 @@ int main(int argc, char** argv) {
   std::string token = Slurp(dir / "token");
   token = token.substr(0, token.find('\n'));
 
-  std::string daemon = std::string(CKPT_BINARY_DIR) + "/services/daemon/ckpt-auditd";
   std::vector<std::string> args = {daemon,         "--listen", "127.0.0.1:0",  "--tokens",
                                    d + "/tokens",  "--db",     d + "/ev.db",   "--key",
                                    d + "/key.pem", "--allow-root", d + "/models"};

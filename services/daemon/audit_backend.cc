@@ -24,6 +24,7 @@ constexpr char kVerifierId[] = "https://ckpt-audit.dev/ckpt-auditd";
 constexpr char kLogLabel[] = "evidence log";  // error messages never show the database path
 constexpr size_t kMaxReaders = 8;
 constexpr size_t kMaxCachedFormats = 4096;
+constexpr size_t kMaxCachedEnvelopeBytes = 16 << 20;
 
 // Reasons a stored record failed: each failing check with its first finding.
 std::vector<std::string> FailureReasons(const std::string& payload) {
@@ -359,10 +360,24 @@ absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, Progress& p
 }
 
 absl::StatusOr<std::string> AuditBackend::ReadVerifiedEntry(uint64_t seq) {
+  {
+    std::lock_guard<std::mutex> lock(envelope_mu_);
+    auto it = envelopes_.find(seq);
+    if (it != envelopes_.end()) return it->second;
+  }
   auto entry = readers_->With<storage::LogEntry>(
       [&](storage::EvidenceLog& log) { return log.Get(seq); });
   if (!entry.ok()) return entry.status();
   if (auto s = index_.CheckEntry(seq, entry->envelope); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(envelope_mu_);
+  if (envelope_bytes_ + entry->envelope.size() > kMaxCachedEnvelopeBytes) {
+    envelopes_.clear();
+    envelope_bytes_ = 0;
+  }
+  if (entry->envelope.size() <= kMaxCachedEnvelopeBytes &&
+      envelopes_.emplace(seq, entry->envelope).second) {
+    envelope_bytes_ += entry->envelope.size();
+  }
   return std::move(entry->envelope);
 }
 
@@ -467,9 +482,10 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Prog
   if (progress.Cancelled()) return absl::CancelledError("gate cancelled; nothing was signed");
 
   const std::string resource_uri = absl::StrCat("file://", EncodeName(real));
-  std::lock_guard<std::mutex> lock(decision_mu_);
+  std::unique_lock<std::mutex> lock(decision_mu_);
   std::optional<DecisionFacts> last = index_.LatestDecision(key, d.policy_uri, resource_uri);
   if (last && last->pass == d.pass && last->input_seq == d.record_id) {
+    lock.unlock();  // the decision exists; reading it back needs no exclusion
     d.reused = true;
     d.decision_id = static_cast<int64_t>(last->seq);
     auto envelope = ReadVerifiedEntry(last->seq);
@@ -494,6 +510,7 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Prog
     auto appended = Append(d.envelope);
     if (!appended.ok()) return appended.status();
     d.decision_id = static_cast<int64_t>(appended->seq);
+    lock.unlock();
   }
   auto proof = index_.Prove(static_cast<uint64_t>(d.decision_id));
   if (!proof.ok()) return proof.status();
@@ -532,6 +549,11 @@ absl::StatusOr<storage::LogVerification> AuditBackend::VerifyLog(bool incrementa
     if (state.size >= verified_.size) verified_ = std::move(state);
   }
   return result;
+}
+
+std::optional<AuditFacts> AuditBackend::RecordFacts(int64_t id) const {
+  if (id < 0) return std::nullopt;
+  return index_.AuditAt(static_cast<uint64_t>(id));
 }
 
 absl::StatusOr<InclusionProofResult> AuditBackend::InclusionProof(uint64_t id) {

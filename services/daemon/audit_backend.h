@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -93,6 +94,9 @@ class AuditBackend {
   // `incremental`: from the last clean verification of this process (full when none).
   absl::StatusOr<storage::LogVerification> VerifyLog(bool incremental);
   absl::StatusOr<InclusionProofResult> InclusionProof(uint64_t id);
+  // Facts of the verified audit record at `id` (a finished job's record_id): layouts and refs
+  // for GetJob. nullopt when the log holds no verified audit record there.
+  std::optional<AuditFacts> RecordFacts(int64_t id) const;
 
   // realpath(root) if it lies inside an allowed directory; PERMISSION_DENIED otherwise.
   absl::StatusOr<std::string> CheckAllowed(const std::string& root) const;
@@ -120,6 +124,8 @@ class AuditBackend {
   absl::StatusOr<GatePolicy> PolicyFor(std::shared_ptr<const io::Directory> root,
                                        const Content& content, const GateRequest& request,
                                        const std::string& scale_policy, Progress& progress);
+  // Entry `seq`'s exact bytes, equal to the verified entry (VerifiedLogIndex::CheckEntry), from
+  // the envelope cache or read back from the log.
   absl::StatusOr<std::string> ReadVerifiedEntry(uint64_t seq);
 
   const BackendOptions options_;
@@ -133,6 +139,15 @@ class AuditBackend {
   std::thread index_loader_;
   ContentFingerprinter fingerprinter_;
   std::mutex decision_mu_;  // one gate at a time between "is there such a decision" and append
+  // Envelopes read back and found equal to their verified entries, by log index: a reused
+  // decision (and a failing record's reasons) cost no database read. Sound because the index's
+  // leaf hash of an entry never changes and the cached bytes hashed to it; a row rewritten in
+  // the database later cannot reach a gate through the cache, and without it would fail
+  // CheckEntry (docs/daemon.md "Gate cost and change detection"). At most
+  // kMaxCachedEnvelopeBytes; the cache starts over beyond that.
+  std::mutex envelope_mu_;
+  std::unordered_map<uint64_t, std::string> envelopes_;  // guarded by envelope_mu_
+  size_t envelope_bytes_ = 0;                             // guarded by envelope_mu_
   std::mutex format_mu_;
   std::map<std::string, std::pair<quant::QuantFormat, uint64_t>> formats_;  // guarded
   std::mutex verify_mu_;       // one incremental VerifyLog at a time

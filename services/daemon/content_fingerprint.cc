@@ -1,5 +1,7 @@
 #include "services/daemon/content_fingerprint.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "core/fingerprint/oms_manifest.h"
 #include "core/io/tree_walk.h"
@@ -45,6 +47,58 @@ std::vector<evidence::Subject> Content::Subjects() const {
   for (const ContentFile& f : files) subjects.push_back({f.path, ToHex(f.sha256)});
   subjects.push_back({evidence::kManifestRootSubject, ToHex(manifest_root)});
   return subjects;
+}
+
+absl::StatusOr<Digest> ContentFingerprinter::HashShared(const std::string& key,
+                                                        const io::RandomAccessFile& file,
+                                                        const io::FileIdentity& identity,
+                                                        bool stable, const std::string& shown,
+                                                        Progress& progress, uint64_t* read_bytes) {
+  std::shared_ptr<InFlight> flight;
+  bool hashing_here = true;
+  if (stable) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto cached = cache_.find(key);  // finished since this call stat'ed the file
+    if (cached != cache_.end() && cached->second.stable && cached->second.identity == identity) {
+      progress.Advance(identity.size);
+      return cached->second.sha256;
+    }
+    auto it = in_flight_.find(key);
+    if (it != in_flight_.end() && it->second->identity == identity) {
+      flight = it->second;
+      hashing_here = false;
+    } else {
+      flight = std::make_shared<InFlight>(identity);
+      in_flight_[key] = flight;
+    }
+  }
+  if (!hashing_here) {
+    std::unique_lock<std::mutex> lock(flight->mu);
+    while (!flight->done) {
+      if (progress.Cancelled()) return CancelledGate();
+      flight->done_cv.wait_for(lock, std::chrono::milliseconds(10));
+    }
+    if (flight->digest) {
+      progress.Advance(identity.size);
+      return *flight->digest;
+    }
+    flight = nullptr;  // that call failed or stopped: hash the file here
+  }
+  absl::StatusOr<Digest> digest = HashFile(file, identity, shown, progress, read_bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (digest.ok()) {
+    if (cache_.size() >= max_cached_) cache_.clear();
+    cache_[key] = Cached{identity, *digest, stable};
+  }
+  if (flight != nullptr) {
+    auto it = in_flight_.find(key);
+    if (it != in_flight_.end() && it->second == flight) in_flight_.erase(it);
+    std::lock_guard<std::mutex> done(flight->mu);
+    flight->done = true;
+    if (digest.ok()) flight->digest = *digest;
+    flight->done_cv.notify_all();
+  }
+  return digest;
 }
 
 absl::StatusOr<Content> ContentFingerprinter::Fingerprint(
@@ -96,13 +150,10 @@ absl::StatusOr<Content> ContentFingerprinter::Fingerprint(
     if (!identity.ok()) return identity.status();
     ContentFile& out = content.files[changed[k]];
     out.identity = *identity;
-    auto digest = HashFile(**file, out.identity, f.name, progress, &read[k]);
+    auto digest = HashShared(absl::StrCat(content.root, "/", f.path), **file, out.identity,
+                             out.identity.ctime_ns <= stable_before, f.name, progress, &read[k]);
     if (!digest.ok()) return digest.status();
     out.sha256 = *digest;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (cache_.size() >= max_cached_) cache_.clear();
-    cache_[absl::StrCat(content.root, "/", f.path)] =
-        Cached{out.identity, out.sha256, out.identity.ctime_ns <= stable_before};
     return absl::OkStatus();
   });
   progress.End();

@@ -15,13 +15,21 @@
 // followed. Only files whose identity is not cached are opened and read, in parallel; hashing
 // polls Progress::Cancelled between 64 KiB reads (larger buffers, allocated per file, made the
 // allocator keep their memory and the daemon's RSS grow under many concurrent gates).
+//
+// Concurrent gates on the same tree share the work: a file that one call is hashing is not read
+// again by another that finds the same identity (with a ctime older than the stable age, the
+// condition under which a finished digest would be reused); that one waits for the digest, and
+// hashes the file itself only if the first call failed or stopped. A burst of gates on content
+// the daemon has not hashed yet then reads it once, not once per call.
 // Thread-safe.
 #ifndef CKPT_SERVICES_DAEMON_CONTENT_FINGERPRINT_H_
 #define CKPT_SERVICES_DAEMON_CONTENT_FINGERPRINT_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -76,11 +84,27 @@ class ContentFingerprinter {
     Digest sha256{};
     bool stable = false;  // ctime was older than kStableAge when hashed
   };
+  // A file being hashed by one call, which others with the same identity wait for.
+  struct InFlight {
+    explicit InFlight(const io::FileIdentity& id) : identity(id) {}
+    const io::FileIdentity identity;
+    std::mutex mu;
+    std::condition_variable done_cv;
+    bool done = false;             // guarded by mu
+    std::optional<Digest> digest;  // guarded by mu; nullopt when the hashing call failed
+  };
+  // The digest of the file at `key` (absolute path) with `identity`, read through `file`:
+  // shared with a concurrent call hashing the same stable file, or hashed here.
+  absl::StatusOr<Digest> HashShared(const std::string& key, const io::RandomAccessFile& file,
+                                    const io::FileIdentity& identity, bool stable,
+                                    const std::string& shown, Progress& progress,
+                                    uint64_t* read_bytes);
   const unsigned threads_;
   const absl::Duration stable_age_;
   const size_t max_cached_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Cached> cache_;  // by absolute path; guarded by mu_
+  std::unordered_map<std::string, std::shared_ptr<InFlight>> in_flight_;  // guarded by mu_
 };
 
 }  // namespace ckpt::daemon

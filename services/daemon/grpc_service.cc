@@ -1,5 +1,6 @@
 #include "services/daemon/grpc_service.h"
 
+#include <atomic>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -36,7 +37,9 @@ pb::JobState ToProto(JobState s) {
   return pb::JOB_STATE_UNSPECIFIED;
 }
 
-void FillJob(const JobSnapshot& s, pb::Job* out) {
+// The job as the manager knows it; for a finished audit also what its signed record states about
+// the content's origin, read from the verified index (never from the jobs table).
+void FillJob(const AuditBackend& backend, const JobSnapshot& s, pb::Job* out) {
   out->set_id(s.id);
   out->set_state(ToProto(s.state));
   out->set_root(Text(s.spec.root));
@@ -56,6 +59,12 @@ void FillJob(const JobSnapshot& s, pb::Job* out) {
   out->set_error_message(Text(s.error.message()));
   out->set_created_at(s.created_at);
   out->set_finished_at(s.finished_at);
+  if (std::optional<AuditFacts> facts = backend.RecordFacts(s.outcome.record_id)) {
+    out->set_layout(Text(facts->layout));
+    out->set_source_layout(Text(facts->source_layout));
+    out->set_model_ref(Text(facts->model_ref));
+    out->set_source_ref(Text(facts->source_ref));
+  }
 }
 
 void FillSummary(const storage::LogEntry& e, pb::AuditSummary* out) {
@@ -98,15 +107,33 @@ absl::StatusOr<std::vector<quant::RootMapping>> RootMapOf(
 }
 
 // Cancelled once the client cancels or disconnects or the call's deadline passes; the backend
-// polls it while it hashes.
+// polls it while it hashes, once per file and per read chunk. The deadline is checked on every
+// poll, but whether the client left only every kClientCheckInterval: in the synchronous API
+// ServerContext::IsCancelled runs the call's completion queue, a wait on gRPC's pollset that was
+// most of the cost of a gate on unchanged content under concurrent load (docs/daemon.md, "Gate
+// cost and change detection"). Thread-safe: the hashing workers poll it concurrently.
 class CallProgress final : public Progress {
  public:
-  explicit CallProgress(grpc::ServerContext* ctx) : ctx_(ctx), deadline_(ctx->deadline()) {}
+  static constexpr std::chrono::milliseconds kClientCheckInterval{20};
+
+  explicit CallProgress(grpc::ServerContext* ctx)
+      : ctx_(ctx),
+        deadline_(ctx->deadline()),
+        next_client_check_(Ticks(std::chrono::system_clock::now() + kClientCheckInterval)) {}
   void Begin(std::string_view, uint64_t) override {}
   void Advance(uint64_t) override {}
   void End() override {}
   bool Cancelled() const override {
-    return ctx_->IsCancelled() || std::chrono::system_clock::now() > deadline_;
+    const auto now = std::chrono::system_clock::now();
+    if (now > deadline_ || client_left_.load(std::memory_order_acquire)) return true;
+    int64_t due = next_client_check_.load(std::memory_order_relaxed);
+    if (Ticks(now) < due) return false;
+    // One poller at a time; the others go on with the answer so far.
+    if (!next_client_check_.compare_exchange_strong(due, Ticks(now + kClientCheckInterval))) {
+      return client_left_.load(std::memory_order_acquire);
+    }
+    if (ctx_->IsCancelled()) client_left_.store(true, std::memory_order_release);
+    return client_left_.load(std::memory_order_acquire);
   }
   grpc::Status Why() const {
     if (std::chrono::system_clock::now() > deadline_) {
@@ -116,8 +143,14 @@ class CallProgress final : public Progress {
   }
 
  private:
+  static int64_t Ticks(std::chrono::system_clock::time_point t) {
+    return t.time_since_epoch().count();
+  }
+
   grpc::ServerContext* const ctx_;
   const std::chrono::system_clock::time_point deadline_;
+  mutable std::atomic<int64_t> next_client_check_;
+  mutable std::atomic<bool> client_left_{false};
 };
 
 }  // namespace
@@ -168,7 +201,7 @@ grpc::Status GrpcAuditService::StartAudit(grpc::ServerContext* ctx,
   if (!id.ok()) return ToGrpc(id.status());
   auto snapshot = backend_.jobs().Get(*id);
   if (!snapshot.ok()) return ToGrpc(snapshot.status());
-  FillJob(*snapshot, out);
+  FillJob(backend_, *snapshot, out);
   return grpc::Status::OK;
 }
 
@@ -187,7 +220,7 @@ grpc::Status GrpcAuditService::WatchJob(grpc::ServerContext* ctx,
     msg.set_done(e.done);
     if (e.done) {
       auto snapshot = backend_.jobs().Get(req->id());
-      if (snapshot.ok()) FillJob(*snapshot, msg.mutable_job());
+      if (snapshot.ok()) FillJob(backend_, *snapshot, msg.mutable_job());
     }
     return writer->Write(msg);
   });
@@ -200,7 +233,7 @@ grpc::Status GrpcAuditService::GetJob(grpc::ServerContext* ctx, const pb::GetJob
   if (auto s = CheckJobId("id", req->id()); !s.ok()) return ToGrpc(s);
   auto snapshot = backend_.jobs().Get(req->id());
   if (!snapshot.ok()) return ToGrpc(snapshot.status());
-  FillJob(*snapshot, out);
+  FillJob(backend_, *snapshot, out);
   return grpc::Status::OK;
 }
 
@@ -210,7 +243,7 @@ grpc::Status GrpcAuditService::CancelJob(grpc::ServerContext* ctx,
   if (auto s = CheckJobId("id", req->id()); !s.ok()) return ToGrpc(s);
   auto snapshot = backend_.jobs().Cancel(req->id());
   if (!snapshot.ok()) return ToGrpc(snapshot.status());
-  FillJob(*snapshot, out);
+  FillJob(backend_, *snapshot, out);
   return grpc::Status::OK;
 }
 

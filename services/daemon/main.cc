@@ -59,10 +59,18 @@ int main(int argc, char** argv) {
                  "directory whose checkpoints may be audited (repeatable)")->required();
   app.add_option("--workers", options.workers, "audits run at once");
   app.add_option("--threads-per-audit", options.threads_per_audit, "0: all cores");
+  int idle_threads = 64, malloc_arenas = 2;
+  app.add_option("--idle-threads", idle_threads,
+                 "call-serving threads kept waiting after a burst (more exit once idle)")
+      ->check(CLI::Range(2, 4096));
+  app.add_option("--malloc-arenas", malloc_arenas,
+                 "glibc malloc arenas (0: glibc's default, 8 per core); MALLOC_ARENA_MAX wins")
+      ->check(CLI::Range(0, 1024));
   app.add_option("--drain-seconds", drain_seconds,
                  "on SIGTERM: report NOT_SERVING, then let audits and calls finish this long");
   CLI11_PARSE(app, argc, argv);
   options.db_path = db;
+  SetProcessDefaultsForServing(malloc_arenas);
   RouteGrpcLogsToJson();
 
   if (absl::Status s = CheckServingOptions(serving); !s.ok()) return Fail(s);
@@ -109,6 +117,7 @@ int main(int argc, char** argv) {
   int port = 0;
   builder.AddListeningPort(serving.listen, *credentials, &port);
   builder.RegisterService(&service);
+  ConfigureServerThreads(builder, idle_threads);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> observers;
   observers.push_back(std::make_unique<RpcObserverFactory>(*auth, metrics.get()));
   builder.experimental().SetInterceptorCreators(std::move(observers));

@@ -1,15 +1,19 @@
 #include "services/daemon/serving.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/security/server_credentials.h"
 #include "services/daemon/address.h"
 
@@ -110,6 +114,18 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     ssl.client_certificate_request = GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
   }
   return grpc::SslServerCredentials(ssl);
+}
+
+void SetProcessDefaultsForServing(int malloc_arenas) {
+  if (std::getenv("MALLOC_ARENA_MAX") == nullptr && malloc_arenas > 0) {
+    mallopt(M_ARENA_MAX, malloc_arenas);
+  }
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+}
+
+void ConfigureServerThreads(grpc::ServerBuilder& builder, int idle_threads) {
+  builder.SetSyncServerOption(grpc::ServerBuilder::MIN_POLLERS, 2);
+  builder.SetSyncServerOption(grpc::ServerBuilder::MAX_POLLERS, std::max(2, idle_threads));
 }
 
 }  // namespace ckpt::daemon

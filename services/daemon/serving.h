@@ -1,6 +1,6 @@
 // How ckpt-auditd exposes itself (docs/daemon.md, "Transport"): the start-up rules that keep
-// tokens off the network in plaintext, and the TLS or mutual-TLS server credentials built from
-// PEM files.
+// tokens off the network in plaintext, the TLS or mutual-TLS server credentials built from PEM
+// files, and the thread and allocator settings for serving many concurrent calls.
 #ifndef CKPT_SERVICES_DAEMON_SERVING_H_
 #define CKPT_SERVICES_DAEMON_SERVING_H_
 
@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
 
 namespace ckpt::daemon {
 
@@ -35,6 +36,18 @@ absl::Status CheckServingOptions(const ServingOptions& options);
 // file must not be writable by anyone but its owner nor readable by others.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServingOptions& options);
+
+// Process-wide settings for a daemon serving many concurrent calls (docs/daemon.md, "Threads
+// and memory"), called once at start, before any other thread: glibc malloc limited to
+// `malloc_arenas` arenas (unless MALLOC_ARENA_MAX is set in the environment), and abseil's
+// debug-build mutex deadlock detection (a global lock on every mutex operation, in gRPC too)
+// turned off.
+void SetProcessDefaultsForServing(int malloc_arenas);
+
+// The synchronous server's thread pool: threads that finish a call go back to waiting for the
+// next one (up to `idle_threads` of them) instead of exiting, so a steady load creates no
+// threads; at least two wait at any time.
+void ConfigureServerThreads(grpc::ServerBuilder& builder, int idle_threads);
 
 }  // namespace ckpt::daemon
 

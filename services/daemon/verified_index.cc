@@ -59,6 +59,25 @@ void VerifiedLogIndex::Index(uint64_t seq, const std::string& envelope, Facts& f
         a.source_manifest_root = p["source"]["manifest_root"].get<std::string>();
       }
       a.time = p.at("finished_at").get<std::string>();
+      for (const auto& c : p.at("checks")) {
+        const std::string name = c.at("name").get<std::string>();
+        if ((name == "hf_layout" || name == "source_hf_layout") && c.contains("details") &&
+            c["details"].is_object() && c["details"].contains("layout") &&
+            c["details"]["layout"].is_string()) {
+          (name == "hf_layout" ? a.layout : a.source_layout) =
+              c["details"]["layout"].get<std::string>();
+        }
+      }
+      if (p.contains("refs") && p["refs"].is_object()) {
+        const auto& refs = p["refs"];
+        if (refs.contains("model_ref") && refs["model_ref"].is_string()) {
+          a.model_ref = refs["model_ref"].get<std::string>();
+        }
+        if (refs.contains("source_ref") && refs["source_ref"].is_string()) {
+          a.source_ref = refs["source_ref"].get<std::string>();
+        }
+      }
+      facts.audit_keys[seq] = key;
       facts.audits[key].push_back(std::move(a));
     } else if (type == evidence::kVerificationSummaryType &&
                p.at("verifier").at("id").get<std::string>() == verifier_id_) {
@@ -197,6 +216,16 @@ std::vector<AuditFacts> VerifiedLogIndex::Audits(const ContentKey& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = facts_.audits.find(key);
   return it == facts_.audits.end() ? std::vector<AuditFacts>() : it->second;
+}
+
+std::optional<AuditFacts> VerifiedLogIndex::AuditAt(uint64_t seq) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto key = facts_.audit_keys.find(seq);
+  if (key == facts_.audit_keys.end()) return std::nullopt;
+  for (const AuditFacts& a : facts_.audits.at(key->second)) {
+    if (a.seq == seq) return a;
+  }
+  return std::nullopt;
 }
 
 std::optional<DecisionFacts> VerifiedLogIndex::LatestDecision(

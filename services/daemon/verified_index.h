@@ -44,6 +44,11 @@ struct AuditFacts {
   std::map<std::string, std::string> checks;  // check name -> "pass" | "fail" | "skipped"
   std::string source_manifest_root;  // predicate.source.manifest_root; empty when none is bound
   std::string time;                  // predicate.finished_at
+  // Where the content came from, as the record states it (docs/hf-layouts.md): the Hugging Face
+  // layout of the audited tree and of the source (hf_layout / source_hf_layout checks' details,
+  // e.g. "hf-cache-snapshot"; empty when the record has no such check), and predicate.refs.
+  std::string layout, source_layout;
+  std::string model_ref, source_ref;
 };
 
 // Facts read from one verified gate decision (a verification summary by this daemon).
@@ -83,6 +88,9 @@ class VerifiedLogIndex {
   absl::Status status() const;
 
   std::vector<AuditFacts> Audits(const ContentKey& key) const;  // oldest first
+  // The facts of the verified evidence record at `seq`; nullopt when there is none (not an
+  // audit record, not verified, or not indexed yet).
+  std::optional<AuditFacts> AuditAt(uint64_t seq) const;
   std::optional<DecisionFacts> LatestDecision(const ContentKey& key, const std::string& policy_uri,
                                               const std::string& resource_uri) const;
   // OK when `envelope` is exactly the verified entry `seq`.
@@ -95,6 +103,7 @@ class VerifiedLogIndex {
   struct Facts {
     storage::MemoryTree tree;
     std::map<ContentKey, std::vector<AuditFacts>> audits;
+    std::map<uint64_t, ContentKey> audit_keys;  // seq of each indexed audit -> its key
     std::map<std::string, DecisionFacts> decisions;  // by DecisionKey
     uint64_t checkpoint_size = 0;
     std::string checkpoint;

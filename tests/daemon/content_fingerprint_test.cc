@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <thread>
+#include <vector>
 
 #include "core/audit/audit_checks.h"
 #include "core/fingerprint/fingerprint.h"
@@ -145,6 +148,83 @@ TEST(ContentFingerprint, CancellationStopsHashingWithinOneRead) {
   auto content = FingerprintPath(fp, root, progress);
   EXPECT_EQ(content.status().code(), absl::StatusCode::kCancelled);
   EXPECT_LE(progress.seen(), 2u * (64u << 10));  // at most one read per thread
+}
+
+// A burst of gates on content not hashed yet reads it once: calls that find a file being hashed
+// by another call wait for its digest.
+TEST(ContentFingerprint, ConcurrentCallsReadTheBytesOnce) {
+  TempDir dir;
+  std::string root = fs::canonical(CopyFixture("mini-kimi-nvfp4", dir)).string();
+  ContentFingerprinter alone(1, absl::ZeroDuration());
+  auto reference = FingerprintPath(alone, root, NoProgress());
+  ASSERT_TRUE(reference.ok());
+  ContentFingerprinter fp(1, absl::ZeroDuration());
+  constexpr int kCalls = 8;
+  std::vector<absl::StatusOr<Content>> results(kCalls, absl::UnknownError("not run"));
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kCalls; ++i) {
+    threads.emplace_back([&, i] {
+      ++ready;
+      while (ready.load() < kCalls) std::this_thread::yield();
+      results[i] = FingerprintPath(fp, root, NoProgress());
+    });
+  }
+  for (auto& t : threads) t.join();
+  uint64_t hashed = 0;
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->manifest_root, reference->manifest_root);
+    hashed += r->hashed_bytes;
+  }
+  EXPECT_EQ(hashed, reference->hashed_bytes);
+}
+
+// Reports reads, and holds the hashing call in its first report until released; then cancelled.
+class HeldThenCancelled final : public Progress {
+ public:
+  void Begin(std::string_view, uint64_t) override {}
+  void Advance(uint64_t) override {
+    reading_ = true;
+    while (!release_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  void End() override {}
+  bool Cancelled() const override { return release_; }
+  std::atomic<bool> reading_{false}, release_{false};
+};
+
+// A call waiting for another's digest hashes the file itself when that call stops.
+TEST(ContentFingerprint, WaitingCallHashesItselfWhenTheHashingCallStops) {
+  TempDir dir;
+  fs::create_directory(dir / "one");
+  std::string root = fs::canonical(dir / "one").string();
+  {
+    int fd = ::open((root + "/blob.bin").c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, 1 << 20), 0);
+    ::close(fd);
+  }
+  ContentFingerprinter alone(1, absl::ZeroDuration());
+  auto reference = FingerprintPath(alone, root, NoProgress());
+  ASSERT_TRUE(reference.ok());
+  ContentFingerprinter fp(1, absl::ZeroDuration());
+  HeldThenCancelled held;
+  absl::StatusOr<Content> first = absl::UnknownError("not run");
+  std::thread hashing([&] { first = FingerprintPath(fp, root, held); });
+  for (int i = 0; i < 5000 && !held.reading_; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(held.reading_);
+  absl::StatusOr<Content> second = absl::UnknownError("not run");
+  std::thread waiting([&] { second = FingerprintPath(fp, root, NoProgress()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let it find the hash under way
+  held.release_ = true;
+  hashing.join();
+  waiting.join();
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kCancelled);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->manifest_root, reference->manifest_root);
+  EXPECT_EQ(second->hashed_bytes, uint64_t{1} << 20);
 }
 
 }  // namespace

@@ -277,6 +277,11 @@ TEST_F(DaemonTest, PairAuditThenGatePassesAndProofVerifies) {
   pb::Job job = AuditAndWait(dst_, src_, &phases);
   ASSERT_EQ(job.state(), pb::JOB_STATE_SUCCEEDED) << job.error_message();
   EXPECT_EQ(job.verdict(), "pass");
+  // Plain directories: the record states no layout and no refs.
+  EXPECT_EQ(job.layout(), "");
+  EXPECT_EQ(job.source_layout(), "");
+  EXPECT_EQ(job.model_ref(), "");
+  EXPECT_EQ(job.source_ref(), "");
   // The phases the proto documents, and no others.
   const std::set<std::string> documented = {"queued", "read", "scale-window", "verify-pair",
                                             "done"};
@@ -393,6 +398,32 @@ TEST_F(DaemonTest, HubSnapshotIsAuditedAndGatedAndItsLinksStayInTheAllowList) {
                                       "0123456789abcdef0123456789abcdef01234567");
   pb::Job job = AuditAndWait(hub.snapshot, "");
   ASSERT_EQ(job.verdict(), "pass") << job.error_message();
+  // The job shows the layout and model ref its signed record states, on the final WatchJob
+  // event and from GetJob.
+  EXPECT_EQ(job.layout(), "hf-cache-snapshot");
+  EXPECT_EQ(job.model_ref(), "org/m@0123456789abcdef0123456789abcdef01234567");
+  EXPECT_EQ(job.source_layout(), "");  // no source
+  {
+    pb::GetJobRequest get;
+    get.set_id(job.id());
+    pb::Job got;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->GetJob(&ctx, get, &got).ok());
+    EXPECT_EQ(got.layout(), job.layout());
+    EXPECT_EQ(got.model_ref(), job.model_ref());
+    // After a restart too: read from the verified log, which the daemon verifies in the
+    // background first (empty until then).
+    Stop();
+    Start();
+    got.Clear();
+    for (int i = 0; i < 200 && got.layout().empty(); ++i) {
+      grpc::ClientContext c;
+      ASSERT_TRUE(stub_->GetJob(&c, get, &got).ok());
+      if (got.layout().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    EXPECT_EQ(got.layout(), "hf-cache-snapshot");
+    EXPECT_EQ(got.model_ref(), job.model_ref());
+  }
   pb::GateResponse g = Gate(hub.snapshot);
   EXPECT_TRUE(g.pass()) << (g.reasons_size() ? g.reasons(0) : "");
 
@@ -504,6 +535,50 @@ TEST_F(DaemonTest, GatesAreRefusedWhenTheLogDoesNotMatchItsCheckpoint) {
   grpc::Status s = TryGate(req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(s.error_message(), HasSubstr("signed checkpoint"));
+}
+
+// The envelope cache (audit_backend.h) keys on the log index and holds only bytes that matched
+// the verified entry. A failing decision read back once, then rewritten in the database as a
+// validly signed passing decision (of other content), with the record's verdict column flipped
+// too: the running daemon still answers with the verified failing decision, and after a restart
+// (no cache) the rewritten row breaks the signed tree, so gates are refused.
+TEST_F(DaemonTest, RowRewrittenAfterACachedReadCannotChangeAGate) {
+  fs::path broken = dir_ / "broken";
+  fs::copy(dst_, broken, fs::copy_options::recursive);
+  BreakGlobalScale(broken);
+  pb::Job failing_audit = AuditAndWait(broken, src_);
+  ASSERT_EQ(failing_audit.verdict(), "fail");
+  ASSERT_EQ(AuditAndWait(dst_, src_).verdict(), "pass");
+  pb::GateResponse failing = Gate(broken);
+  ASSERT_FALSE(failing.pass());
+  pb::GateResponse reused = Gate(broken);  // read back from the log, checked, cached
+  ASSERT_TRUE(reused.reused());
+  ASSERT_EQ(reused.decision_envelope(), failing.decision_envelope());
+  pb::GateResponse passing = Gate(dst_);
+  ASSERT_TRUE(passing.pass());
+  {
+    RawDb db(db_);
+    db.DropTriggers();
+    db.SetBlob(absl::StrCat("UPDATE entries SET envelope = ? WHERE seq = ", failing.decision_id()),
+               passing.decision_envelope());
+    ASSERT_EQ(db.Exec(absl::StrCat("UPDATE entries SET verdict = 'pass' WHERE seq = ",
+                                   failing_audit.record_id())),
+              SQLITE_OK);
+  }
+  pb::GateResponse again = Gate(broken);
+  EXPECT_FALSE(again.pass());
+  EXPECT_TRUE(again.reused());
+  EXPECT_EQ(again.decision_id(), failing.decision_id());
+  EXPECT_EQ(again.decision_envelope(), failing.decision_envelope());
+  ExpectDecisionVerifies(again);
+  Stop();
+  Start();
+  pb::GateRequest req;
+  req.set_root(broken.string());
+  pb::GateResponse resp;
+  grpc::Status s = TryGate(req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_FALSE(resp.pass());
 }
 
 // Finding 6: repeated gates on unchanged content read no file bytes and append nothing.

@@ -178,6 +178,10 @@ test('StartAudit, the WatchJob stream to completion, Gate and QueryAudits', asyn
   assert.equal(last.job.state, 'JOB_STATE_SUCCEEDED', last.job.error_message);
   assert.equal(last.job.verdict, 'pass');
   assert.ok(last.job.record_id >= 0);
+  // The origin fields of Job (a plain directory: its record states no layout and no refs).
+  for (const field of ['layout', 'source_layout', 'model_ref', 'source_ref']) {
+    assert.equal(last.job[field], '', field);
+  }
 
   const gate = await unary(client, 'Gate', { root }, withToken('gate'));
   assert.equal(gate.pass, true, gate.reasons.join('; '));
