@@ -63,6 +63,7 @@ class RpcObserver final : public gx::Interceptor {
 }  // namespace
 
 gx::Interceptor* RpcObserverFactory::CreateServerInterceptor(gx::ServerRpcInfo* info) {
+  calls_started_.fetch_add(1, std::memory_order_relaxed);
   return new RpcObserver(info, auth_, metrics_);
 }
 

@@ -4,6 +4,9 @@
 #ifndef CKPT_SERVICES_DAEMON_RPC_OBSERVER_H_
 #define CKPT_SERVICES_DAEMON_RPC_OBSERVER_H_
 
+#include <atomic>
+#include <cstdint>
+
 #include "grpcpp/support/server_interceptor.h"
 #include "services/daemon/auth.h"
 #include "services/daemon/metrics.h"
@@ -17,8 +20,11 @@ class RpcObserverFactory final : public grpc::experimental::ServerInterceptorFac
       : auth_(auth), metrics_(metrics) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override;
+  // Calls seen so far: how the daemon tells that it has gone idle (serving.h ReleaseIdleMemory).
+  uint64_t calls_started() const { return calls_started_.load(std::memory_order_relaxed); }
 
  private:
+  std::atomic<uint64_t> calls_started_{0};
   const Authenticator& auth_;
   DaemonMetrics* metrics_;
 };

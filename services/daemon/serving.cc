@@ -123,6 +123,18 @@ void SetProcessDefaultsForServing(int malloc_arenas) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
+bool IdleMemoryReleaser::Tick(uint64_t calls_started) {
+  if (calls_started != last_seen_) {
+    last_seen_ = calls_started;
+    quiet_ = 0;
+    return false;
+  }
+  if (last_trimmed_ == calls_started || ++quiet_ < quiet_ticks_) return false;
+  last_trimmed_ = calls_started;
+  malloc_trim(0);
+  return true;
+}
+
 void ConfigureServerThreads(grpc::ServerBuilder& builder, int idle_threads) {
   builder.SetSyncServerOption(grpc::ServerBuilder::MIN_POLLERS, 2);
   builder.SetSyncServerOption(grpc::ServerBuilder::MAX_POLLERS, std::max(2, idle_threads));

@@ -49,6 +49,22 @@ void SetProcessDefaultsForServing(int malloc_arenas);
 // threads; at least two wait at any time.
 void ConfigureServerThreads(grpc::ServerBuilder& builder, int idle_threads);
 
+// Called on every tick of the daemon's main loop with the number of calls started so far: once
+// no call has started for `quiet_ticks` ticks after some did, the heap that a burst freed is
+// given back to the system (malloc_trim), so an idle daemon's RSS returns close to where it was
+// before the burst. Never during a load: a trim holds the allocator's arena locks.
+class IdleMemoryReleaser {
+ public:
+  explicit IdleMemoryReleaser(int quiet_ticks) : quiet_ticks_(quiet_ticks) {}
+  // True when this tick trimmed.
+  bool Tick(uint64_t calls_started);
+
+ private:
+  const int quiet_ticks_;
+  uint64_t last_seen_ = 0, last_trimmed_ = 0;
+  int quiet_ = 0;
+};
+
 }  // namespace ckpt::daemon
 
 #endif  // CKPT_SERVICES_DAEMON_SERVING_H_
