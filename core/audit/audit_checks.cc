@@ -11,7 +11,6 @@
 #include "core/checkpoint.h"
 #include "core/evidence/environment.h"
 #include "core/io/tree_stream.h"
-#include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
 
 namespace ckpt::audit {
@@ -19,9 +18,6 @@ namespace {
 
 using evidence::CheckResult;
 using evidence::Verdict;
-using ojson = nlohmann::ordered_json;
-
-ojson Ordered(const nlohmann::json& j) { return ojson::parse(DumpJson(j)); }
 
 evidence::Finding FindingOf(const quant::Finding& f) {
   evidence::Finding e;
@@ -149,40 +145,43 @@ CheckResult ForwardCheck(const forward::ForwardAuditResult& r) {
   CheckResult c;
   c.name = "block_forward";
   c.verdict = r.passed ? Verdict::kPass : Verdict::kFail;
-  const nlohmann::json& rep = r.report;
-  c.counts["layers_run"] = rep.value("layers_run", int64_t{0});
-  c.counts["layers_passed"] = rep.value("layers_passed", int64_t{0});
+  const evidence::BlockForward& rep = r.report;
+  c.counts["layers_run"] = static_cast<int64_t>(rep.layers.size());
+  c.counts["layers_passed"] = rep.layers_passed;
   evidence::Series differing{"Block output elements differing from the source, per layer",
                              "elements", std::nullopt, std::nullopt, {}};
   evidence::Series emulated{"Output elements differing after vLLM's w1/w3 scale collapse",
                             "elements", std::nullopt, std::nullopt, {}};
-  for (const nlohmann::json& row : rep.value("summary", nlohmann::json::array())) {
-    const std::string label = absl::StrCat("layer ", row.value("layer", -1));
-    if (row.contains("output_differing_elements")) {
-      const int64_t n = row.value("output_differing_elements", int64_t{0});
+  for (const evidence::ForwardLayer& layer : rep.layers) {
+    const std::string label = absl::StrCat("layer ", layer.layer);
+    const evidence::ForwardTensorDiff* out =
+        layer.source_vs_derived ? layer.source_vs_derived->Find("output") : nullptr;
+    if (out != nullptr) {
+      const int64_t n = static_cast<int64_t>(out->differing);
       differing.points.push_back({label, n});
       if (n > 0) {
         evidence::Finding f;
         f.code = "block-output-differs";
-        f.layer = row.value("layer", -1);
-        f.message = absl::StrCat(label, ": ", n, " of ", row.value("output_elements", int64_t{0}),
-                                 " output elements differ, max |diff| ",
-                                 row.value("output_max_abs_diff", "?"));
+        f.layer = layer.layer;
+        f.message = absl::StrCat(label, ": ", n, " of ", out->elements,
+                                 " output elements differ, max |diff| ", out->max_abs_diff);
         c.findings.push_back(std::move(f));
       }
     }
-    if (row.contains("emulated_verdict")) {
-      const int64_t n = row.value("emulated_output_differing_elements", int64_t{0});
+    const evidence::ForwardTensorDiff* emulated_out =
+        layer.backend_emulation ? layer.backend_emulation->vs_reference.Find("output") : nullptr;
+    if (emulated_out != nullptr) {
+      const int64_t n = static_cast<int64_t>(emulated_out->differing);
       emulated.points.push_back({label, n});
       if (n > 0) {
         // The measured size of the scale window's vllm-w13-global-scale-collapse hazard.
         evidence::Finding f;
         f.code = "vllm-w13-collapse-output-differs";
         f.hazard = "vllm-w13-global-scale-collapse";
-        f.layer = row.value("layer", -1);
+        f.layer = layer.layer;
         f.message = absl::StrCat(label, ": loaded as vLLM does (w1's global scale for w3), ", n,
                                  " output elements differ from the source, max |diff| ",
-                                 row.value("emulated_output_max_abs_diff", "?"));
+                                 emulated_out->max_abs_diff);
         c.findings.push_back(std::move(f));
       }
     }
@@ -190,9 +189,9 @@ CheckResult ForwardCheck(const forward::ForwardAuditResult& r) {
   c.findings_total = c.findings.size();
   if (!differing.points.empty()) c.series.push_back(std::move(differing));
   if (!emulated.points.empty()) c.series.push_back(std::move(emulated));
-  c.details.Set("verdict", rep.value("verdict", ""));
-  c.details.Set("device", rep.value("device", ""));
-  c.details.Set("layers", rep.value("layers_requested", ""));
+  c.details.Set("verdict", rep.verdict);
+  c.details.Set("device", rep.device);
+  c.details.Set("layers", rep.layer_spec);
   return c;
 }
 
@@ -499,7 +498,7 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   }
   if (forward_result) {
     rec.checks.push_back(ForwardCheck(*forward_result));
-    rec.block_forward = Ordered(forward_result->report);
+    rec.block_forward = forward_result->report;
     if (const auto& g = options.forward_device.gpu) {
       rec.environment.gpu = evidence::GpuInfo{g->name, g->sm, g->driver, g->cuda};
     }

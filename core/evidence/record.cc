@@ -27,6 +27,9 @@ absl::StatusOr<ojson> SubjectsJson(const std::vector<Subject>& subjects) {
   return out;
 }
 
+// The block forward's JSON (its keys sorted) in the record, as it has been since schema 2.
+ojson Ordered(const nlohmann::json& j) { return ojson::parse(DumpJson(j)); }
+
 absl::StatusOr<std::string> Finish(const ojson& statement) {
   if (auto s = RejectFloats(statement); !s.ok()) return s;
   return DumpJson(statement);
@@ -59,7 +62,7 @@ absl::StatusOr<std::string> RecordPayload(const EvidenceRecord& r) {
       {"verdict", VerdictName(r.OverallVerdict())},
       {"checks", checks},
       {"pair_audit", r.pair_audit ? r.pair_audit->ToJson() : ojson()},
-      {"block_forward", r.block_forward},
+      {"block_forward", r.block_forward ? Ordered(r.block_forward->ToJson()) : ojson()},
       {"environment", r.environment.ToJson()},
       {"started_at", r.started_at},
       {"finished_at", r.finished_at},

@@ -5,8 +5,8 @@
 // with its verdict, counts and first findings, optional pair-audit and block-forward results,
 // the environment and the start/finish times. Each check contributes one typed CheckResult
 // (check_result.h); the rest of the pipeline does not need to know what a check does. The
-// Statement's JSON is written here and in check_result.cc (docs/evidence.md "Where JSON is
-// produced"). Payloads are float-free (see json_guard.h) and are signed as exact bytes in a DSSE
+// Statement's JSON is written here, in check_result.cc and in block_forward.cc
+// (docs/evidence.md "Where JSON is produced"). Payloads are float-free (see json_guard.h) and are signed as exact bytes in a DSSE
 // envelope. Roots are recorded in the name encoding (core/text/name_encoding.h); subject names
 // arrive encoded from the fingerprint.
 #ifndef CKPT_CORE_EVIDENCE_RECORD_H_
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/evidence/block_forward.h"
 #include "core/evidence/check_result.h"
 #include "core/evidence/environment.h"
 #include "nlohmann/json.hpp"
@@ -71,8 +72,7 @@ struct EvidenceRecord {
   PolicyRef policy;
   std::vector<CheckResult> checks;
   std::optional<PairAudit> pair_audit;   // a pair audit's full result
-  // The block forward's report (core/forward/forward_audit.h), null when none ran.
-  nlohmann::ordered_json block_forward;
+  std::optional<BlockForward> block_forward;  // the block forward's report, when one ran
   Environment environment;
   std::string started_at;  // RFC 3339 UTC
   std::string finished_at;

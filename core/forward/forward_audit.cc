@@ -48,33 +48,44 @@ bool SameShape(const BlockConfig& a, const BlockConfig& b) {
          a.top_k == b.top_k && a.n_group == b.n_group && a.topk_group == b.topk_group;
 }
 
-nlohmann::json Digests(const BlockResult& r, Precision p) {
-  nlohmann::json d = nlohmann::json::object();
+evidence::ForwardRun RunOf(const std::string& root, const BlockResult& r, Precision p) {
+  evidence::ForwardRun run{root, {}};
   for (const std::string& name : BlockTensorNames()) {
-    std::vector<uint8_t> bytes = TensorBytes(r, name, p);
-    d[name] = ToHex(Sha256Of(bytes));
+    run.tensor_sha256.emplace_back(name, ToHex(Sha256Of(TensorBytes(r, name, p))));
   }
-  return d;
+  return run;
 }
 
-nlohmann::json RunJson(const std::string& root, const BlockResult& r, Precision p) {
-  nlohmann::json digests = Digests(r, p);
-  return {{"root", root}, {"output_sha256", digests["output"]}, {"tensor_sha256", digests}};
+evidence::ForwardDiff DiffOf(const ResultDiff& d) {
+  evidence::ForwardDiff out;
+  for (const TensorDiff& t : d.tensors) {
+    evidence::ForwardTensorDiff e{t.name, t.elements, t.differing, ExactDecimal(t.max_abs_diff),
+                                  {}};
+    static_assert(evidence::kForwardUlpBuckets == kUlpBuckets);
+    for (int i = 0; i < kUlpBuckets; ++i) e.ulp_histogram[i] = t.ulp_histogram[i];
+    out.tensors.push_back(std::move(e));
+  }
+  return out;
 }
 
+std::string VerdictOf(bool compared_with_source, bool passed) {
+  return compared_with_source ? (passed ? "bit-identical" : "different")
+                              : (passed ? "deterministic" : "nondeterministic");
+}
 
 // Where a layer's report goes: everything RunForwardAudit reports for one layer, except the
 // fields every layer shares (schema, device, precision, input).
 struct LayerOutcome {
-  nlohmann::json report;
+  evidence::ForwardLayer report;
   bool passed = false;
   bool emulation_differs = false;
   BlockConfig config;
   BlockResult derived;
 };
 
-nlohmann::json DeviceVsCpu(const BlockResult& run, const BlockResult& cpu, Precision p) {
-  nlohmann::json rel = nlohmann::json::object();
+evidence::ForwardDeviceVsCpu DeviceVsCpu(const BlockResult& run, const BlockResult& cpu,
+                                         Precision p) {
+  evidence::ForwardDeviceVsCpu d{PrecisionName(p), run.topk_ids == cpu.topk_ids, {}};
   for (const auto& [name, a, b] :
        {std::tuple{"router_logits", &run.router_logits, &cpu.router_logits},
         std::tuple{"topk_weights", &run.topk_weights, &cpu.topk_weights},
@@ -83,12 +94,9 @@ nlohmann::json DeviceVsCpu(const BlockResult& run, const BlockResult& cpu, Preci
         std::tuple{"routed_out", &run.routed_out, &cpu.routed_out},
         std::tuple{"shared_out", &run.shared_out, &cpu.shared_out},
         std::tuple{"output", &run.output, &cpu.output}}) {
-    rel[name] = ExactDecimal(MaxRelativeError(*a, *b));
+    d.max_relative_error.emplace_back(name, ExactDecimal(MaxRelativeError(*a, *b)));
   }
-  return {{"cpu_precision", PrecisionName(p)},
-          {"topk_ids_equal", run.topk_ids == cpu.topk_ids},
-          {"max_relative_error", rel},
-          {"relative_error_definition", "max|device - cpu| / max|cpu|"}};
+  return d;
 }
 
 absl::StatusOr<LayerOutcome> RunLayer(const Checkpoint& derived_ckpt,
@@ -111,14 +119,11 @@ absl::StatusOr<LayerOutcome> RunLayer(const Checkpoint& derived_ckpt,
 
   LayerOutcome out;
   out.config = config;
-  nlohmann::json& report = out.report;
-  report = {
-      {"layer", layer},
-      {"family", FamilyName(config.family)},
-      {"derived", RunJson(derived->ckpt->root(), *run, o.precision)},
-      {"determinism", {{"reruns", 1}, {"bitwise_equal", determinism.bitwise_equal()},
-                       {"differing_elements", determinism.Find("output")->differing}}},
-  };
+  evidence::ForwardLayer& report = out.report;
+  report.layer = layer;
+  report.family = FamilyName(config.family);
+  report.derived = RunOf(derived->ckpt->root(), *run, o.precision);
+  report.determinism = DiffOf(determinism);
   bool passed = determinism.bitwise_equal();
 
   std::optional<BlockResult> src;
@@ -133,8 +138,8 @@ absl::StatusOr<LayerOutcome> RunLayer(const Checkpoint& derived_ckpt,
     auto s = device.run(source->config, source->weights, input, o.precision);
     if (!s.ok()) return s.status();
     const ResultDiff diff = CompareResults(*s, *run, o.precision);
-    report["source"] = RunJson(source->ckpt->root(), *s, o.precision);
-    report["source_vs_derived"] = ToJson(diff);
+    report.source = RunOf(source->ckpt->root(), *s, o.precision);
+    report.source_vs_derived = DiffOf(diff);
     passed = passed && diff.bitwise_equal();
     src = *std::move(s);
   }
@@ -142,7 +147,7 @@ absl::StatusOr<LayerOutcome> RunLayer(const Checkpoint& derived_ckpt,
   if (device.name != "cpu") {
     auto cpu = RunBlockCpu(config, derived->weights, input, o.precision);
     if (!cpu.ok()) return cpu.status();
-    report["device_vs_cpu"] = DeviceVsCpu(*run, *cpu, o.precision);
+    report.device_vs_cpu = DeviceVsCpu(*run, *cpu, o.precision);
   }
 
   if (o.emulation != Emulation::kNone) {
@@ -156,59 +161,59 @@ absl::StatusOr<LayerOutcome> RunLayer(const Checkpoint& derived_ckpt,
     const BlockResult& reference = src ? *src : *run;
     const ResultDiff diff = CompareResults(reference, *emulated, o.precision);
     out.emulation_differs = !diff.bitwise_equal();
-    report["backend_emulation"] = {
-        {"name", EmulationName(o.emulation)},
-        {"experts_changed", changed},
-        {"compared_against", src ? "source" : "derived"},
-        {"output_sha256", ToHex(Sha256Of(TensorBytes(*emulated, "output", o.precision)))},
-        {"vs_reference", ToJson(diff)},
-        {"verdict", diff.bitwise_equal() ? "bit-identical" : "different"}};
+    report.backend_emulation = evidence::ForwardEmulation{
+        EmulationName(o.emulation),
+        changed,
+        src ? "source" : "derived",
+        ToHex(Sha256Of(TensorBytes(*emulated, "output", o.precision))),
+        DiffOf(diff),
+        diff.bitwise_equal() ? "bit-identical" : "different"};
   }
 
-  report["verdict"] = source_ckpt == nullptr ? (passed ? "deterministic" : "nondeterministic")
-                      : passed               ? "bit-identical"
-                                             : "different";
+  report.verdict = VerdictOf(source_ckpt != nullptr, passed);
   out.passed = passed;
   out.derived = *std::move(run);
   return out;
 }
 
-absl::StatusOr<std::pair<BlockInput, nlohmann::json>> MakeInput(const ForwardAuditOptions& o,
-                                                                int hidden) {
+absl::StatusOr<std::pair<BlockInput, evidence::ForwardInput>> MakeInput(
+    const ForwardAuditOptions& o, int hidden) {
   BlockInput input;
-  nlohmann::json input_json;
+  evidence::ForwardInput input_ref;
   if (!o.input_path.empty()) {
     auto in = ReadBlockInput(o.input_path, hidden);
     if (!in.ok()) return in.status();
     input = std::move(*in);
-    input_json = {{"origin", "file"}, {"path", o.input_path}};
+    input_ref.origin = "file";
+    input_ref.path = o.input_path;
   } else {
     if (o.tokens <= 0 || o.tokens > (1 << 20)) {
       return absl::InvalidArgumentError(absl::StrCat("--tokens must be in [1, 2^20], got ",
                                                      o.tokens));
     }
     input = SeededInput(o.tokens, hidden, o.seed);
-    input_json = {{"origin", "seed"}, {"seed", std::to_string(o.seed)}};
+    input_ref.origin = "seed";
+    input_ref.seed = o.seed;
   }
-  input_json["tokens"] = input.tokens;
-  input_json["sha256"] = ToHex(Sha256Of(InputBytes(input)));
-  return std::pair{std::move(input), std::move(input_json)};
+  input_ref.tokens = input.tokens;
+  input_ref.sha256 = ToHex(Sha256Of(InputBytes(input)));
+  return std::pair{std::move(input), std::move(input_ref)};
 }
 
 // The fields every report shares.
-void Header(nlohmann::json& report, const ForwardDevice& device, const ForwardAuditOptions& o,
-            const nlohmann::json& input_json) {
-  report["device"] = device.name;
-  report["device_description"] = device.description;
+evidence::BlockForward Header(const ForwardDevice& device, const ForwardAuditOptions& o,
+                              evidence::ForwardInput input) {
+  evidence::BlockForward report;
+  report.device = device.name;
+  report.device_description = device.description;
   if (device.gpu) {
-    report["device_properties"] = {{"name", device.gpu->name},
-                                   {"sm", device.gpu->sm},
-                                   {"driver", device.gpu->driver},
-                                   {"cuda", device.gpu->cuda}};
+    report.device_properties =
+        evidence::GpuInfo{device.gpu->name, device.gpu->sm, device.gpu->driver, device.gpu->cuda};
   }
-  report["precision"] = PrecisionName(o.precision);
-  report["input"] = input_json;
-  if (o.emulation != Emulation::kNone) report["emulation"] = EmulationName(o.emulation);
+  report.precision = PrecisionName(o.precision);
+  report.input = std::move(input);
+  if (o.emulation != Emulation::kNone) report.emulation = EmulationName(o.emulation);
+  return report;
 }
 
 int IntOr(const nlohmann::json& c, const char* key, int fallback) {
@@ -325,9 +330,11 @@ absl::StatusOr<ForwardAuditResult> RunForwardAudit(const Checkpoint& derived_ckp
   if (!input.ok()) return input.status();
   auto layer = RunLayer(derived_ckpt, source_ckpt, o.layer, input->first, o, device);
   if (!layer.ok()) return layer.status();
-  nlohmann::json report = std::move(layer->report);
-  report["schema"] = "ckpt-audit.forward/1";
-  Header(report, device, o, input->second);
+  evidence::BlockForward report = Header(device, o, std::move(input->second));
+  report.family = layer->report.family;
+  report.verdict = layer->report.verdict;
+  report.layers_passed = layer->passed;
+  report.layers.push_back(std::move(layer->report));
   if (!o.output_path.empty()) {
     absl::Status s = WriteBlockResult(o.output_path, layer->config, input->first, layer->derived,
                                       o.precision,
@@ -336,7 +343,7 @@ absl::StatusOr<ForwardAuditResult> RunForwardAudit(const Checkpoint& derived_ckp
                                        {"device", device.name},
                                        {"precision", PrecisionName(o.precision)}});
     if (!s.ok()) return s;
-    report["output_file"] = o.output_path;
+    report.output_file = o.output_path;
   }
   return ForwardAuditResult{std::move(report), layer->passed, layer->emulation_differs};
 }
@@ -367,54 +374,19 @@ absl::StatusOr<ForwardAuditResult> RunModelForward(const Checkpoint& derived_ckp
   auto input = MakeInput(o, cfg->hidden);
   if (!input.ok()) return input.status();
 
-  nlohmann::json per_layer = nlohmann::json::array();
-  nlohmann::json summary = nlohmann::json::array();
+  evidence::BlockForward report = Header(device, o, std::move(input->second));
+  report.family = FamilyName(cfg->family);
+  report.layer_spec = spec;
   bool passed = true, emulation_differs = false;
-  int identical = 0;
   for (int l : *layers) {
     auto layer = RunLayer(derived_ckpt, source_ckpt, l, input->first, o, device);
     if (!layer.ok()) return layer.status();
-    const nlohmann::json& r = layer->report;
-    nlohmann::json row = {{"layer", l},
-                          {"verdict", r["verdict"]},
-                          {"derived_output_sha256", r["derived"]["output_sha256"]}};
-    if (r.contains("source")) {
-      const nlohmann::json& out = r["source_vs_derived"]["tensors"]["output"];
-      row["source_output_sha256"] = r["source"]["output_sha256"];
-      row["output_differing_elements"] = out["differing_elements"];
-      row["output_elements"] = out["elements"];
-      row["output_max_abs_diff"] = out["max_abs_diff"];
-      row["output_ulp_histogram"] = out["ulp_histogram"];
-    }
-    if (r.contains("device_vs_cpu")) {
-      row["device_vs_cpu_output"] = r["device_vs_cpu"]["max_relative_error"]["output"];
-    }
-    if (r.contains("backend_emulation")) {
-      const nlohmann::json& e = r["backend_emulation"];
-      const nlohmann::json& out = e["vs_reference"]["tensors"]["output"];
-      row["emulated_verdict"] = e["verdict"];
-      row["emulated_experts_changed"] = e["experts_changed"];
-      row["emulated_output_differing_elements"] = out["differing_elements"];
-      row["emulated_output_max_abs_diff"] = out["max_abs_diff"];
-      row["emulated_output_ulp_histogram"] = out["ulp_histogram"];
-    }
-    summary.push_back(std::move(row));
-    per_layer.push_back(std::move(layer->report));
+    report.layers.push_back(std::move(layer->report));
     passed = passed && layer->passed;
     emulation_differs = emulation_differs || layer->emulation_differs;
-    identical += layer->passed;
+    report.layers_passed += layer->passed;
   }
-  nlohmann::json report = {{"schema", "ckpt-audit.model-forward/1"},
-                           {"family", FamilyName(cfg->family)},
-                           {"layers_requested", spec},
-                           {"layers", per_layer},
-                           {"summary", summary},
-                           {"layers_run", layers->size()},
-                           {"layers_passed", identical}};
-  Header(report, device, o, input->second);
-  report["verdict"] = source_ckpt == nullptr ? (passed ? "deterministic" : "nondeterministic")
-                      : passed               ? "bit-identical"
-                                             : "different";
+  report.verdict = VerdictOf(source_ckpt != nullptr, passed);
   return ForwardAuditResult{std::move(report), passed, emulation_differs};
 }
 

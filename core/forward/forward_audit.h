@@ -5,9 +5,9 @@
 // the CPU reference, and optionally the derived side as a serving backend would compute it
 // (docs/forward.md "Backend emulation").
 //
-// The report is a JSON object without floating-point numbers (magnitudes are decimal strings),
-// ready to go into a signed evidence record. The device is injected as a BlockRunner so that
-// core/ does not depend on gpu/.
+// The report is typed (core/evidence/block_forward.h: magnitudes are exact decimal strings), ready
+// to go into a signed evidence record; its JSON is written there. The device is injected as a
+// BlockRunner so that core/ does not depend on gpu/.
 #ifndef CKPT_CORE_FORWARD_FORWARD_AUDIT_H_
 #define CKPT_CORE_FORWARD_FORWARD_AUDIT_H_
 
@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/checkpoint.h"
+#include "core/evidence/block_forward.h"
 #include "core/forward/block_forward.h"
 #include "nlohmann/json.hpp"
 
@@ -75,7 +76,7 @@ struct ForwardAuditOptions {
 };
 
 struct ForwardAuditResult {
-  nlohmann::json report;
+  evidence::BlockForward report;
   // Source and derived bit-identical (or no source) and the re-run bit-identical.
   bool passed = false;
   // With an emulation: the emulated derived output differs from the reference (a measured
@@ -96,9 +97,9 @@ absl::StatusOr<ForwardAuditResult> RunForwardAudit(const Checkpoint& derived,
 
 // Several layers (`layers`, a ResolveLayers spec), one block's weights in memory at a time, the
 // same input for every layer. The report (schema ckpt-audit.model-forward/1) holds each layer's
-// report as RunForwardAudit gives it (without the shared fields), a summary row per layer
-// (verdict, differing output elements, max |diff|, output ULP histogram, output SHA-256s) and
-// an overall verdict; `passed` when every layer passed. `options.layer` is not used.
+// report as RunForwardAudit gives it, the layers that passed and an overall verdict (its JSON
+// adds a summary row per layer: verdict, differing output elements, max |diff|, output ULP
+// histogram, output SHA-256s); `passed` when every layer passed. `options.layer` is not used.
 absl::StatusOr<ForwardAuditResult> RunModelForward(const Checkpoint& derived,
                                                    const Checkpoint* source,
                                                    const std::string& layers,

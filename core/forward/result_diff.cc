@@ -143,10 +143,4 @@ nlohmann::json ToJson(const TensorDiff& d) {
           {"ulp_histogram", hist}};
 }
 
-nlohmann::json ToJson(const ResultDiff& d) {
-  nlohmann::json tensors = nlohmann::json::object();
-  for (const TensorDiff& t : d.tensors) tensors[t.name] = ToJson(t);
-  return {{"bitwise_equal", d.bitwise_equal()}, {"tensors", tensors}};
-}
-
 }  // namespace ckpt::forward

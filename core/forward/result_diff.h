@@ -3,6 +3,7 @@
 //
 // Values are compared in the precision they were computed in (float bits for f32/bf16, double
 // bits for f64), so "bitwise equal" means the bytes a caller would store are equal. JSON output
+// (a tensor's, for `ckpt-audit diff`; the block forward's is core/evidence/block_forward.h)
 // carries no floating-point numbers: magnitudes are decimal strings (formats.md §8).
 #ifndef CKPT_CORE_FORWARD_RESULT_DIFF_H_
 #define CKPT_CORE_FORWARD_RESULT_DIFF_H_
@@ -54,7 +55,6 @@ double MaxRelativeError(std::span<const double> a, std::span<const double> b);
 std::string ExactDecimal(double v);
 
 nlohmann::json ToJson(const TensorDiff& d);
-nlohmann::json ToJson(const ResultDiff& d);
 
 }  // namespace ckpt::forward
 

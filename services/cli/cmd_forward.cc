@@ -2,7 +2,9 @@
 // on a derived checkpoint (and its source) on the CPU reference or the CUDA kernels, optionally
 // emulating a serving backend's loader, and report whether the outputs are bit-identical
 // (core/forward/forward_audit.h; docs/forward.md).
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/forward/forward_audit.h"
@@ -24,93 +26,87 @@ struct ForwardArgs {
   bool json = false;
 };
 
-std::string Str(const nlohmann::json& j, const char* key) {
-  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "-";
+void PrintHeader(const evidence::BlockForward& r) {
+  std::printf("%s on %s", r.family.c_str(), r.device.c_str());
+  if (const auto& p = r.device_properties) {
+    std::printf(" (%s, sm %s, driver %s, CUDA %s)", p->name.c_str(), p->sm.c_str(),
+                p->driver.c_str(), p->cuda.c_str());
+  }
+  std::printf(", precision %s, %lld tokens%s\n", r.precision.c_str(),
+              static_cast<long long>(r.input.tokens),
+              r.emulation.empty() ? "" : absl::StrCat(", emulating ", r.emulation).c_str());
 }
 
-void PrintHeader(const nlohmann::json& r) {
-  std::printf("%s on %s", r["family"].get<std::string>().c_str(),
-              r["device"].get<std::string>().c_str());
-  if (r.contains("device_properties")) {
-    const auto& p = r["device_properties"];
-    std::printf(" (%s, sm %s, driver %s, CUDA %s)", Str(p, "name").c_str(), Str(p, "sm").c_str(),
-                Str(p, "driver").c_str(), Str(p, "cuda").c_str());
-  }
-  std::printf(", precision %s, %lld tokens%s\n", r["precision"].get<std::string>().c_str(),
-              static_cast<long long>(r["input"]["tokens"].get<int64_t>()),
-              r.contains("emulation") ? absl::StrCat(", emulating ",
-                                                     r["emulation"].get<std::string>()).c_str()
-                                      : "");
+// A diff's tensors by name.
+std::vector<const evidence::ForwardTensorDiff*> ByName(const evidence::ForwardDiff& d) {
+  std::vector<const evidence::ForwardTensorDiff*> out;
+  for (const evidence::ForwardTensorDiff& t : d.tensors) out.push_back(&t);
+  std::sort(out.begin(), out.end(), [](const auto* a, const auto* b) { return a->name < b->name; });
+  return out;
 }
 
-void PrintLayer(const nlohmann::json& r) {
-  std::printf("layer %d\n", r["layer"].get<int>());
-  if (r.contains("source")) {
-    std::printf("source  output sha256 %s\n",
-                r["source"]["output_sha256"].get<std::string>().c_str());
-  }
-  std::printf("derived output sha256 %s\n",
-              r["derived"]["output_sha256"].get<std::string>().c_str());
-  if (r.contains("source_vs_derived")) {
-    for (const auto& [name, t] : r["source_vs_derived"]["tensors"].items()) {
-      std::printf("  %-18s %s  differing %llu/%llu  max|diff| %s\n", name.c_str(),
-                  t["bitwise_equal"].get<bool>() ? "identical" : "DIFFERENT",
-                  static_cast<unsigned long long>(t["differing_elements"].get<uint64_t>()),
-                  static_cast<unsigned long long>(t["elements"].get<uint64_t>()),
-                  t["max_abs_diff"].get<std::string>().c_str());
+void PrintLayer(const evidence::ForwardLayer& r) {
+  std::printf("layer %d\n", static_cast<int>(r.layer));
+  if (r.source) std::printf("source  output sha256 %s\n", r.source->OutputSha256().c_str());
+  std::printf("derived output sha256 %s\n", r.derived.OutputSha256().c_str());
+  if (r.source_vs_derived) {
+    for (const evidence::ForwardTensorDiff* t : ByName(*r.source_vs_derived)) {
+      std::printf("  %-18s %s  differing %llu/%llu  max|diff| %s\n", t->name.c_str(),
+                  t->differing == 0 ? "identical" : "DIFFERENT",
+                  static_cast<unsigned long long>(t->differing),
+                  static_cast<unsigned long long>(t->elements), t->max_abs_diff.c_str());
     }
   }
-  std::printf("re-run bit-identical: %s\n",
-              r["determinism"]["bitwise_equal"].get<bool>() ? "yes" : "NO");
-  if (r.contains("device_vs_cpu")) {
-    std::printf("device vs cpu: output max relative error %s, topk ids %s\n",
-                r["device_vs_cpu"]["max_relative_error"]["output"].get<std::string>().c_str(),
-                r["device_vs_cpu"]["topk_ids_equal"].get<bool>() ? "equal" : "DIFFER");
+  std::printf("re-run bit-identical: %s\n", r.determinism.bitwise_equal() ? "yes" : "NO");
+  if (const auto& d = r.device_vs_cpu) {
+    std::string output = "-";
+    for (const auto& [name, v] : d->max_relative_error) {
+      if (name == "output") output = v;
+    }
+    std::printf("device vs cpu: output max relative error %s, topk ids %s\n", output.c_str(),
+                d->topk_ids_equal ? "equal" : "DIFFER");
   }
-  if (r.contains("backend_emulation")) {
-    const auto& e = r["backend_emulation"];
-    const auto& out = e["vs_reference"]["tensors"]["output"];
+  if (const auto& e = r.backend_emulation) {
+    const evidence::ForwardTensorDiff* out = e->vs_reference.Find("output");
     std::printf("%s (%d experts changed) vs %s: output %s, differing %llu/%llu, max|diff| %s\n",
-                e["name"].get<std::string>().c_str(), e["experts_changed"].get<int>(),
-                e["compared_against"].get<std::string>().c_str(),
-                e["verdict"].get<std::string>().c_str(),
-                static_cast<unsigned long long>(out["differing_elements"].get<uint64_t>()),
-                static_cast<unsigned long long>(out["elements"].get<uint64_t>()),
-                out["max_abs_diff"].get<std::string>().c_str());
+                e->name.c_str(), static_cast<int>(e->experts_changed),
+                e->compared_against.c_str(), e->verdict.c_str(),
+                static_cast<unsigned long long>(out ? out->differing : 0),
+                static_cast<unsigned long long>(out ? out->elements : 0),
+                out ? out->max_abs_diff.c_str() : "-");
   }
-  std::printf("verdict: %s\n", r["verdict"].get<std::string>().c_str());
+  std::printf("verdict: %s\n", r.verdict.c_str());
 }
 
-// "a/b/c/d/e/f" in bucket order (JSON objects sort their keys).
-std::string HistogramText(const nlohmann::json& h) {
+// "a/b/c/d/e/f" in bucket order.
+std::string HistogramText(const evidence::ForwardTensorDiff& d) {
   std::string s;
-  for (const char* bucket : {"0", "1", "2-3", "4-15", "16-255", "256+"}) {
-    absl::StrAppend(&s, s.empty() ? "" : "/", h.value(bucket, uint64_t{0}));
-  }
+  for (uint64_t n : d.ulp_histogram) absl::StrAppend(&s, s.empty() ? "" : "/", n);
   return s;
 }
 
 // The summary table: one row per layer.
-void PrintSummary(const nlohmann::json& r) {
+void PrintSummary(const evidence::BlockForward& r) {
   std::printf("%-6s %-14s %-20s %-24s %-34s %s\n", "layer", "verdict", "differing output",
               "max|diff|", "ULPs 0/1/2-3/4-15/16-255/256+", "emulated: differing, max|diff|");
-  for (const auto& row : r["summary"]) {
-    std::string differing = "-", hist = "-", emulated = "-";
-    if (row.contains("output_differing_elements")) {
-      differing = absl::StrCat(row["output_differing_elements"].get<uint64_t>(), "/",
-                               row["output_elements"].get<uint64_t>());
-      hist = HistogramText(row["output_ulp_histogram"]);
+  for (const evidence::ForwardLayer& l : r.layers) {
+    std::string differing = "-", max_diff = "-", hist = "-", emulated = "-";
+    if (const evidence::ForwardTensorDiff* out =
+            l.source_vs_derived ? l.source_vs_derived->Find("output") : nullptr) {
+      differing = absl::StrCat(out->differing, "/", out->elements);
+      max_diff = out->max_abs_diff;
+      hist = HistogramText(*out);
     }
-    if (row.contains("emulated_verdict")) {
-      emulated = absl::StrCat(row["emulated_output_differing_elements"].get<uint64_t>(), ", ",
-                              row["emulated_output_max_abs_diff"].get<std::string>());
+    if (const evidence::ForwardTensorDiff* out =
+            l.backend_emulation ? l.backend_emulation->vs_reference.Find("output") : nullptr) {
+      emulated = absl::StrCat(out->differing, ", ", out->max_abs_diff);
     }
-    std::printf("%-6d %-14s %-20s %-24s %-34s %s\n", row["layer"].get<int>(),
-                row["verdict"].get<std::string>().c_str(), differing.c_str(),
-                Str(row, "output_max_abs_diff").c_str(), hist.c_str(), emulated.c_str());
+    std::printf("%-6d %-14s %-20s %-24s %-34s %s\n", static_cast<int>(l.layer),
+                l.verdict.c_str(), differing.c_str(), max_diff.c_str(), hist.c_str(),
+                emulated.c_str());
   }
-  std::printf("verdict: %s (%d of %d layers passed)\n", r["verdict"].get<std::string>().c_str(),
-              r["layers_passed"].get<int>(), r["layers_run"].get<int>());
+  std::printf("verdict: %s (%d of %d layers passed)\n", r.verdict.c_str(),
+              static_cast<int>(r.layers_passed), static_cast<int>(r.layers.size()));
 }
 
 int Run(const ForwardArgs& a) {
@@ -133,15 +129,11 @@ int Run(const ForwardArgs& a) {
                             : forward::RunModelForward(a.layers, o, *device);
   if (!r.ok()) return ReportError(r.status());
   if (a.json) {
-    std::printf("%s\n", DumpJson(r->report, 2).c_str());
+    std::printf("%s\n", DumpJson(r->report.ToJson(), 2).c_str());
   } else {
     PrintHeader(r->report);
-    if (a.layers.empty()) {
-      PrintLayer(r->report);
-    } else {
-      for (const auto& layer : r->report["layers"]) PrintLayer(layer);
-      PrintSummary(r->report);
-    }
+    for (const evidence::ForwardLayer& layer : r->report.layers) PrintLayer(layer);
+    if (r->report.multi_layer()) PrintSummary(r->report);
   }
   return r->passed && !r->emulation_differs ? kExitOk : kExitCheckFailed;
 }

@@ -321,11 +321,13 @@ TEST(Record, CheckValuesAreWrittenInTheirDocumentedOrder) {
 
 TEST(Record, FloatsAndBadDigestsAreRefusedBeforeSigning) {
   EvidenceRecord r = SampleRecord();
-  // A check's values are integers and strings by type; the forward's report is still JSON.
-  r.block_forward = {{"ratio", 0.25}};
+  // Checks and the block forward carry integers and strings by type; a policy's thresholds are
+  // still JSON (provenance statements carry them on unchanged).
+  r.policy.thresholds = {{"ratio", 0.25}};
   auto s = RecordPayload(r);
   ASSERT_FALSE(s.ok());
-  EXPECT_THAT(std::string(s.status().message()), HasSubstr("/predicate/block_forward/ratio"));
+  EXPECT_THAT(std::string(s.status().message()),
+              HasSubstr("/predicate/policy/thresholds/ratio"));
   r = SampleRecord();
   r.subjects[0].sha256 = "ABC";
   EXPECT_FALSE(RecordPayload(r).ok());

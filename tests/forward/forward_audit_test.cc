@@ -39,12 +39,13 @@ TEST(ForwardAudit, Nvfp4AndX4TAreBitIdenticalToSource) {
     for (Precision p : {Precision::kF64, Precision::kF32, Precision::kBF16}) {
       auto r = RunForwardAudit(PairOptions(Fixture(derived).string(), p), CpuDevice());
       ASSERT_TRUE(r.ok()) << derived << ": " << r.status();
-      EXPECT_TRUE(r->passed) << derived << " " << PrecisionName(p) << "\n" << r->report.dump(1);
-      EXPECT_EQ(r->report["verdict"], "bit-identical");
-      EXPECT_EQ(r->report["source"]["output_sha256"], r->report["derived"]["output_sha256"]);
-      EXPECT_EQ(r->report["source_vs_derived"]["tensors"]["output"]["ulp_histogram"]["0"],
+      const nlohmann::json r_json = r->report.ToJson();
+      EXPECT_TRUE(r->passed) << derived << " " << PrecisionName(p) << "\n" << r_json.dump(1);
+      EXPECT_EQ(r_json["verdict"], "bit-identical");
+      EXPECT_EQ(r_json["source"]["output_sha256"], r_json["derived"]["output_sha256"]);
+      EXPECT_EQ(r_json["source_vs_derived"]["tensors"]["output"]["ulp_histogram"]["0"],
                 8 * 256);
-      EXPECT_TRUE(r->report["determinism"]["bitwise_equal"]);
+      EXPECT_TRUE(r_json["determinism"]["bitwise_equal"]);
     }
   }
 }
@@ -53,11 +54,12 @@ TEST(ForwardAudit, ReportHasNoFloatingPointNumbers) {
   auto r = RunForwardAudit(PairOptions(Fixture("mini-kimi-nvfp4").string(), Precision::kF32),
                            CpuDevice());
   ASSERT_TRUE(r.ok()) << r.status();
+  const nlohmann::json r_json = r->report.ToJson();
   std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& j) {
     EXPECT_FALSE(j.is_number_float()) << j.dump();
     if (j.is_structured()) for (const auto& e : j) walk(e);
   };
-  walk(r->report);
+  walk(r_json);
 }
 
 TEST(ForwardAudit, MutatedSelectedExpertScaleIsReported) {
@@ -81,16 +83,17 @@ TEST(ForwardAudit, MutatedSelectedExpertScaleIsReported) {
   for (Precision p : {Precision::kF64, Precision::kBF16}) {
     auto r = RunForwardAudit(PairOptions(copy.string(), p), CpuDevice());
     ASSERT_TRUE(r.ok()) << r.status();
+    const nlohmann::json r_json = r->report.ToJson();
     EXPECT_FALSE(r->passed);
-    EXPECT_EQ(r->report["verdict"], "different");
-    const auto& out = r->report["source_vs_derived"]["tensors"]["output"];
+    EXPECT_EQ(r_json["verdict"], "different");
+    const auto& out = r_json["source_vs_derived"]["tensors"]["output"];
     EXPECT_FALSE(out["bitwise_equal"]);
     EXPECT_GT(out["differing_elements"].get<uint64_t>(), 0u);
     EXPECT_NE(out["max_abs_diff"], "0");
     EXPECT_LT(out["ulp_histogram"]["0"].get<uint64_t>(), 8u * 256u);
     // Routing does not see expert weights: the router is identical.
-    EXPECT_TRUE(r->report["source_vs_derived"]["tensors"]["router_logits"]["bitwise_equal"]);
-    EXPECT_NE(r->report["source"]["output_sha256"], r->report["derived"]["output_sha256"]);
+    EXPECT_TRUE(r_json["source_vs_derived"]["tensors"]["router_logits"]["bitwise_equal"]);
+    EXPECT_NE(r_json["source"]["output_sha256"], r_json["derived"]["output_sha256"]);
   }
 }
 
@@ -100,6 +103,7 @@ TEST(ForwardAudit, OutputFileRoundTripsThroughStrictReader) {
   o.output_path = (dir / "out.safetensors").string();
   auto r = RunForwardAudit(o, CpuDevice());
   ASSERT_TRUE(r.ok()) << r.status();
+  const nlohmann::json r_json = r->report.ToJson();
   auto f = SafetensorsFile::Open(o.output_path);
   ASSERT_TRUE(f.ok()) << f.status();
   for (const std::string& name : BlockTensorNames()) {
@@ -108,15 +112,16 @@ TEST(ForwardAudit, OutputFileRoundTripsThroughStrictReader) {
     EXPECT_EQ(t->dtype, name == "topk_ids" ? DType::kI32 : DType::kF32);
   }
   EXPECT_EQ(ToHex(Sha256Of((*f)->Bytes(*(*f)->Find("output")))),
-            r->report["derived"]["output_sha256"]);
+            r_json["derived"]["output_sha256"]);
   // The written input feeds back in and reproduces the run.
   ForwardAuditOptions again = o;
   again.input_path = o.output_path;
   again.output_path.clear();
   auto r2 = RunForwardAudit(again, CpuDevice());
   ASSERT_TRUE(r2.ok()) << r2.status();
-  EXPECT_EQ(r2->report["derived"]["output_sha256"], r->report["derived"]["output_sha256"]);
-  EXPECT_EQ(r2->report["input"]["sha256"], r->report["input"]["sha256"]);
+  const nlohmann::json r2_json = r2->report.ToJson();
+  EXPECT_EQ(r2_json["derived"]["output_sha256"], r_json["derived"]["output_sha256"]);
+  EXPECT_EQ(r2_json["input"]["sha256"], r_json["input"]["sha256"]);
 }
 
 TEST(ForwardAudit, ErrorsAreStatuses) {
@@ -147,20 +152,21 @@ TEST(ModelForward, EveryFixtureLayerIsBitIdenticalToSource) {
     auto r = RunModelForward("all", PairOptions(Fixture(derived).string(), Precision::kBF16),
                              CpuDevice());
     ASSERT_TRUE(r.ok()) << derived << ": " << r.status();
-    EXPECT_TRUE(r->passed) << r->report.dump(1);
-    EXPECT_EQ(r->report["schema"], "ckpt-audit.model-forward/1");
-    EXPECT_EQ(r->report["verdict"], "bit-identical");
-    EXPECT_EQ(r->report["layers_run"], 2);
-    ASSERT_EQ(r->report["summary"].size(), 2u);
+    const nlohmann::json r_json = r->report.ToJson();
+    EXPECT_TRUE(r->passed) << r_json.dump(1);
+    EXPECT_EQ(r_json["schema"], "ckpt-audit.model-forward/1");
+    EXPECT_EQ(r_json["verdict"], "bit-identical");
+    EXPECT_EQ(r_json["layers_run"], 2);
+    ASSERT_EQ(r_json["summary"].size(), 2u);
     std::set<std::string> outputs;
     for (int i = 0; i < 2; ++i) {
-      const auto& row = r->report["summary"][i];
+      const auto& row = r_json["summary"][i];
       EXPECT_EQ(row["layer"], i + 1);
       EXPECT_EQ(row["verdict"], "bit-identical");
       EXPECT_EQ(row["output_differing_elements"], 0);
       EXPECT_EQ(row["output_ulp_histogram"]["0"], 8 * 256);
       EXPECT_EQ(row["source_output_sha256"], row["derived_output_sha256"]);
-      EXPECT_EQ(r->report["layers"][i]["layer"], i + 1);
+      EXPECT_EQ(r_json["layers"][i]["layer"], i + 1);
       outputs.insert(row["derived_output_sha256"].get<std::string>());
     }
     EXPECT_EQ(outputs.size(), 2u) << "the two layers have different weights";
@@ -176,11 +182,21 @@ TEST(ModelForward, MutatedLayerIsTheOneReported) {
   }
   auto r = RunModelForward("all", PairOptions(copy.string(), Precision::kF32), CpuDevice());
   ASSERT_TRUE(r.ok()) << r.status();
+  const nlohmann::json r_json = r->report.ToJson();
   EXPECT_FALSE(r->passed);
-  EXPECT_EQ(r->report["summary"][0]["verdict"], "bit-identical");
-  EXPECT_EQ(r->report["summary"][1]["verdict"], "different");
-  EXPECT_GT(r->report["summary"][1]["output_differing_elements"].get<uint64_t>(), 0u);
-  EXPECT_EQ(r->report["layers_passed"], 1);
+  EXPECT_EQ(r_json["summary"][0]["verdict"], "bit-identical");
+  EXPECT_EQ(r_json["summary"][1]["verdict"], "different");
+  EXPECT_GT(r_json["summary"][1]["output_differing_elements"].get<uint64_t>(), 0u);
+  EXPECT_EQ(r_json["layers_passed"], 1);
+  // The typed report the JSON is written from.
+  ASSERT_EQ(r->report.layers.size(), 2u);
+  EXPECT_EQ(r->report.layers_passed, 1);
+  EXPECT_EQ(r->report.layers[1].verdict, "different");
+  ASSERT_TRUE(r->report.layers[1].source_vs_derived.has_value());
+  const evidence::ForwardTensorDiff* out = r->report.layers[1].source_vs_derived->Find("output");
+  ASSERT_NE(out, nullptr);
+  EXPECT_EQ(r_json["summary"][1]["output_differing_elements"], out->differing);
+  EXPECT_EQ(r_json["summary"][1]["output_max_abs_diff"], out->max_abs_diff);
 }
 
 // docs/formats.md §5: w3's global scale and block scales halved together is lossless on disk;
@@ -190,9 +206,10 @@ TEST(ModelForward, VllmW13CollapseEmulation) {
   o.emulation = Emulation::kVllmW13Collapse;
   auto original = RunModelForward("all", o, CpuDevice());
   ASSERT_TRUE(original.ok()) << original.status();
+  const nlohmann::json original_json = original->report.ToJson();
   EXPECT_TRUE(original->passed);
   EXPECT_FALSE(original->emulation_differs);
-  for (const auto& row : original->report["summary"]) {
+  for (const auto& row : original_json["summary"]) {
     EXPECT_EQ(row["emulated_verdict"], "bit-identical");
     EXPECT_EQ(row["emulated_experts_changed"], 0);
   }
@@ -206,10 +223,11 @@ TEST(ModelForward, VllmW13CollapseEmulation) {
   o.root = copy.string();
   auto mutated = RunModelForward("all", o, CpuDevice());
   ASSERT_TRUE(mutated.ok()) << mutated.status();
+  const nlohmann::json mutated_json = mutated->report.ToJson();
   EXPECT_TRUE(mutated->passed) << "lossless on disk: the stored weights give the same bits";
   EXPECT_TRUE(mutated->emulation_differs);
-  const auto& l1 = mutated->report["summary"][0];
-  const auto& l2 = mutated->report["summary"][1];
+  const auto& l1 = mutated_json["summary"][0];
+  const auto& l2 = mutated_json["summary"][1];
   EXPECT_EQ(l1["verdict"], "bit-identical");
   EXPECT_EQ(l1["emulated_verdict"], "different");
   EXPECT_EQ(l1["emulated_experts_changed"], 16);
@@ -223,7 +241,8 @@ TEST(ModelForward, VllmW13CollapseEmulation) {
   x4t.emulation = Emulation::kVllmW13Collapse;
   auto r = RunModelForward("1", x4t, CpuDevice());
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->report["summary"][0]["emulated_experts_changed"], 0);
+  const nlohmann::json r_json = r->report.ToJson();
+  EXPECT_EQ(r_json["summary"][0]["emulated_experts_changed"], 0);
   EXPECT_FALSE(r->emulation_differs);
 }
 

@@ -209,11 +209,12 @@ TEST(CudaForward, AuditDeviceReportsPairIdenticalOnGpu) {
     o.precision = Precision::kBF16;
     auto r = forward::RunForwardAudit(o, CudaDevice());
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_TRUE(r->passed) << r->report.dump(1);
-    EXPECT_TRUE(r->report.contains("device_vs_cpu"));
+    const nlohmann::json r_json = r->report.ToJson();
+    EXPECT_TRUE(r->passed) << r_json.dump(1);
+    EXPECT_TRUE(r_json.contains("device_vs_cpu"));
     std::printf("[ measured ] %s vs mxfp4 on cuda: %s, device vs cpu output rel error %s\n",
-                derived, r->report["verdict"].get<std::string>().c_str(),
-                r->report["device_vs_cpu"]["max_relative_error"]["output"]
+                derived, r_json["verdict"].get<std::string>().c_str(),
+                r_json["device_vs_cpu"]["max_relative_error"]["output"]
                     .get<std::string>().c_str());
   }
 }
@@ -249,9 +250,10 @@ TEST(CudaForward, EveryFixtureLayerAgreesWithCpuAndSource) {
     auto r = forward::RunModelForward("all", ModelOptions(Fixture(derived).string()),
                                       CudaDevice());
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_TRUE(r->passed) << r->report.dump(1);
-    ASSERT_EQ(r->report["layers"].size(), 2u);
-    for (const auto& layer : r->report["layers"]) {
+    const nlohmann::json r_json = r->report.ToJson();
+    EXPECT_TRUE(r->passed) << r_json.dump(1);
+    ASSERT_EQ(r_json["layers"].size(), 2u);
+    for (const auto& layer : r_json["layers"]) {
       EXPECT_EQ(layer["verdict"], "bit-identical");
       EXPECT_TRUE(layer["determinism"]["bitwise_equal"]);
       EXPECT_TRUE(layer["device_vs_cpu"]["topk_ids_equal"]);
@@ -280,11 +282,12 @@ TEST(CudaForward, VllmW13CollapseEmulationOnGpu) {
     o.emulation = forward::Emulation::kVllmW13Collapse;
     auto r = forward::RunModelForward("all", o, CudaDevice());
     ASSERT_TRUE(r.ok()) << r.status();
+    const nlohmann::json r_json = r->report.ToJson();
     EXPECT_TRUE(r->passed) << "lossless on disk";
     EXPECT_EQ(r->emulation_differs, mutated);
-    const auto& l1 = r->report["summary"][0];
+    const auto& l1 = r_json["summary"][0];
     EXPECT_EQ(l1["emulated_verdict"], mutated ? "different" : "bit-identical");
-    EXPECT_EQ(r->report["summary"][1]["emulated_verdict"], "bit-identical");
+    EXPECT_EQ(r_json["summary"][1]["emulated_verdict"], "bit-identical");
     std::printf("[ measured ] vllm-w13-collapse on cuda, %s fixture, layer 1: %s output "
                 "elements differ, max |diff| %s\n",
                 mutated ? "mutated" : "original",
