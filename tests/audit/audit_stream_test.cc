@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "core/audit/audit_checks.h"
 #include "core/checkpoint.h"
@@ -51,20 +52,23 @@ uint64_t TreeBytes(const fs::path& root) {
   return n;
 }
 
-// Rewrites a safetensors file with its tensors' data in reverse order (a valid file whose
-// tensors now lie opposite to their partners in the other tree).
-void ReverseTensorOrder(const fs::path& file) {
+// Rewrites a safetensors file with its tensors' data in the order `rank` gives (ascending,
+// by name among equal ranks); the header keeps every tensor, at its new offsets.
+void RewriteTensorOrder(const fs::path& file,
+                        const std::function<int64_t(const nlohmann::json& tensor,
+                                                    uint64_t begin)>& rank) {
   std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(file);
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + n);
-  std::vector<std::pair<uint64_t, std::string>> by_offset;
+  std::vector<std::pair<int64_t, std::string>> sorted;
   for (const auto& [name, t] : header.items()) {
-    if (name != "__metadata__") by_offset.push_back({t["data_offsets"][0].get<uint64_t>(), name});
+    if (name != "__metadata__") sorted.push_back({rank(t, t["data_offsets"][0].get<uint64_t>()), name});
   }
-  std::sort(by_offset.rbegin(), by_offset.rend());
+  std::sort(sorted.begin(), sorted.end());
   std::vector<uint8_t> data;
-  for (const auto& [begin, name] : by_offset) {
+  for (const auto& [r, name] : sorted) {
+    const uint64_t begin = header[name]["data_offsets"][0].get<uint64_t>();
     const uint64_t end = header[name]["data_offsets"][1].get<uint64_t>();
     const uint64_t at = data.size();
     data.insert(data.end(), bytes.begin() + 8 + n + begin, bytes.begin() + 8 + n + end);
@@ -80,41 +84,26 @@ void ReverseTensorOrder(const fs::path& file) {
   ::ckpt::testing::WriteAll(file, out);
 }
 
-// Rewrites a safetensors file with its tensors' data grouped by dtype, by name within a dtype:
-// BF16 first (where the source stores its BF16 tensors too), then the packed U8 weights, then
-// the F8_E4M3 scales, then F32 (the NVFP4 global scales): the reference writer's order for the
-// quantized tensors (core/quant/safetensors_writer.cc) reversed, so that every packed weight
-// lies far from its scales, at the opposite end of the quantized tensors.
+// Its tensors' data in reverse order (a valid file whose tensors now lie opposite to their
+// partners in the other tree).
+void ReverseTensorOrder(const fs::path& file) {
+  RewriteTensorOrder(file, [](const nlohmann::json&, uint64_t begin) {
+    return -static_cast<int64_t>(begin);
+  });
+}
+
+// Its tensors' data grouped by dtype, by name within a dtype: BF16 first (where the source
+// stores its BF16 tensors too), then the packed U8 weights, then the F8_E4M3 scales, then F32
+// (the NVFP4 global scales): the reference writer's order for the quantized tensors
+// (core/quant/safetensors_writer.cc) reversed, so that every packed weight lies far from its
+// scales, at the opposite end of the quantized tensors.
 void PackedBeforeScales(const fs::path& file) {
-  std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(file);
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + n);
   const std::vector<std::string> order = {"BF16", "U8", "F8_E4M3", "F32"};
-  std::vector<std::pair<size_t, std::string>> sorted;
-  for (const auto& [name, t] : header.items()) {
-    if (name == "__metadata__") continue;
+  RewriteTensorOrder(file, [&](const nlohmann::json& t, uint64_t) {
     const auto rank = std::find(order.begin(), order.end(), t["dtype"].get<std::string>());
-    ASSERT_NE(rank, order.end()) << name;
-    sorted.push_back({static_cast<size_t>(rank - order.begin()), name});
-  }
-  std::sort(sorted.begin(), sorted.end());
-  std::vector<uint8_t> data;
-  for (const auto& [rank, name] : sorted) {
-    const uint64_t begin = header[name]["data_offsets"][0].get<uint64_t>();
-    const uint64_t end = header[name]["data_offsets"][1].get<uint64_t>();
-    const uint64_t at = data.size();
-    data.insert(data.end(), bytes.begin() + 8 + n + begin, bytes.begin() + 8 + n + end);
-    header[name]["data_offsets"] = {at, data.size()};
-  }
-  std::string json = header.dump();
-  while ((8 + json.size()) % 8 != 0) json.push_back(' ');
-  std::vector<uint8_t> out(8);
-  const uint64_t len = json.size();
-  std::memcpy(out.data(), &len, 8);
-  out.insert(out.end(), json.begin(), json.end());
-  out.insert(out.end(), data.begin(), data.end());
-  ::ckpt::testing::WriteAll(file, out);
+    EXPECT_NE(rank, order.end()) << t.dump();
+    return static_cast<int64_t>(rank - order.begin());
+  });
 }
 
 // The parts of a record that say something about the checkpoints (not when it was made).
