@@ -2,7 +2,8 @@
 // file, audits the mini-kimi-nvfp4 fixture once, then runs N concurrent clients, each on its own
 // connection, calling QueryAudits, GetRecord, GetInclusionProof, GetJob and Gate (on unchanged
 // content) in turn until each has made --calls calls or --seconds have passed. Prints
-// throughput, p50/p99 latency and errors per method, and the daemon's RSS before and after.
+// throughput, p50/p99 latency and errors per method, and the daemon's RSS before and after,
+// split into heap, thread stacks and mapped files.
 // docs/PERFORMANCE.md ("Daemon under load") records runs.
 //
 //   build/bench/daemon/bench_daemon_load [--clients 64] [--calls 200] [--seconds 30]
@@ -15,6 +16,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,13 +56,46 @@ std::string Slurp(const fs::path& p) {
 
 int Run(const std::string& cmd) { return std::system(cmd.c_str()); }
 
-long RssKib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+// The daemon's resident memory in KiB, by what it is (from /proc/PID/smaps): pages of mapped
+// files (code, libraries), thread stacks (anonymous mappings of exactly the stack size, the
+// size glibc gives each thread), and other anonymous memory (the malloc heap and arenas).
+struct Memory {
+  long rss = 0, files = 0, stacks = 0, heap = 0;
+  int threads = 0;
+};
+
+Memory ReadMemory(pid_t pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  rlimit stack{};
+  getrlimit(RLIMIT_STACK, &stack);
+  Memory m;
+  std::istringstream smaps(Slurp(proc + "/smaps"));
   std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  long* kind = nullptr;
+  while (std::getline(smaps, line)) {
+    unsigned long begin = 0, end = 0;
+    char perms[8] = {}, path[4096] = {};
+    // "begin-end perms offset dev inode [path]"
+    int n = std::sscanf(line.c_str(), "%lx-%lx %7s %*s %*s %*s %4095s", &begin, &end, perms,
+                        path);
+    if (n >= 3) {
+      if (path[0] == '/') {
+        kind = &m.files;
+      } else if (path[0] == 0 && end - begin == stack.rlim_cur) {
+        kind = &m.stacks;
+      } else {
+        kind = &m.heap;
+      }
+    } else if (kind != nullptr && line.rfind("Rss:", 0) == 0) {
+      *kind += std::stol(line.substr(4));
+    }
   }
-  return -1;
+  m.rss = m.files + m.stacks + m.heap;
+  std::istringstream status(Slurp(proc + "/status"));
+  while (std::getline(status, line)) {
+    if (line.rfind("Threads:", 0) == 0) m.threads = std::stoi(line.substr(8));
+  }
+  return m;
 }
 
 struct Samples {
@@ -198,8 +233,8 @@ int main(int argc, char** argv) {
   // (2 s; docs/daemon.md "Gate cost and change detection"): the fixture was just copied, so
   // wait until it is, as a release gate run after its audit would find it.
   std::this_thread::sleep_for(std::chrono::seconds(3));
-  const long rss_before = RssKib(pid);
-  std::vector<long> rss_rounds;
+  const Memory before = ReadMemory(pid);
+  std::vector<Memory> after_rounds;
   double elapsed = 0;
   for (int round = 0; round < rounds; ++round) {
     const auto start = Clock::now();
@@ -264,9 +299,9 @@ int main(int argc, char** argv) {
     for (auto& t : threads) t.join();
     elapsed += std::chrono::duration<double>(Clock::now() - start).count();
     std::this_thread::sleep_for(std::chrono::seconds(1));  // let the daemon settle
-    rss_rounds.push_back(RssKib(pid));
+    after_rounds.push_back(ReadMemory(pid));
   }
-  const long rss_after = rss_rounds.back();
+  const Memory after = after_rounds.back();
   std::string load_after;
   {
     std::ifstream in("/proc/loadavg");
@@ -291,13 +326,18 @@ int main(int argc, char** argv) {
   std::printf("total %llu calls in %.2f s = %.1f calls/s; errors %llu\n",
               static_cast<unsigned long long>(total.load()), elapsed,
               static_cast<double>(total.load()) / elapsed, static_cast<unsigned long long>(errors));
+  const auto mib = [](long kib) { return static_cast<double>(kib) / 1024.0; };
   std::printf("daemon RSS before %.1f MiB, after %.1f MiB (%+.1f%%); load average after: %s\n",
-              rss_before / 1024.0, rss_after / 1024.0,
-              100.0 * static_cast<double>(rss_after - rss_before) / static_cast<double>(rss_before),
+              mib(before.rss), mib(after.rss),
+              100.0 * static_cast<double>(after.rss - before.rss) / static_cast<double>(before.rss),
               load_after.c_str());
+  std::printf("  of which: heap and other anonymous %.2f -> %.2f MiB, thread stacks %.2f -> %.2f "
+              "MiB (threads %d -> %d), mapped files %.2f -> %.2f MiB\n",
+              mib(before.heap), mib(after.heap), mib(before.stacks), mib(after.stacks),
+              before.threads, after.threads, mib(before.files), mib(after.files));
   if (rounds > 1) {
     std::printf("daemon RSS after each round (MiB):");
-    for (long kib : rss_rounds) std::printf(" %.1f", kib / 1024.0);
+    for (const Memory& m : after_rounds) std::printf(" %.1f", mib(m.rss));
     std::printf("\n");
   }
   stop();

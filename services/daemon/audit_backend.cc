@@ -74,6 +74,17 @@ class AuditBackend::ReaderPool {
     return storage::EvidenceLog::OpenReadOnly(path_, kLogLabel);
   }
 
+  // Closes the connections no call holds (their page caches and statements go with them).
+  void CloseIdle() {
+    std::vector<std::unique_ptr<storage::EvidenceLog>> closing;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closing.swap(idle_);
+      open_ -= closing.size();
+      cv_.notify_all();
+    }
+  }
+
  private:
   absl::StatusOr<std::unique_ptr<storage::EvidenceLog>> Take() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -171,6 +182,8 @@ AuditBackend::~AuditBackend() {
   jobs_.reset();  // join workers before what they use goes
   if (index_loader_.joinable()) index_loader_.join();
 }
+
+void AuditBackend::CloseIdleReaders() { readers_->CloseIdle(); }
 
 absl::Status AuditBackend::append_status() const {
   if (!writer_->append_status().ok()) return writer_->append_status();

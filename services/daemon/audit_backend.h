@@ -106,6 +106,9 @@ class AuditBackend {
 
   // For a graceful stop (SIGTERM): see JobManager::Drain.
   bool Drain(absl::Time deadline) { return jobs_->Drain(deadline); }
+  // Closes the read connections no call is using, with their SQLite page caches; a later read
+  // opens a new one. The daemon calls it when a burst of calls is over (IdleMemoryReleaser).
+  void CloseIdleReaders();
   // OK when audits and new gate decisions can be appended; otherwise why not (a read-only or
   // damaged database, or a log that does not match its signed checkpoint).
   absl::Status append_status() const;

@@ -158,7 +158,8 @@ int main(int argc, char** argv) {
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  IdleMemoryReleaser releaser(/*quiet_ticks=*/3);  // 0.6 s without a new call
+  // 0.6 s without a new call
+  IdleMemoryReleaser releaser(/*quiet_ticks=*/3, [b = backend->get()] { b->CloseIdleReaders(); });
   while (!g_stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     releaser.Tick(calls.calls_started());

@@ -131,6 +131,7 @@ bool IdleMemoryReleaser::Tick(uint64_t calls_started) {
   }
   if (last_trimmed_ == calls_started || ++quiet_ < quiet_ticks_) return false;
   last_trimmed_ = calls_started;
+  if (release_) release_();
   malloc_trim(0);
   return true;
 }

@@ -4,6 +4,7 @@
 #ifndef CKPT_SERVICES_DAEMON_SERVING_H_
 #define CKPT_SERVICES_DAEMON_SERVING_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -50,17 +51,20 @@ void SetProcessDefaultsForServing(int malloc_arenas);
 void ConfigureServerThreads(grpc::ServerBuilder& builder, int idle_threads);
 
 // Called on every tick of the daemon's main loop with the number of calls started so far: once
-// no call has started for `quiet_ticks` ticks after some did, the heap that a burst freed is
-// given back to the system (malloc_trim), so an idle daemon's RSS returns close to where it was
-// before the burst. Never during a load: a trim holds the allocator's arena locks.
+// no call has started for `quiet_ticks` ticks after some did, `release` drops what the daemon
+// keeps only to serve a burst faster (idle read connections), and the heap that the burst freed
+// is given back to the system (malloc_trim), so an idle daemon's RSS returns close to where it
+// was before the burst. Never during a load: a trim holds the allocator's arena locks.
 class IdleMemoryReleaser {
  public:
-  explicit IdleMemoryReleaser(int quiet_ticks) : quiet_ticks_(quiet_ticks) {}
-  // True when this tick trimmed.
+  IdleMemoryReleaser(int quiet_ticks, std::function<void()> release)
+      : quiet_ticks_(quiet_ticks), release_(std::move(release)) {}
+  // True when this tick released.
   bool Tick(uint64_t calls_started);
 
  private:
   const int quiet_ticks_;
+  const std::function<void()> release_;
   uint64_t last_seen_ = 0, last_trimmed_ = 0;
   int quiet_ = 0;
 };

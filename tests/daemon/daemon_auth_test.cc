@@ -423,9 +423,11 @@ TEST_F(AuthServiceTest, RecordsCarryTheInvoker) {
   EXPECT_EQ(predicate(decision.decision_id()).value("invoker", ""), "gate:ci-gate");
 }
 
-// The idle trim (serving.h): once per burst, only after the quiet ticks, never while calls start.
-TEST(IdleMemoryReleaser, TrimsOnceAfterEachBurstAndNeverUnderLoad) {
-  IdleMemoryReleaser r(3);
+// The idle release (serving.h): once per burst, only after the quiet ticks, never while calls
+// start; what the daemon keeps for a burst is dropped each time.
+TEST(IdleMemoryReleaser, ReleasesOnceAfterEachBurstAndNeverUnderLoad) {
+  int released = 0;
+  IdleMemoryReleaser r(3, [&] { ++released; });
   EXPECT_FALSE(r.Tick(0));  // no call yet: nothing to give back
   EXPECT_FALSE(r.Tick(0));
   EXPECT_FALSE(r.Tick(0));
@@ -433,13 +435,16 @@ TEST(IdleMemoryReleaser, TrimsOnceAfterEachBurstAndNeverUnderLoad) {
   for (uint64_t calls = 10; calls < 100; calls += 10) EXPECT_FALSE(r.Tick(calls));  // load
   EXPECT_FALSE(r.Tick(90));
   EXPECT_FALSE(r.Tick(90));
-  EXPECT_TRUE(r.Tick(90));   // third quiet tick
+  EXPECT_EQ(released, 0);
+  EXPECT_TRUE(r.Tick(90));  // third quiet tick
+  EXPECT_EQ(released, 1);
   EXPECT_FALSE(r.Tick(90));  // once per burst
   EXPECT_FALSE(r.Tick(90));
   EXPECT_FALSE(r.Tick(91));  // a new call restarts the count
   EXPECT_FALSE(r.Tick(91));
   EXPECT_FALSE(r.Tick(91));
   EXPECT_TRUE(r.Tick(91));
+  EXPECT_EQ(released, 2);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <future>
 #include <mutex>
 #include <set>
+#include <atomic>
 #include <thread>
 
 #include "core/audit/audit_checks.h"
@@ -625,6 +626,33 @@ TEST_F(DaemonTest, GateStopsAtTheCallersDeadline) {
   // The handler has returned once the server can shut down; nothing was appended.
   Stop();
   EXPECT_EQ(LogSize(), 0u);
+}
+
+// The idle release (serving.h) closes the read connections no call holds: reads racing it
+// still answer, from a reopened connection, and the pool never waits for a closed one.
+TEST_F(DaemonTest, ReadsSurviveClosingIdleReaders) {
+  ASSERT_EQ(AuditAndWait(dst_, src_).verdict(), "pass");
+  std::atomic<bool> done{false};
+  std::thread closer([&] {
+    while (!done) backend_->CloseIdleReaders();
+  });
+  std::vector<std::thread> readers;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    readers.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) {
+        if (!backend_->Query({}).ok() || !backend_->GetRecord(0).ok()) ++failures;
+      }
+    });
+  }
+  for (auto& t : readers) t.join();
+  done = true;
+  closer.join();
+  EXPECT_EQ(failures.load(), 0);
+  backend_->CloseIdleReaders();
+  auto page = backend_->Query({});
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_FALSE(page->entries.empty());
 }
 
 // Finding 7: VerifyLog runs on its own connection; reads and appends go on while it runs.
