@@ -4,11 +4,11 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <atomic>
 #include <condition_variable>
 #include <future>
 #include <mutex>
 #include <set>
-#include <atomic>
 #include <thread>
 
 #include "core/audit/audit_checks.h"
