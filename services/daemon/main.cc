@@ -70,8 +70,9 @@ int main(int argc, char** argv) {
                  "on SIGTERM: report NOT_SERVING, then let audits and calls finish this long");
   CLI11_PARSE(app, argc, argv);
   options.db_path = db;
-  SetProcessDefaultsForServing(malloc_arenas);
+  const absl::Status process_defaults = SetProcessDefaultsForServing(malloc_arenas, argv);
   RouteGrpcLogsToJson();
+  if (!process_defaults.ok()) LogJson("warn", {{"msg", process_defaults.ToString()}});
 
   if (absl::Status s = CheckServingOptions(serving); !s.ok()) return Fail(s);
   std::unique_ptr<Authenticator> auth;
@@ -151,6 +152,9 @@ int main(int argc, char** argv) {
                    {"auth", auth->enabled() ? "tokens" : "none"},
                    {"metrics_port", metrics_port},
                    {"health_port", health_port},
+                   {"glibc_tunables", std::getenv("GLIBC_TUNABLES") == nullptr
+                                          ? ""
+                                          : std::getenv("GLIBC_TUNABLES")},
                    {"db", db}});
   if (absl::Status s = (*backend)->append_status(); !s.ok()) {
     LogJson("warn", {{"msg", "serving reads only: " + s.ToString()}});

@@ -116,11 +116,29 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   return grpc::SslServerCredentials(ssl);
 }
 
-void SetProcessDefaultsForServing(int malloc_arenas) {
+absl::Status SetProcessDefaultsForServing(int malloc_arenas, char** argv) {
+  absl::Status status;
+  const char* env = std::getenv("GLIBC_TUNABLES");
+  const std::string tunables = env == nullptr ? "" : env;
+  if (!absl::StrContains(tunables, "glibc.malloc.tcache_count=")) {
+    const std::string with =
+        absl::StrCat(tunables, tunables.empty() ? "" : ":", "glibc.malloc.tcache_count=0");
+    ::setenv("GLIBC_TUNABLES", with.c_str(), 1);
+    ::execv("/proc/self/exe", argv);
+    status = absl::UnavailableError(absl::StrCat(
+        "cannot execute /proc/self/exe to turn glibc's thread cache off: ", std::strerror(errno),
+        "; serving with it (set GLIBC_TUNABLES=glibc.malloc.tcache_count=0 to avoid this)"));
+    if (env == nullptr) {
+      ::unsetenv("GLIBC_TUNABLES");
+    } else {
+      ::setenv("GLIBC_TUNABLES", tunables.c_str(), 1);
+    }
+  }
   if (std::getenv("MALLOC_ARENA_MAX") == nullptr && malloc_arenas > 0) {
     mallopt(M_ARENA_MAX, malloc_arenas);
   }
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  return status;
 }
 
 bool IdleMemoryReleaser::Tick(uint64_t calls_started) {

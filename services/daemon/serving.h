@@ -39,11 +39,16 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServingOptions& options);
 
 // Process-wide settings for a daemon serving many concurrent calls (docs/daemon.md, "Threads
-// and memory"), called once at start, before any other thread: glibc malloc limited to
-// `malloc_arenas` arenas (unless MALLOC_ARENA_MAX is set in the environment), and abseil's
-// debug-build mutex deadlock detection (a global lock on every mutex operation, in gRPC too)
-// turned off.
-void SetProcessDefaultsForServing(int malloc_arenas);
+// and memory"), called once at start, before any other thread, with main's argv:
+// - glibc's per-thread cache of freed chunks off. glibc reads that setting only from the
+//   environment at exec, so unless GLIBC_TUNABLES already sets glibc.malloc.tcache_count (the
+//   operator's choice, kept), the daemon adds it and executes itself again (/proc/self/exe, same
+//   arguments and pid). Returns, with the environment as it was, only when that exec failed;
+//   the status says why.
+// - glibc malloc limited to `malloc_arenas` arenas (unless MALLOC_ARENA_MAX is set).
+// - abseil's debug-build mutex deadlock detection (a global lock on every mutex operation, in
+//   gRPC too) off.
+absl::Status SetProcessDefaultsForServing(int malloc_arenas, char** argv);
 
 // The synchronous server's thread pool: threads that finish a call go back to waiting for the
 // next one (up to `idle_threads` of them) instead of exiting, so a steady load creates no
