@@ -117,17 +117,30 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 }
 
 absl::Status SetProcessDefaultsForServing(int malloc_arenas, char** argv) {
+  // Set across the exec: a second start without the setting means glibc dropped it (as it does
+  // for a binary with file capabilities), and must not exec again.
+  constexpr char kReexecuted[] = "CKPT_AUDITD_REEXECUTED";
+  const bool reexecuted = std::getenv(kReexecuted) != nullptr;
+  ::unsetenv(kReexecuted);
   absl::Status status;
   const char* env = std::getenv("GLIBC_TUNABLES");
   const std::string tunables = env == nullptr ? "" : env;
-  if (!absl::StrContains(tunables, "glibc.malloc.tcache_count=")) {
+  if (absl::StrContains(tunables, "glibc.malloc.tcache_count=")) {
+    // Set by the operator, or by the exec below.
+  } else if (reexecuted) {
+    status = absl::FailedPreconditionError(
+        "GLIBC_TUNABLES was dropped at exec (secure execution?); serving with glibc's thread "
+        "cache on");
+  } else {
     const std::string with =
         absl::StrCat(tunables, tunables.empty() ? "" : ":", "glibc.malloc.tcache_count=0");
     ::setenv("GLIBC_TUNABLES", with.c_str(), 1);
+    ::setenv(kReexecuted, "1", 1);
     ::execv("/proc/self/exe", argv);
     status = absl::UnavailableError(absl::StrCat(
         "cannot execute /proc/self/exe to turn glibc's thread cache off: ", std::strerror(errno),
         "; serving with it (set GLIBC_TUNABLES=glibc.malloc.tcache_count=0 to avoid this)"));
+    ::unsetenv(kReexecuted);
     if (env == nullptr) {
       ::unsetenv("GLIBC_TUNABLES");
     } else {

@@ -43,8 +43,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 // - glibc's per-thread cache of freed chunks off. glibc reads that setting only from the
 //   environment at exec, so unless GLIBC_TUNABLES already sets glibc.malloc.tcache_count (the
 //   operator's choice, kept), the daemon adds it and executes itself again (/proc/self/exe, same
-//   arguments and pid). Returns, with the environment as it was, only when that exec failed;
-//   the status says why.
+//   arguments and pid), once. A non-OK status, with the environment as it was, says why the
+//   cache stays on: the exec failed, or glibc dropped the setting at the exec.
 // - glibc malloc limited to `malloc_arenas` arenas (unless MALLOC_ARENA_MAX is set).
 // - abseil's debug-build mutex deadlock detection (a global lock on every mutex operation, in
 //   gRPC too) off.

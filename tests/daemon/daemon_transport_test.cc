@@ -145,6 +145,11 @@ TEST_F(DaemonTransportTest, RunsWithGlibcThreadCacheOffUnlessTheOperatorChose) {
   EXPECT_EQ(tunables_of("glibc.malloc.trim_threshold=131072"),
             "glibc.malloc.trim_threshold=131072:glibc.malloc.tcache_count=0");
   EXPECT_EQ(tunables_of("glibc.malloc.tcache_count=7"), "glibc.malloc.tcache_count=7");
+  // As if glibc had dropped the setting at the exec (secure execution): one exec only, said.
+  ::setenv("CKPT_AUDITD_REEXECUTED", "1", 1);
+  EXPECT_EQ(tunables_of(nullptr), "");
+  ::unsetenv("CKPT_AUDITD_REEXECUTED");
+  EXPECT_THAT(ReadText(dir_ / "d.log"), HasSubstr("dropped at exec"));
   if (saved == nullptr) {
     ::unsetenv("GLIBC_TUNABLES");
   } else {
