@@ -117,8 +117,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 }
 
 absl::Status SetProcessDefaultsForServing(int malloc_arenas, char** argv) {
-  // Set across the exec: a second start without the setting means glibc dropped it (as it does
-  // for a binary with file capabilities), and must not exec again.
+  // Set across the exec: a second start without the setting means glibc dropped it (it may,
+  // for secure execution), and must not exec again.
   constexpr char kReexecuted[] = "CKPT_AUDITD_REEXECUTED";
   const bool reexecuted = std::getenv(kReexecuted) != nullptr;
   ::unsetenv(kReexecuted);
