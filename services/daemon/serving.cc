@@ -9,10 +9,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/security/server_credentials.h"
 #include "services/daemon/address.h"
@@ -125,7 +128,10 @@ absl::Status SetProcessDefaultsForServing(int malloc_arenas, char** argv) {
   absl::Status status;
   const char* env = std::getenv("GLIBC_TUNABLES");
   const std::string tunables = env == nullptr ? "" : env;
-  if (absl::StrContains(tunables, "glibc.malloc.tcache_count=")) {
+  const std::vector<absl::string_view> items = absl::StrSplit(tunables, ':');
+  if (absl::c_any_of(items, [](absl::string_view item) {
+        return absl::StartsWith(item, "glibc.malloc.tcache_count=");
+      })) {
     // Set by the operator, or by the exec below.
   } else if (reexecuted) {
     status = absl::FailedPreconditionError(

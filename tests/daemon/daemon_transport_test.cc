@@ -145,6 +145,9 @@ TEST_F(DaemonTransportTest, RunsWithGlibcThreadCacheOffUnlessTheOperatorChose) {
   EXPECT_EQ(tunables_of("glibc.malloc.trim_threshold=131072"),
             "glibc.malloc.trim_threshold=131072:glibc.malloc.tcache_count=0");
   EXPECT_EQ(tunables_of("glibc.malloc.tcache_count=7"), "glibc.malloc.tcache_count=7");
+  // Only a tunable of that exact name is the operator's setting; glibc ignores unknown names.
+  EXPECT_EQ(tunables_of("xglibc.malloc.tcache_count=5"),
+            "xglibc.malloc.tcache_count=5:glibc.malloc.tcache_count=0");
   // As if glibc had dropped the setting at the exec (secure execution): one exec only, said.
   ::setenv("CKPT_AUDITD_REEXECUTED", "1", 1);
   EXPECT_EQ(tunables_of(nullptr), "");
