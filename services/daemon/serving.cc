@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <malloc.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "absl/algorithm/container.h"
@@ -129,14 +131,20 @@ absl::Status SetProcessDefaultsForServing(int malloc_arenas, char** argv) {
   const char* env = std::getenv("GLIBC_TUNABLES");
   const std::string tunables = env == nullptr ? "" : env;
   const std::vector<absl::string_view> items = absl::StrSplit(tunables, ':');
+  if (reexecuted && argv[0] != nullptr && argv[0][0] != 0) {
+    // The kernel named this process after /proc/self/exe ("exe"); give it back the name the
+    // first exec gave it, which ps -C, pgrep -x and killall match.
+    ::prctl(PR_SET_NAME, std::filesystem::path(argv[0]).filename().c_str());
+  }
   if (absl::c_any_of(items, [](absl::string_view item) {
         return absl::StartsWith(item, "glibc.malloc.tcache_count=");
       })) {
     // Set by the operator, or by the exec below.
   } else if (reexecuted) {
     status = absl::FailedPreconditionError(
-        "GLIBC_TUNABLES was dropped at exec (secure execution?); serving with glibc's thread "
-        "cache on");
+        "GLIBC_TUNABLES lacks glibc.malloc.tcache_count after the exec (dropped at exec, as glibc "
+        "does for secure execution, or CKPT_AUDITD_REEXECUTED set at start); serving with glibc's "
+        "thread cache on");
   } else {
     const std::string with =
         absl::StrCat(tunables, tunables.empty() ? "" : ":", "glibc.malloc.tcache_count=0");

@@ -135,6 +135,8 @@ TEST_F(DaemonTransportTest, RunsWithGlibcThreadCacheOffUnlessTheOperatorChose) {
     DaemonProcess d;
     EXPECT_TRUE(d.Start(With(Base(), {"--tokens", tokens_.string()}), dir_ / "d.log"))
         << d.log();
+    // Still named as started (ps -C, pgrep -x and killall match this), not after /proc/self/exe.
+    EXPECT_EQ(ReadText("/proc/" + std::to_string(d.pid()) + "/comm"), "ckpt-auditd\n");
     std::smatch m;
     const std::string log = d.log();
     std::regex re("\"glibc_tunables\":\"([^\"]*)\"");
