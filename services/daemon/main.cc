@@ -145,6 +145,7 @@ int main(int argc, char** argv) {
   };
   set_serving(true);
   const bool tls = !serving.tls_cert.empty();
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
   LogJson("info", {{"msg", "serving on port " + std::to_string(port)},
                    {"port", port},
                    {"tls", tls},
@@ -152,9 +153,7 @@ int main(int argc, char** argv) {
                    {"auth", auth->enabled() ? "tokens" : "none"},
                    {"metrics_port", metrics_port},
                    {"health_port", health_port},
-                   {"glibc_tunables", std::getenv("GLIBC_TUNABLES") == nullptr
-                                          ? ""
-                                          : std::getenv("GLIBC_TUNABLES")},
+                   {"glibc_tunables", tunables == nullptr ? "" : tunables},
                    {"db", db}});
   if (absl::Status s = (*backend)->append_status(); !s.ok()) {
     LogJson("warn", {{"msg", "serving reads only: " + s.ToString()}});
@@ -162,8 +161,8 @@ int main(int argc, char** argv) {
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  // 0.6 s without a new call
-  IdleMemoryReleaser releaser(/*quiet_ticks=*/3, [b = backend->get()] { b->CloseIdleReaders(); });
+  IdleMemoryReleaser releaser(/*quiet_ticks=*/3,  // 0.6 s without a new call
+                              [b = backend->get()] { b->CloseIdleReaders(); });
   while (!g_stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     releaser.Tick(calls.calls_started());

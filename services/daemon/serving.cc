@@ -127,25 +127,24 @@ absl::Status SetProcessDefaultsForServing(int malloc_arenas, char** argv) {
   constexpr char kReexecuted[] = "CKPT_AUDITD_REEXECUTED";
   const bool reexecuted = std::getenv(kReexecuted) != nullptr;
   ::unsetenv(kReexecuted);
-  absl::Status status;
-  const char* env = std::getenv("GLIBC_TUNABLES");
-  const std::string tunables = env == nullptr ? "" : env;
-  const std::vector<absl::string_view> items = absl::StrSplit(tunables, ':');
   if (reexecuted && argv[0] != nullptr && argv[0][0] != 0) {
     // The kernel named this process after /proc/self/exe ("exe"); give it back the name the
     // first exec gave it, which ps -C, pgrep -x and killall match.
     ::prctl(PR_SET_NAME, std::filesystem::path(argv[0]).filename().c_str());
   }
-  if (absl::c_any_of(items, [](absl::string_view item) {
-        return absl::StartsWith(item, "glibc.malloc.tcache_count=");
-      })) {
-    // Set by the operator, or by the exec below.
-  } else if (reexecuted) {
+  absl::Status status;
+  const char* env = std::getenv("GLIBC_TUNABLES");
+  const std::string tunables = env == nullptr ? "" : env;
+  const std::vector<absl::string_view> items = absl::StrSplit(tunables, ':');
+  const bool cache_set = absl::c_any_of(items, [](absl::string_view item) {
+    return absl::StartsWith(item, "glibc.malloc.tcache_count=");
+  });  // by the operator, or by the exec below
+  if (!cache_set && reexecuted) {
     status = absl::FailedPreconditionError(
         "GLIBC_TUNABLES lacks glibc.malloc.tcache_count after the exec (dropped at exec, as glibc "
         "does for secure execution, or CKPT_AUDITD_REEXECUTED set at start); serving with glibc's "
         "thread cache on");
-  } else {
+  } else if (!cache_set) {
     const std::string with =
         absl::StrCat(tunables, tunables.empty() ? "" : ":", "glibc.malloc.tcache_count=0");
     ::setenv("GLIBC_TUNABLES", with.c_str(), 1);
