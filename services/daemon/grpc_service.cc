@@ -1,6 +1,5 @@
 #include "services/daemon/grpc_service.h"
 
-#include <atomic>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +11,9 @@ namespace ckpt::daemon {
 namespace {
 
 namespace pb = ckpt_audit::v1;
+
+// Calls waiting for a work thread beyond which new ones are refused (RESOURCE_EXHAUSTED).
+constexpr size_t kMaxWaitingWork = 1024;
 
 // proto3 `string` fields must hold valid UTF-8 or the peer refuses the message, and roots,
 // error messages and (from a tampered log) stored fields can carry any bytes. Every string this
@@ -107,33 +109,16 @@ absl::StatusOr<std::vector<quant::RootMapping>> RootMapOf(
 }
 
 // Cancelled once the client cancels or disconnects or the call's deadline passes; the backend
-// polls it while it hashes, once per file and per read chunk. The deadline is checked on every
-// poll, but whether the client left only every kClientCheckInterval: in the synchronous API
-// ServerContext::IsCancelled runs the call's completion queue, a wait on gRPC's pollset that was
-// most of the cost of a gate on unchanged content under concurrent load (docs/daemon.md, "Gate
-// cost and change detection"). Thread-safe: the hashing workers poll it concurrently.
+// polls it while it hashes, once per file and per read chunk, from its hashing threads too. On
+// the callback API ServerContextBase::IsCancelled reads a flag the transport sets: no wait.
 class CallProgress final : public Progress {
  public:
-  static constexpr std::chrono::milliseconds kClientCheckInterval{20};
-
-  explicit CallProgress(grpc::ServerContext* ctx)
-      : ctx_(ctx),
-        deadline_(ctx->deadline()),
-        next_client_check_(Ticks(std::chrono::system_clock::now() + kClientCheckInterval)) {}
+  explicit CallProgress(grpc::ServerContextBase* ctx) : ctx_(ctx), deadline_(ctx->deadline()) {}
   void Begin(std::string_view, uint64_t) override {}
   void Advance(uint64_t) override {}
   void End() override {}
   bool Cancelled() const override {
-    const auto now = std::chrono::system_clock::now();
-    if (now > deadline_ || client_left_.load(std::memory_order_acquire)) return true;
-    int64_t due = next_client_check_.load(std::memory_order_relaxed);
-    if (Ticks(now) < due) return false;
-    // One poller at a time; the others go on with the answer so far.
-    if (!next_client_check_.compare_exchange_strong(due, Ticks(now + kClientCheckInterval))) {
-      return client_left_.load(std::memory_order_acquire);
-    }
-    if (ctx_->IsCancelled()) client_left_.store(true, std::memory_order_release);
-    return client_left_.load(std::memory_order_acquire);
+    return std::chrono::system_clock::now() > deadline_ || ctx_->IsCancelled();
   }
   grpc::Status Why() const {
     if (std::chrono::system_clock::now() > deadline_) {
@@ -143,14 +128,8 @@ class CallProgress final : public Progress {
   }
 
  private:
-  static int64_t Ticks(std::chrono::system_clock::time_point t) {
-    return t.time_since_epoch().count();
-  }
-
-  grpc::ServerContext* const ctx_;
+  grpc::ServerContextBase* const ctx_;
   const std::chrono::system_clock::time_point deadline_;
-  mutable std::atomic<int64_t> next_client_check_;
-  mutable std::atomic<bool> client_left_{false};
 };
 
 }  // namespace
@@ -170,7 +149,7 @@ absl::StatusOr<Caller> AuthenticateCall(const Authenticator& auth,
   return auth.Authenticate(authorization, std::move(subject));
 }
 
-grpc::Status GrpcAuditService::Authorize(grpc::ServerContext* ctx, absl::string_view method,
+grpc::Status GrpcAuditService::Authorize(grpc::ServerContextBase* ctx, absl::string_view method,
                                          Caller* caller) const {
   auto who = AuthenticateCall(auth_, *ctx);
   if (!who.ok()) return ToGrpc(who.status());
@@ -181,7 +160,77 @@ grpc::Status GrpcAuditService::Authorize(grpc::ServerContext* ctx, absl::string_
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::StartAudit(grpc::ServerContext* ctx,
+GrpcAuditService::GrpcAuditService(AuditBackend& backend, const Authenticator& auth,
+                                   int work_threads)
+    : backend_(backend), auth_(auth), work_(work_threads, kMaxWaitingWork) {}
+
+grpc::ServerUnaryReactor* GrpcAuditService::Answer(grpc::CallbackServerContext* ctx,
+                                                   grpc::Status status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(std::move(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GrpcAuditService::Queue(grpc::CallbackServerContext* ctx,
+                                                  std::function<grpc::Status()> work) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  // The call, its request and response stay valid until Finish.
+  if (!work_.Submit([reactor, work = std::move(work)] { reactor->Finish(work()); })) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 absl::StrCat("daemon busy: ", kMaxWaitingWork,
+                                              " gates, audits or log checks already wait")));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GrpcAuditService::StartAudit(grpc::CallbackServerContext* ctx,
+                                                       const pb::StartAuditRequest* req,
+                                                       pb::Job* out) {
+  return Queue(ctx, [=] { return DoStartAudit(ctx, req, out); });
+}
+
+grpc::ServerUnaryReactor* GrpcAuditService::GetJob(grpc::CallbackServerContext* ctx,
+                                                   const pb::GetJobRequest* req, pb::Job* out) {
+  return Answer(ctx, DoGetJob(ctx, req, out));
+}
+
+grpc::ServerUnaryReactor* GrpcAuditService::CancelJob(grpc::CallbackServerContext* ctx,
+                                                      const pb::CancelJobRequest* req,
+                                                      pb::Job* out) {
+  return Queue(ctx, [=] { return DoCancelJob(ctx, req, out); });
+}
+
+grpc::ServerUnaryReactor* GrpcAuditService::Gate(grpc::CallbackServerContext* ctx,
+                                                 const pb::GateRequest* req,
+                                                 pb::GateResponse* out) {
+  return Queue(ctx, [=] { return DoGate(ctx, req, out); });
+}
+
+grpc::ServerUnaryReactor* GrpcAuditService::QueryAudits(grpc::CallbackServerContext* ctx,
+                                                        const pb::QueryAuditsRequest* req,
+                                                        pb::QueryAuditsResponse* out) {
+  return Answer(ctx, DoQueryAudits(ctx, req, out));
+}
+
+grpc::ServerUnaryReactor* GrpcAuditService::GetRecord(grpc::CallbackServerContext* ctx,
+                                                      const pb::GetRecordRequest* req,
+                                                      pb::Record* out) {
+  return Answer(ctx, DoGetRecord(ctx, req, out));
+}
+
+grpc::ServerUnaryReactor* GrpcAuditService::VerifyLog(grpc::CallbackServerContext* ctx,
+                                                      const pb::VerifyLogRequest* req,
+                                                      pb::VerifyLogResponse* out) {
+  return Queue(ctx, [=] { return DoVerifyLog(ctx, req, out); });
+}
+
+grpc::ServerUnaryReactor* GrpcAuditService::GetInclusionProof(
+    grpc::CallbackServerContext* ctx, const pb::GetInclusionProofRequest* req,
+    pb::InclusionProof* out) {
+  return Answer(ctx, DoGetInclusionProof(ctx, req, out));
+}
+
+grpc::Status GrpcAuditService::DoStartAudit(grpc::ServerContextBase* ctx,
                                           const pb::StartAuditRequest* req, pb::Job* out) {
   Caller caller;
   if (grpc::Status s = Authorize(ctx, "StartAudit", &caller); !s.ok()) return s;
@@ -227,7 +276,7 @@ grpc::Status GrpcAuditService::WatchJob(grpc::ServerContext* ctx,
   return ToGrpc(s);
 }
 
-grpc::Status GrpcAuditService::GetJob(grpc::ServerContext* ctx, const pb::GetJobRequest* req,
+grpc::Status GrpcAuditService::DoGetJob(grpc::ServerContextBase* ctx, const pb::GetJobRequest* req,
                                       pb::Job* out) {
   if (grpc::Status s = Authorize(ctx, "GetJob"); !s.ok()) return s;
   if (auto s = CheckJobId("id", req->id()); !s.ok()) return ToGrpc(s);
@@ -237,7 +286,7 @@ grpc::Status GrpcAuditService::GetJob(grpc::ServerContext* ctx, const pb::GetJob
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::CancelJob(grpc::ServerContext* ctx,
+grpc::Status GrpcAuditService::DoCancelJob(grpc::ServerContextBase* ctx,
                                          const pb::CancelJobRequest* req, pb::Job* out) {
   if (grpc::Status s = Authorize(ctx, "CancelJob"); !s.ok()) return s;
   if (auto s = CheckJobId("id", req->id()); !s.ok()) return ToGrpc(s);
@@ -247,7 +296,7 @@ grpc::Status GrpcAuditService::CancelJob(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::Gate(grpc::ServerContext* ctx, const pb::GateRequest* req,
+grpc::Status GrpcAuditService::DoGate(grpc::ServerContextBase* ctx, const pb::GateRequest* req,
                                     pb::GateResponse* out) {
   Caller caller;
   if (grpc::Status s = Authorize(ctx, "Gate", &caller); !s.ok()) return s;
@@ -275,7 +324,7 @@ grpc::Status GrpcAuditService::Gate(grpc::ServerContext* ctx, const pb::GateRequ
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::QueryAudits(grpc::ServerContext* ctx,
+grpc::Status GrpcAuditService::DoQueryAudits(grpc::ServerContextBase* ctx,
                                            const pb::QueryAuditsRequest* req,
                                            pb::QueryAuditsResponse* out) {
   if (grpc::Status s = Authorize(ctx, "QueryAudits"); !s.ok()) return s;
@@ -310,7 +359,7 @@ grpc::Status GrpcAuditService::QueryAudits(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::GetRecord(grpc::ServerContext* ctx, const pb::GetRecordRequest* req,
+grpc::Status GrpcAuditService::DoGetRecord(grpc::ServerContextBase* ctx, const pb::GetRecordRequest* req,
                                          pb::Record* out) {
   if (grpc::Status s = Authorize(ctx, "GetRecord"); !s.ok()) return s;
   if (req->id() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "id: negative");
@@ -322,7 +371,7 @@ grpc::Status GrpcAuditService::GetRecord(grpc::ServerContext* ctx, const pb::Get
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::VerifyLog(grpc::ServerContext* ctx,
+grpc::Status GrpcAuditService::DoVerifyLog(grpc::ServerContextBase* ctx,
                                          const pb::VerifyLogRequest* req,
                                          pb::VerifyLogResponse* out) {
   if (grpc::Status s = Authorize(ctx, "VerifyLog"); !s.ok()) return s;
@@ -336,7 +385,7 @@ grpc::Status GrpcAuditService::VerifyLog(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::GetInclusionProof(grpc::ServerContext* ctx,
+grpc::Status GrpcAuditService::DoGetInclusionProof(grpc::ServerContextBase* ctx,
                                                  const pb::GetInclusionProofRequest* req,
                                                  pb::InclusionProof* out) {
   if (grpc::Status s = Authorize(ctx, "GetInclusionProof"); !s.ok()) return s;

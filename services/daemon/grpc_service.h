@@ -5,9 +5,12 @@
 #ifndef CKPT_SERVICES_DAEMON_GRPC_SERVICE_H_
 #define CKPT_SERVICES_DAEMON_GRPC_SERVICE_H_
 
+#include <functional>
+
 #include "ckpt_audit/v1/audit.grpc.pb.h"
 #include "services/daemon/audit_backend.h"
 #include "services/daemon/auth.h"
+#include "services/daemon/call_pool.h"
 
 namespace ckpt::daemon {
 
@@ -16,39 +19,85 @@ namespace ckpt::daemon {
 absl::StatusOr<Caller> AuthenticateCall(const Authenticator& auth,
                                         const grpc::ServerContextBase& ctx);
 
-class GrpcAuditService final : public ckpt_audit::v1::AuditService::Service {
- public:
-  // Both must outlive the service.
-  GrpcAuditService(AuditBackend& backend, const Authenticator& auth)
-      : backend_(backend), auth_(auth) {}
+namespace internal {
+using Svc = ckpt_audit::v1::AuditService;
+// Every unary method on gRPC's callback API; WatchJob, a long wait per watcher, synchronous.
+using AuditServiceBase = Svc::WithCallbackMethod_StartAudit<Svc::WithCallbackMethod_GetJob<
+    Svc::WithCallbackMethod_Gate<Svc::WithCallbackMethod_QueryAudits<
+        Svc::WithCallbackMethod_GetRecord<Svc::WithCallbackMethod_VerifyLog<
+            Svc::WithCallbackMethod_GetInclusionProof<
+                Svc::WithCallbackMethod_CancelJob<Svc::Service>>>>>>>>;
+}  // namespace internal
 
-  grpc::Status StartAudit(grpc::ServerContext*, const ckpt_audit::v1::StartAuditRequest*,
-                          ckpt_audit::v1::Job*) override;
+// The quick reads (GetJob, QueryAudits, GetRecord, GetInclusionProof) run on gRPC's callback
+// threads as they arrive; Gate, StartAudit, CancelJob and VerifyLog, which may hash, wait for the
+// writer or read the whole log, run on `work_threads` threads of their own, in arrival order
+// (docs/daemon.md, "Threads and memory").
+class GrpcAuditService final : public internal::AuditServiceBase {
+ public:
+  static constexpr int kDefaultWorkThreads = 8;
+  // Both must outlive the service.
+  GrpcAuditService(AuditBackend& backend, const Authenticator& auth,
+                   int work_threads = kDefaultWorkThreads);
+
+  grpc::ServerUnaryReactor* StartAudit(grpc::CallbackServerContext*,
+                                       const ckpt_audit::v1::StartAuditRequest*,
+                                       ckpt_audit::v1::Job*) override;
   grpc::Status WatchJob(grpc::ServerContext*, const ckpt_audit::v1::WatchJobRequest*,
                         grpc::ServerWriter<ckpt_audit::v1::JobEvent>*) override;
-  grpc::Status GetJob(grpc::ServerContext*, const ckpt_audit::v1::GetJobRequest*,
-                      ckpt_audit::v1::Job*) override;
-  grpc::Status Gate(grpc::ServerContext*, const ckpt_audit::v1::GateRequest*,
-                    ckpt_audit::v1::GateResponse*) override;
-  grpc::Status QueryAudits(grpc::ServerContext*, const ckpt_audit::v1::QueryAuditsRequest*,
-                           ckpt_audit::v1::QueryAuditsResponse*) override;
-  grpc::Status GetRecord(grpc::ServerContext*, const ckpt_audit::v1::GetRecordRequest*,
-                         ckpt_audit::v1::Record*) override;
-  grpc::Status VerifyLog(grpc::ServerContext*, const ckpt_audit::v1::VerifyLogRequest*,
-                         ckpt_audit::v1::VerifyLogResponse*) override;
-  grpc::Status GetInclusionProof(grpc::ServerContext*,
-                                 const ckpt_audit::v1::GetInclusionProofRequest*,
-                                 ckpt_audit::v1::InclusionProof*) override;
-  grpc::Status CancelJob(grpc::ServerContext*, const ckpt_audit::v1::CancelJobRequest*,
-                         ckpt_audit::v1::Job*) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext*,
+                                   const ckpt_audit::v1::GetJobRequest*,
+                                   ckpt_audit::v1::Job*) override;
+  grpc::ServerUnaryReactor* Gate(grpc::CallbackServerContext*, const ckpt_audit::v1::GateRequest*,
+                                 ckpt_audit::v1::GateResponse*) override;
+  grpc::ServerUnaryReactor* QueryAudits(grpc::CallbackServerContext*,
+                                        const ckpt_audit::v1::QueryAuditsRequest*,
+                                        ckpt_audit::v1::QueryAuditsResponse*) override;
+  grpc::ServerUnaryReactor* GetRecord(grpc::CallbackServerContext*,
+                                      const ckpt_audit::v1::GetRecordRequest*,
+                                      ckpt_audit::v1::Record*) override;
+  grpc::ServerUnaryReactor* VerifyLog(grpc::CallbackServerContext*,
+                                      const ckpt_audit::v1::VerifyLogRequest*,
+                                      ckpt_audit::v1::VerifyLogResponse*) override;
+  grpc::ServerUnaryReactor* GetInclusionProof(grpc::CallbackServerContext*,
+                                              const ckpt_audit::v1::GetInclusionProofRequest*,
+                                              ckpt_audit::v1::InclusionProof*) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext*,
+                                      const ckpt_audit::v1::CancelJobRequest*,
+                                      ckpt_audit::v1::Job*) override;
 
  private:
+  // The call answered with `status` now, on the calling thread.
+  static grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, grpc::Status status);
+  // The call answered with what `work` returns, run on the work threads; RESOURCE_EXHAUSTED now
+  // when too many such calls already wait.
+  grpc::ServerUnaryReactor* Queue(grpc::CallbackServerContext* ctx,
+                                  std::function<grpc::Status()> work);
+
+  grpc::Status DoStartAudit(grpc::ServerContextBase*, const ckpt_audit::v1::StartAuditRequest*,
+                            ckpt_audit::v1::Job*);
+  grpc::Status DoGetJob(grpc::ServerContextBase*, const ckpt_audit::v1::GetJobRequest*,
+                        ckpt_audit::v1::Job*);
+  grpc::Status DoGate(grpc::ServerContextBase*, const ckpt_audit::v1::GateRequest*,
+                      ckpt_audit::v1::GateResponse*);
+  grpc::Status DoQueryAudits(grpc::ServerContextBase*, const ckpt_audit::v1::QueryAuditsRequest*,
+                             ckpt_audit::v1::QueryAuditsResponse*);
+  grpc::Status DoGetRecord(grpc::ServerContextBase*, const ckpt_audit::v1::GetRecordRequest*,
+                           ckpt_audit::v1::Record*);
+  grpc::Status DoVerifyLog(grpc::ServerContextBase*, const ckpt_audit::v1::VerifyLogRequest*,
+                           ckpt_audit::v1::VerifyLogResponse*);
+  grpc::Status DoGetInclusionProof(grpc::ServerContextBase*,
+                                   const ckpt_audit::v1::GetInclusionProofRequest*,
+                                   ckpt_audit::v1::InclusionProof*);
+  grpc::Status DoCancelJob(grpc::ServerContextBase*, const ckpt_audit::v1::CancelJobRequest*,
+                           ckpt_audit::v1::Job*);
   // OK when the caller may call `method` (the name after the service); fills `caller` if given.
-  grpc::Status Authorize(grpc::ServerContext* ctx, absl::string_view method,
+  grpc::Status Authorize(grpc::ServerContextBase* ctx, absl::string_view method,
                          Caller* caller = nullptr) const;
 
   AuditBackend& backend_;
   const Authenticator& auth_;
+  CallPool work_;  // last: joined first, while the rest is still there
 };
 
 }  // namespace ckpt::daemon

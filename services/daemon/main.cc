@@ -59,10 +59,10 @@ int main(int argc, char** argv) {
                  "directory whose checkpoints may be audited (repeatable)")->required();
   app.add_option("--workers", options.workers, "audits run at once");
   app.add_option("--threads-per-audit", options.threads_per_audit, "0: all cores");
-  int idle_threads = 64, malloc_arenas = 2;
-  app.add_option("--idle-threads", idle_threads,
-                 "call-serving threads kept waiting after a burst (more exit once idle)")
-      ->check(CLI::Range(2, 4096));
+  int work_threads = GrpcAuditService::kDefaultWorkThreads, malloc_arenas = 2;
+  app.add_option("--work-threads", work_threads,
+                 "Gate, StartAudit, CancelJob and VerifyLog calls run at once (more wait)")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--malloc-arenas", malloc_arenas,
                  "glibc malloc arenas (0: glibc's default, 8 per core); MALLOC_ARENA_MAX wins")
       ->check(CLI::Range(0, 1024));
@@ -70,9 +70,8 @@ int main(int argc, char** argv) {
                  "on SIGTERM: report NOT_SERVING, then let audits and calls finish this long");
   CLI11_PARSE(app, argc, argv);
   options.db_path = db;
-  const absl::Status process_defaults = SetProcessDefaultsForServing(malloc_arenas, argv);
+  SetProcessDefaultsForServing(malloc_arenas);
   RouteGrpcLogsToJson();
-  if (!process_defaults.ok()) LogJson("warn", {{"msg", process_defaults.ToString()}});
 
   if (absl::Status s = CheckServingOptions(serving); !s.ok()) return Fail(s);
   std::unique_ptr<Authenticator> auth;
@@ -111,14 +110,13 @@ int main(int argc, char** argv) {
     metrics_port = *port;
   }
 
-  GrpcAuditService service(**backend, *auth);
+  GrpcAuditService service(**backend, *auth, work_threads);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(serving.listen, *credentials, &port);
   builder.RegisterService(&service);
-  ConfigureServerThreads(builder, idle_threads);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> observers;
   auto observer = std::make_unique<RpcObserverFactory>(*auth, metrics.get());
   const RpcObserverFactory& calls = *observer;
@@ -145,7 +143,6 @@ int main(int argc, char** argv) {
   };
   set_serving(true);
   const bool tls = !serving.tls_cert.empty();
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
   LogJson("info", {{"msg", "serving on port " + std::to_string(port)},
                    {"port", port},
                    {"tls", tls},
@@ -153,7 +150,6 @@ int main(int argc, char** argv) {
                    {"auth", auth->enabled() ? "tokens" : "none"},
                    {"metrics_port", metrics_port},
                    {"health_port", health_port},
-                   {"glibc_tunables", tunables == nullptr ? "" : tunables},
                    {"db", db}});
   if (absl::Status s = (*backend)->append_status(); !s.ok()) {
     LogJson("warn", {{"msg", "serving reads only: " + s.ToString()}});

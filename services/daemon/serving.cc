@@ -2,22 +2,16 @@
 
 #include <fcntl.h>
 #include <malloc.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <vector>
 
-#include "absl/algorithm/container.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/security/server_credentials.h"
 #include "services/daemon/address.h"
@@ -121,50 +115,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   return grpc::SslServerCredentials(ssl);
 }
 
-absl::Status SetProcessDefaultsForServing(int malloc_arenas, char** argv) {
-  // Set across the exec: a second start without the setting means glibc dropped it (it may,
-  // for secure execution), and must not exec again.
-  constexpr char kReexecuted[] = "CKPT_AUDITD_REEXECUTED";
-  const bool reexecuted = std::getenv(kReexecuted) != nullptr;
-  ::unsetenv(kReexecuted);
-  if (reexecuted && argv[0] != nullptr && argv[0][0] != 0) {
-    // The kernel named this process after /proc/self/exe ("exe"); give it back the name the
-    // first exec gave it, which ps -C, pgrep -x and killall match.
-    ::prctl(PR_SET_NAME, std::filesystem::path(argv[0]).filename().c_str());
-  }
-  absl::Status status;
-  const char* env = std::getenv("GLIBC_TUNABLES");
-  const std::string tunables = env == nullptr ? "" : env;
-  const std::vector<absl::string_view> items = absl::StrSplit(tunables, ':');
-  const bool cache_set = absl::c_any_of(items, [](absl::string_view item) {
-    return absl::StartsWith(item, "glibc.malloc.tcache_count=");
-  });  // by the operator, or by the exec below
-  if (!cache_set && reexecuted) {
-    status = absl::FailedPreconditionError(
-        "GLIBC_TUNABLES lacks glibc.malloc.tcache_count after the exec (dropped at exec, as glibc "
-        "does for secure execution, or CKPT_AUDITD_REEXECUTED set at start); serving with glibc's "
-        "thread cache on");
-  } else if (!cache_set) {
-    const std::string with =
-        absl::StrCat(tunables, tunables.empty() ? "" : ":", "glibc.malloc.tcache_count=0");
-    ::setenv("GLIBC_TUNABLES", with.c_str(), 1);
-    ::setenv(kReexecuted, "1", 1);
-    ::execv("/proc/self/exe", argv);
-    status = absl::UnavailableError(absl::StrCat(
-        "cannot execute /proc/self/exe to turn glibc's thread cache off: ", std::strerror(errno),
-        "; serving with it (set GLIBC_TUNABLES=glibc.malloc.tcache_count=0 to avoid this)"));
-    ::unsetenv(kReexecuted);
-    if (env == nullptr) {
-      ::unsetenv("GLIBC_TUNABLES");
-    } else {
-      ::setenv("GLIBC_TUNABLES", tunables.c_str(), 1);
-    }
-  }
+void SetProcessDefaultsForServing(int malloc_arenas) {
   if (std::getenv("MALLOC_ARENA_MAX") == nullptr && malloc_arenas > 0) {
     mallopt(M_ARENA_MAX, malloc_arenas);
   }
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  return status;
 }
 
 bool IdleMemoryReleaser::Tick(uint64_t calls_started) {
@@ -178,11 +133,6 @@ bool IdleMemoryReleaser::Tick(uint64_t calls_started) {
   if (release_) release_();
   malloc_trim(0);
   return true;
-}
-
-void ConfigureServerThreads(grpc::ServerBuilder& builder, int idle_threads) {
-  builder.SetSyncServerOption(grpc::ServerBuilder::MIN_POLLERS, 2);
-  builder.SetSyncServerOption(grpc::ServerBuilder::MAX_POLLERS, std::max(2, idle_threads));
 }
 
 }  // namespace ckpt::daemon

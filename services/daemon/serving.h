@@ -10,7 +10,6 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/security/server_credentials.h"
-#include "grpcpp/server_builder.h"
 
 namespace ckpt::daemon {
 
@@ -39,21 +38,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServingOptions& options);
 
 // Process-wide settings for a daemon serving many concurrent calls (docs/daemon.md, "Threads
-// and memory"), called once at start, before any other thread, with main's argv:
-// - glibc's per-thread cache of freed chunks off. glibc reads that setting only from the
-//   environment at exec, so unless GLIBC_TUNABLES already sets glibc.malloc.tcache_count (the
-//   operator's choice, kept), the daemon adds it and executes itself again (/proc/self/exe, same
-//   arguments and pid), once. A non-OK status, with the environment as it was, says why the
-//   cache stays on: the exec failed, or glibc dropped the setting at the exec.
-// - glibc malloc limited to `malloc_arenas` arenas (unless MALLOC_ARENA_MAX is set).
-// - abseil's debug-build mutex deadlock detection (a global lock on every mutex operation, in
-//   gRPC too) off.
-absl::Status SetProcessDefaultsForServing(int malloc_arenas, char** argv);
-
-// The synchronous server's thread pool: threads that finish a call go back to waiting for the
-// next one (up to `idle_threads` of them) instead of exiting, so a steady load creates no
-// threads; at least two wait at any time.
-void ConfigureServerThreads(grpc::ServerBuilder& builder, int idle_threads);
+// and memory"), called once at start, before any other thread: glibc malloc limited to
+// `malloc_arenas` arenas (unless MALLOC_ARENA_MAX is set in the environment), and abseil's
+// debug-build mutex deadlock detection (a global lock on every mutex operation, in gRPC too)
+// turned off.
+void SetProcessDefaultsForServing(int malloc_arenas);
 
 // Called on every tick of the daemon's main loop with the number of calls started so far: once
 // no call has started for `quiet_ticks` ticks after some did, `release` drops what the daemon

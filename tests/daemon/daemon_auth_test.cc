@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <future>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "core/evidence/dsse.h"
@@ -21,6 +22,7 @@
 #include "nlohmann/json.hpp"
 #include "services/daemon/address.h"
 #include "services/daemon/auth.h"
+#include "services/daemon/call_pool.h"
 #include "services/daemon/grpc_service.h"
 #include "services/daemon/serving.h"
 #include "tests/test_util.h"
@@ -445,6 +447,33 @@ TEST(IdleMemoryReleaser, ReleasesOnceAfterEachBurstAndNeverUnderLoad) {
   EXPECT_FALSE(r.Tick(91));
   EXPECT_TRUE(r.Tick(91));
   EXPECT_EQ(released, 2);
+}
+
+// The work threads (call_pool.h): everything submitted runs, in order, on the given threads; a
+// full queue refuses instead of growing; the destructor runs what still waits.
+TEST(CallPool, RunsInOrderRefusesWhenFullAndDrainsAtExit) {
+  std::mutex mu;
+  std::vector<int> ran;
+  std::promise<void> release;
+  std::shared_future<void> go = release.get_future().share();
+  std::promise<void> blocking;
+  {
+    CallPool pool(1, /*max_waiting=*/3);
+    ASSERT_TRUE(pool.Submit([&] {
+      blocking.set_value();
+      go.wait();
+    }));
+    blocking.get_future().wait();  // the one thread is busy: what follows waits
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(pool.Submit([&, i] {
+        std::lock_guard<std::mutex> lock(mu);
+        ran.push_back(i);
+      }));
+    }
+    EXPECT_FALSE(pool.Submit([&] { ran.push_back(99); }));  // a fourth waiting: refused
+    release.set_value();
+  }
+  EXPECT_EQ(ran, (std::vector<int>{0, 1, 2}));
 }
 
 }  // namespace

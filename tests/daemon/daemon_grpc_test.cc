@@ -150,7 +150,7 @@ class DaemonTest : public ::testing::Test {
     auto backend = AuditBackend::Create(options, *key_, trust_);
     ASSERT_TRUE(backend.ok()) << backend.status();
     backend_ = *std::move(backend);
-    service_ = std::make_unique<GrpcAuditService>(*backend_, auth_);
+    service_ = std::make_unique<GrpcAuditService>(*backend_, auth_, work_threads_);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -267,6 +267,7 @@ class DaemonTest : public ::testing::Test {
   std::optional<evidence::SigningKey> key_;
   evidence::TrustStore trust_;
   const Authenticator auth_ = Authenticator::NoAuth();  // roles: daemon_auth_test.cc
+  int work_threads_ = GrpcAuditService::kDefaultWorkThreads;
   std::unique_ptr<AuditBackend> backend_;
   std::unique_ptr<GrpcAuditService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -626,6 +627,50 @@ TEST_F(DaemonTest, GateStopsAtTheCallersDeadline) {
   // The handler has returned once the server can shut down; nothing was appended.
   Stop();
   EXPECT_EQ(LogSize(), 0u);
+}
+
+// Gates run on the work threads (grpc_service.h), reads on gRPC's own: with the only work
+// thread hashing a 1 TiB sparse file, reads still answer at once, and the next gate waits its
+// turn and is then decided.
+TEST_F(DaemonTest, ReadsAnswerWhileEveryWorkThreadIsBusy) {
+  Stop();
+  work_threads_ = 1;
+  Start();
+  ASSERT_EQ(AuditAndWait(dst_, src_).verdict(), "pass");
+  fs::create_directory(dir_ / "huge");
+  {
+    int fd = ::open((dir_ / "huge" / "blob.bin").c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, 1ll << 40), 0);
+    ::close(fd);
+  }
+  auto gate_with_deadline = [&](const fs::path& root, std::chrono::milliseconds deadline) {
+    pb::GateRequest req;
+    req.set_root(root.string());
+    auto resp = std::make_shared<pb::GateResponse>();
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+    grpc::Status s = stub_->Gate(&ctx, req, resp.get());
+    return std::make_pair(s, resp);
+  };
+  auto slow = std::async(std::launch::async, gate_with_deadline, dir_ / "huge",
+                         std::chrono::milliseconds(3000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the slow gate is hashing
+  auto next = std::async(std::launch::async, gate_with_deadline, dst_,
+                         std::chrono::milliseconds(20000));
+  for (int i = 0; i < 20; ++i) {
+    pb::QueryAuditsResponse page;
+    ASSERT_TRUE(Query({}, &page).ok());
+    EXPECT_FALSE(page.audits().empty());
+  }
+  EXPECT_EQ(slow.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "the reads waited for the gate";
+  EXPECT_EQ(next.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "a second gate ran beside the first on one work thread";
+  EXPECT_EQ(slow.get().first.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  auto [status, decided] = next.get();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(decided->pass());
 }
 
 // The idle release (serving.h) closes the read connections no call holds: reads racing it

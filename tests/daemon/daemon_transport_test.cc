@@ -10,7 +10,6 @@
 
 #include <cstdlib>
 #include <future>
-#include <regex>
 
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
@@ -117,49 +116,6 @@ TEST_F(DaemonTransportTest, InsecureNoAuthServesLoopbackWithoutTokens) {
   EXPECT_EQ(gate.rc, 1) << gate.err;  // answered (nothing audited yet)
   EXPECT_THAT(gate.out, HasSubstr("no audit record"));
   EXPECT_EQ(d.Stop(), 0);
-}
-
-// docs/daemon.md "Threads and memory": the daemon runs with glibc's per-thread cache off, by
-// executing itself again with the setting added to GLIBC_TUNABLES; other tunables are kept, and
-// an operator's own thread-cache setting wins. The start line reports what the process runs
-// with (read after the exec).
-TEST_F(DaemonTransportTest, RunsWithGlibcThreadCacheOffUnlessTheOperatorChose) {
-  const char* saved = std::getenv("GLIBC_TUNABLES");
-  const std::string restore = saved == nullptr ? "" : saved;
-  auto tunables_of = [&](const char* env) {
-    if (env == nullptr) {
-      ::unsetenv("GLIBC_TUNABLES");
-    } else {
-      ::setenv("GLIBC_TUNABLES", env, 1);
-    }
-    DaemonProcess d;
-    EXPECT_TRUE(d.Start(With(Base(), {"--tokens", tokens_.string()}), dir_ / "d.log"))
-        << d.log();
-    // Still named as started (ps -C, pgrep -x and killall match this), not after /proc/self/exe.
-    EXPECT_EQ(ReadText("/proc/" + std::to_string(d.pid()) + "/comm"), "ckpt-auditd\n");
-    std::smatch m;
-    const std::string log = d.log();
-    std::regex re("\"glibc_tunables\":\"([^\"]*)\"");
-    EXPECT_EQ(d.Stop(), 0);
-    return std::regex_search(log, m, re) ? m[1].str() : "(no start line)";
-  };
-  EXPECT_EQ(tunables_of(nullptr), "glibc.malloc.tcache_count=0");
-  EXPECT_EQ(tunables_of("glibc.malloc.trim_threshold=131072"),
-            "glibc.malloc.trim_threshold=131072:glibc.malloc.tcache_count=0");
-  EXPECT_EQ(tunables_of("glibc.malloc.tcache_count=7"), "glibc.malloc.tcache_count=7");
-  // Only a tunable of that exact name is the operator's setting; glibc ignores unknown names.
-  EXPECT_EQ(tunables_of("xglibc.malloc.tcache_count=5"),
-            "xglibc.malloc.tcache_count=5:glibc.malloc.tcache_count=0");
-  // As if glibc had dropped the setting at the exec (secure execution): one exec only, said.
-  ::setenv("CKPT_AUDITD_REEXECUTED", "1", 1);
-  EXPECT_EQ(tunables_of(nullptr), "");
-  ::unsetenv("CKPT_AUDITD_REEXECUTED");
-  EXPECT_THAT(ReadText(dir_ / "d.log"), HasSubstr("dropped at exec"));
-  if (saved == nullptr) {
-    ::unsetenv("GLIBC_TUNABLES");
-  } else {
-    ::setenv("GLIBC_TUNABLES", restore.c_str(), 1);
-  }
 }
 
 TEST_F(DaemonTransportTest, TlsAndMutualTls) {
