@@ -1,9 +1,10 @@
 // bench_daemon_load: starts ckpt-auditd (from the build tree) on a loopback port with a token
 // file, audits the mini-kimi-nvfp4 fixture once, then runs N concurrent clients, each on its own
 // connection, calling QueryAudits, GetRecord, GetInclusionProof, GetJob and Gate (on unchanged
-// content) in turn until each has made --calls calls or --seconds have passed. Prints
-// throughput, p50/p99 latency and errors per method, and the daemon's RSS before and after,
-// split into heap, thread stacks and mapped files.
+// content) in turn until each has made --calls calls or --seconds have passed. The clients
+// connect first and start calling together. Prints throughput, p50/p99 latency and errors per
+// method, the connection set-up times, and the daemon's RSS before and after, split into heap,
+// thread stacks and mapped files.
 // docs/PERFORMANCE.md ("Daemon under load") records runs.
 //
 //   build/bench/daemon/bench_daemon_load [--clients 64] [--calls 200] [--seconds 30]
@@ -26,6 +27,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <latch>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -236,16 +238,28 @@ int main(int argc, char** argv) {
   const Memory before = ReadMemory(pid);
   std::vector<Memory> after_rounds;
   double elapsed = 0;
+  Samples connects;  // per client and round: channel created to connection ready
   for (int round = 0; round < rounds; ++round) {
-    const auto start = Clock::now();
-    const auto deadline = start + std::chrono::seconds(seconds);
+    // Every client connects first; the calls start together once all are connected, so the
+    // latencies are of calls on open connections (a CI client keeps its channel), and the
+    // connection set-up is reported on its own line.
+    std::latch connected(clients), go(1);
+    std::vector<double> connect_ms(static_cast<size_t>(clients));
+    std::vector<bool> connect_failed(static_cast<size_t>(clients));
+    Clock::time_point start, deadline;
     std::vector<std::thread> threads;
     for (int c = 0; c < clients; ++c) {
       threads.emplace_back([&, c] {
         grpc::ChannelArguments ch;
         ch.SetInt("ckpt.bench_client", c);  // a distinct argument: a connection of its own
-        auto stub = pb::AuditService::NewStub(
-            grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), ch));
+        const auto t0 = Clock::now();
+        auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), ch);
+        connect_failed[c] = !channel->WaitForConnected(std::chrono::system_clock::now() +
+                                                     std::chrono::seconds(10));
+        connect_ms[c] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        auto stub = pb::AuditService::NewStub(channel);
+        connected.count_down();
+        go.wait();
         std::map<std::string, Samples> mine;
         for (int i = 0; i < calls && Clock::now() < deadline; ++i) {
           const std::string& method = methods[static_cast<size_t>(i + c) % methods.size()];
@@ -296,8 +310,16 @@ int main(int argc, char** argv) {
         }
       });
     }
+    connected.wait();
+    start = Clock::now();
+    deadline = start + std::chrono::seconds(seconds);
+    go.count_down();
     for (auto& t : threads) t.join();
     elapsed += std::chrono::duration<double>(Clock::now() - start).count();
+    for (int c = 0; c < clients; ++c) {
+      connects.ms.push_back(connect_ms[c]);
+      if (connect_failed[c] && connects.errors++ == 0) connects.first_error = "not connected in 10 s";
+    }
     std::this_thread::sleep_for(std::chrono::seconds(1));  // let the daemon settle
     after_rounds.push_back(ReadMemory(pid));
   }
@@ -323,6 +345,11 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(s.errors), s.errors ? "  first: " : "",
                 s.first_error.c_str());
   }
+  errors += connects.errors;
+  std::printf("%-18s %8zu %10s %9.2f %9.2f %9.2f %7llu%s%s\n", "(connect)", connects.ms.size(), "",
+              Percentile(connects.ms, 0.50), Percentile(connects.ms, 0.99),
+              Percentile(connects.ms, 1.0), static_cast<unsigned long long>(connects.errors),
+              connects.errors ? "  first: " : "", connects.first_error.c_str());
   std::printf("total %llu calls in %.2f s = %.1f calls/s; errors %llu\n",
               static_cast<unsigned long long>(total.load()), elapsed,
               static_cast<double>(total.load()) / elapsed, static_cast<unsigned long long>(errors));

@@ -35,7 +35,7 @@ using AuditServiceBase = Svc::WithCallbackMethod_StartAudit<Svc::WithCallbackMet
 // (docs/daemon.md, "Threads and memory").
 class GrpcAuditService final : public internal::AuditServiceBase {
  public:
-  static constexpr int kDefaultWorkThreads = 8;
+  static constexpr int kDefaultWorkThreads = 4;
   // Both must outlive the service.
   GrpcAuditService(AuditBackend& backend, const Authenticator& auth,
                    int work_threads = kDefaultWorkThreads);
