@@ -172,7 +172,11 @@ grpc::ServerUnaryReactor* GrpcAuditService::Answer(grpc::CallbackServerContext* 
 }
 
 grpc::ServerUnaryReactor* GrpcAuditService::Queue(grpc::CallbackServerContext* ctx,
+                                                  absl::string_view method,
                                                   std::function<grpc::Status()> work) {
+  // Checked here too, so that callers without the role never take a place in the queue; `work`
+  // authorizes again (the same check) to learn who the caller is.
+  if (grpc::Status s = Authorize(ctx, method); !s.ok()) return Answer(ctx, std::move(s));
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   // The call, its request and response stay valid until Finish.
   if (!work_.Submit([reactor, work = std::move(work)] { reactor->Finish(work()); })) {
@@ -186,7 +190,7 @@ grpc::ServerUnaryReactor* GrpcAuditService::Queue(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* GrpcAuditService::StartAudit(grpc::CallbackServerContext* ctx,
                                                        const pb::StartAuditRequest* req,
                                                        pb::Job* out) {
-  return Queue(ctx, [=] { return DoStartAudit(ctx, req, out); });
+  return Queue(ctx, "StartAudit", [=] { return DoStartAudit(ctx, req, out); });
 }
 
 grpc::ServerUnaryReactor* GrpcAuditService::GetJob(grpc::CallbackServerContext* ctx,
@@ -197,13 +201,13 @@ grpc::ServerUnaryReactor* GrpcAuditService::GetJob(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* GrpcAuditService::CancelJob(grpc::CallbackServerContext* ctx,
                                                       const pb::CancelJobRequest* req,
                                                       pb::Job* out) {
-  return Queue(ctx, [=] { return DoCancelJob(ctx, req, out); });
+  return Queue(ctx, "CancelJob", [=] { return DoCancelJob(ctx, req, out); });
 }
 
 grpc::ServerUnaryReactor* GrpcAuditService::Gate(grpc::CallbackServerContext* ctx,
                                                  const pb::GateRequest* req,
                                                  pb::GateResponse* out) {
-  return Queue(ctx, [=] { return DoGate(ctx, req, out); });
+  return Queue(ctx, "Gate", [=] { return DoGate(ctx, req, out); });
 }
 
 grpc::ServerUnaryReactor* GrpcAuditService::QueryAudits(grpc::CallbackServerContext* ctx,
@@ -221,7 +225,7 @@ grpc::ServerUnaryReactor* GrpcAuditService::GetRecord(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GrpcAuditService::VerifyLog(grpc::CallbackServerContext* ctx,
                                                       const pb::VerifyLogRequest* req,
                                                       pb::VerifyLogResponse* out) {
-  return Queue(ctx, [=] { return DoVerifyLog(ctx, req, out); });
+  return Queue(ctx, "VerifyLog", [=] { return DoVerifyLog(ctx, req, out); });
 }
 
 grpc::ServerUnaryReactor* GrpcAuditService::GetInclusionProof(

@@ -69,9 +69,10 @@ class GrpcAuditService final : public internal::AuditServiceBase {
  private:
   // The call answered with `status` now, on the calling thread.
   static grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, grpc::Status status);
-  // The call answered with what `work` returns, run on the work threads; RESOURCE_EXHAUSTED now
-  // when too many such calls already wait.
-  grpc::ServerUnaryReactor* Queue(grpc::CallbackServerContext* ctx,
+  // The call answered with what `work` returns, run on the work threads once the caller is
+  // authorized for `method`; the refusal now if not, or RESOURCE_EXHAUSTED now when too many
+  // such calls already wait.
+  grpc::ServerUnaryReactor* Queue(grpc::CallbackServerContext* ctx, absl::string_view method,
                                   std::function<grpc::Status()> work);
 
   grpc::Status DoStartAudit(grpc::ServerContextBase*, const ckpt_audit::v1::StartAuditRequest*,

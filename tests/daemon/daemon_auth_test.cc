@@ -2,6 +2,7 @@
 // its refusals, the method -> role table against the proto, the start-up rules, and a real
 // AuditService on a loopback port called with no token, unknown tokens and each role. Records
 // caused by an authenticated caller carry its identity.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -423,6 +424,43 @@ TEST_F(AuthServiceTest, RecordsCarryTheInvoker) {
   };
   EXPECT_EQ(predicate(job.record_id()).value("invoker", ""), "auditor:ci-auditor");
   EXPECT_EQ(predicate(decision.decision_id()).value("invoker", ""), "gate:ci-gate");
+}
+
+// A caller without the role is refused before its call takes a place in the work threads'
+// queue (grpc_service.h): with every work thread busy hashing a 1 TiB sparse file, refusals of
+// Gate, StartAudit and VerifyLog still come at once.
+TEST_F(AuthServiceTest, RefusedCallersNeverWaitForTheWorkThreads) {
+  fs::create_directory(dir_ / "huge");
+  {
+    int fd = ::open((dir_ / "huge" / "blob.bin").c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, 1ll << 40), 0);
+    ::close(fd);
+  }
+  std::vector<std::future<grpc::StatusCode>> slow;
+  for (int i = 0; i < GrpcAuditService::kDefaultWorkThreads; ++i) {
+    slow.push_back(std::async(std::launch::async, [&] {
+      grpc::ClientContext ctx;
+      ctx.AddMetadata("authorization", Bearer(Role::kGate));
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+      pb::GateRequest req;
+      req.set_root((dir_ / "huge").string());
+      pb::GateResponse resp;
+      return stub_->Gate(&ctx, req, &resp).error_code();
+    }));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // every work thread hashing
+  std::map<std::string, grpc::StatusCode> no_token = CallAll({});
+  std::map<std::string, grpc::StatusCode> reader = CallAll({Bearer(Role::kReader)});
+  for (auto& f : slow) {
+    EXPECT_EQ(f.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+        << "a refusal waited for the work threads";
+  }
+  for (const char* m : {"Gate", "StartAudit", "VerifyLog"}) {
+    EXPECT_EQ(no_token[m], grpc::StatusCode::UNAUTHENTICATED) << m;
+    EXPECT_EQ(reader[m], grpc::StatusCode::PERMISSION_DENIED) << m;
+  }
+  for (auto& f : slow) EXPECT_EQ(f.get(), grpc::StatusCode::DEADLINE_EXCEEDED);
 }
 
 // The idle release (serving.h): once per burst, only after the quiet ticks, never while calls
