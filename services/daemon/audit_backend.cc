@@ -139,6 +139,9 @@ absl::StatusOr<std::unique_ptr<AuditBackend>> AuditBackend::Create(
     auto table = storage::JobTable::Open(options.db_path, kLogLabel, /*read_only=*/!accepting.ok());
     if (!table.ok()) return table.status();
     backend->job_table_ = *std::move(table);
+    auto lookup = storage::JobTable::Open(options.db_path, kLogLabel, /*read_only=*/true);
+    if (!lookup.ok()) return lookup.status();
+    backend->job_lookup_ = *std::move(lookup);
   }
   auto jobs = JobManager::Create(
       [b = backend.get()](const JobSpec& spec, Progress& progress) {
@@ -152,7 +155,8 @@ absl::StatusOr<std::unique_ptr<AuditBackend>> AuditBackend::Create(
         }
         return outcome;
       },
-      backend->job_table_.get(), accepting, options.workers, options.max_queued);
+      backend->job_table_.get(), backend->job_lookup_.get(), accepting, options.workers,
+      options.max_queued);
   if (!jobs.ok()) return jobs.status();
   backend->jobs_ = *std::move(jobs);
   return backend;

@@ -137,6 +137,7 @@ class AuditBackend {
   std::mutex write_mu_;
   std::unique_ptr<storage::EvidenceLog> writer_;  // guarded by write_mu_
   std::unique_ptr<storage::JobTable> job_table_;
+  std::unique_ptr<storage::JobTable> job_lookup_;  // read-only: the job manager's Get
   std::unique_ptr<ReaderPool> readers_;
   VerifiedLogIndex index_;
   std::thread index_loader_;

@@ -178,8 +178,21 @@ grpc::ServerUnaryReactor* GrpcAuditService::Queue(grpc::CallbackServerContext* c
   // authorizes again (the same check) to learn who the caller is.
   if (grpc::Status s = Authorize(ctx, method); !s.ok()) return Answer(ctx, std::move(s));
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  // The call, its request and response stay valid until Finish.
-  if (!work_.Submit([reactor, work = std::move(work)] { reactor->Finish(work()); })) {
+  // The call, its request and response stay valid until Finish. A call whose caller left or
+  // whose deadline passed while it waited does nothing: the caller would never learn of an
+  // audit started or a job cancelled for it.
+  auto run = [ctx, reactor, work = std::move(work)] {
+    if (std::chrono::system_clock::now() > ctx->deadline()) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                   "the deadline passed while the call waited for a work thread"));
+    } else if (ctx->IsCancelled()) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                                   "the caller left while the call waited for a work thread"));
+    } else {
+      reactor->Finish(work());
+    }
+  };
+  if (!work_.Submit(std::move(run))) {
     reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                  absl::StrCat("daemon busy: ", kMaxWaitingWork,
                                               " gates, audits or log checks already wait")));

@@ -136,6 +136,7 @@ class JobManager::JobProgress final : public Progress {
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(Work work,
                                                                storage::JobTable* table,
+                                                               storage::JobTable* lookup,
                                                                absl::Status accepting,
                                                                unsigned workers,
                                                                size_t max_queued,
@@ -144,7 +145,7 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(Work work,
     return absl::InvalidArgumentError("a job manager that accepts jobs needs a job table");
   }
   std::unique_ptr<JobManager> m(
-      new JobManager(std::move(work), table, std::move(accepting), max_queued, max_retained));
+      new JobManager(std::move(work), table, lookup, std::move(accepting), max_queued, max_retained));
   if (m->accepting_.ok()) {
     if (auto s = m->Recover(); !s.ok()) return s;
   }
@@ -152,10 +153,11 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(Work work,
   return m;
 }
 
-JobManager::JobManager(Work work, storage::JobTable* table, absl::Status accepting,
-                       size_t max_queued, size_t max_retained)
+JobManager::JobManager(Work work, storage::JobTable* table, storage::JobTable* lookup,
+                       absl::Status accepting, size_t max_queued, size_t max_retained)
     : work_(std::move(work)),
       table_(table),
+      lookup_(lookup),
       accepting_(std::move(accepting)),
       max_queued_(max_queued),
       max_retained_(max_retained) {}
@@ -253,9 +255,9 @@ absl::StatusOr<JobSnapshot> JobManager::Get(const std::string& id) const {
     auto it = jobs_.find(id);
     if (it != jobs_.end()) return it->second->snapshot;
   }
-  if (table_ == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
-  std::lock_guard<std::mutex> lock(table_mu_);
-  auto row = table_->Get(id);
+  if (lookup_ == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
+  std::lock_guard<std::mutex> lock(lookup_mu_);
+  auto row = lookup_->Get(id);
   if (!row.ok()) return row.status();
   return SnapshotOf(*row);
 }

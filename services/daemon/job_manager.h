@@ -15,7 +15,8 @@
 //
 // No gRPC in here: the AuditService adapter turns these events into stream messages, and tests
 // drive the manager directly. Thread-safe; in-memory state is guarded by mu_, the table by
-// table_mu_ (never held together with mu_ while waiting).
+// table_mu_ and its read-only connection by lookup_mu_ (neither held together with mu_ while
+// waiting).
 #ifndef CKPT_SERVICES_DAEMON_JOB_MANAGER_H_
 #define CKPT_SERVICES_DAEMON_JOB_MANAGER_H_
 
@@ -92,11 +93,14 @@ class JobManager {
   // should then return absl::CancelledError without signing anything.
   using Work = std::function<absl::StatusOr<JobOutcome>(const JobSpec&, Progress&)>;
 
-  // Jobs persist in `table`, which must outlive the manager. `workers` audits run at once; at
-  // most `max_queued` wait (RESOURCE_EXHAUSTED beyond). With a non-OK `accepting` (a read-only
-  // log) no job is recovered or accepted: Submit returns that status, and `table` (which may
-  // then be null: a log too old to have one) only answers Get.
+  // Jobs persist in `table`; `lookup`, a read-only connection to the same table, answers Get
+  // for the jobs no longer in memory, so that a lookup never waits for a write on `table` (a
+  // write may wait for SQLite's lock). Both must outlive the manager. `workers` audits run at
+  // once; at most `max_queued` wait (RESOURCE_EXHAUSTED beyond). With a non-OK `accepting` (a
+  // read-only log) no job is recovered or accepted: Submit returns that status, and `table`
+  // (which may then be null, as `lookup` may: a log too old to have one) is not used.
   static absl::StatusOr<std::unique_ptr<JobManager>> Create(Work work, storage::JobTable* table,
+                                                            storage::JobTable* lookup,
                                                             absl::Status accepting,
                                                             unsigned workers, size_t max_queued,
                                                             size_t max_retained = 1024);
@@ -129,8 +133,8 @@ class JobManager {
  private:
   struct Job;
   class JobProgress;
-  JobManager(Work work, storage::JobTable* table, absl::Status accepting, size_t max_queued,
-             size_t max_retained);
+  JobManager(Work work, storage::JobTable* table, storage::JobTable* lookup,
+             absl::Status accepting, size_t max_queued, size_t max_retained);
   absl::Status Recover();
   void Start(unsigned workers);
   void WorkerLoop(int lane);
@@ -142,10 +146,12 @@ class JobManager {
 
   const Work work_;
   storage::JobTable* const table_;
+  storage::JobTable* const lookup_;
   const absl::Status accepting_;
   const size_t max_queued_;
   const size_t max_retained_;
-  mutable std::mutex table_mu_;  // serializes table_ (one SQLite connection)
+  mutable std::mutex table_mu_;   // serializes table_ (one SQLite connection)
+  mutable std::mutex lookup_mu_;  // serializes lookup_
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;  // signalled on any new event, job, finish or stop
   // Shared so that a watcher keeps a job alive while it is dropped from the map.

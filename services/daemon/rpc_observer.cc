@@ -20,7 +20,17 @@ class RpcObserver final : public gx::Interceptor {
 
   void Intercept(gx::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(gx::InterceptionHookPoints::PRE_SEND_STATUS)) {
-      Finish(methods->GetSendStatus());
+      grpc::Status status = methods->GetSendStatus();
+      // gRPC's callback API answers a request message that does not parse with UNIMPLEMENTED
+      // and no message. No handler of a known method answers UNIMPLEMENTED, so there it is such
+      // a request: the caller's error, said as one.
+      if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
+          status.error_message().empty() && IsKnownMethod(info_->method())) {
+        status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              "the request message does not parse");
+        methods->ModifySendStatus(status);
+      }
+      Finish(status);
     }
     methods->Proceed();
   }

@@ -1,6 +1,8 @@
 // A gRPC server interceptor that sees every call's method, caller, status and latency, and
 // writes one structured log line (json_log.h) and the per-method metrics (metrics.h) for it.
-// It observes only: authorization happens in the handlers (grpc_service.h).
+// It observes, and changes one status only: gRPC's UNIMPLEMENTED for a known method's request
+// that does not parse becomes INVALID_ARGUMENT. Authorization happens in the handlers
+// (grpc_service.h).
 #ifndef CKPT_SERVICES_DAEMON_RPC_OBSERVER_H_
 #define CKPT_SERVICES_DAEMON_RPC_OBSERVER_H_
 

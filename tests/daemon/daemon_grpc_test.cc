@@ -254,6 +254,14 @@ class DaemonTest : public ::testing::Test {
     }
     Start();
   }
+  // dir_/huge: one 1 TiB sparse file, which a gate hashes until its deadline stops it.
+  void MakeSparseTree() {
+    fs::create_directory(dir_ / "huge");
+    int fd = ::open((dir_ / "huge" / "blob.bin").c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, 1ll << 40), 0);
+    ::close(fd);
+  }
   uint64_t LogSize() {
     auto log = storage::EvidenceLog::OpenReadOnly(db_);
     return *(*log)->Size();
@@ -610,13 +618,7 @@ TEST_F(DaemonTest, RepeatedGateReusesItsDecision) {
 // Finding 6: a gate stops when its caller's deadline passes (a 1 TiB sparse file would keep a
 // core busy for minutes); TearDown's Shutdown waits for the handler to return.
 TEST_F(DaemonTest, GateStopsAtTheCallersDeadline) {
-  fs::create_directory(dir_ / "huge");
-  {
-    int fd = ::open((dir_ / "huge" / "blob.bin").c_str(), O_WRONLY | O_CREAT, 0644);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::ftruncate(fd, 1ll << 40), 0);
-    ::close(fd);
-  }
+  ASSERT_NO_FATAL_FAILURE(MakeSparseTree());
   pb::GateRequest req;
   req.set_root((dir_ / "huge").string());
   pb::GateResponse resp;
@@ -637,13 +639,7 @@ TEST_F(DaemonTest, ReadsAnswerWhileEveryWorkThreadIsBusy) {
   work_threads_ = 1;
   Start();
   ASSERT_EQ(AuditAndWait(dst_, src_).verdict(), "pass");
-  fs::create_directory(dir_ / "huge");
-  {
-    int fd = ::open((dir_ / "huge" / "blob.bin").c_str(), O_WRONLY | O_CREAT, 0644);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::ftruncate(fd, 1ll << 40), 0);
-    ::close(fd);
-  }
+  ASSERT_NO_FATAL_FAILURE(MakeSparseTree());
   auto gate_with_deadline = [&](const fs::path& root, std::chrono::milliseconds deadline) {
     pb::GateRequest req;
     req.set_root(root.string());
@@ -671,6 +667,43 @@ TEST_F(DaemonTest, ReadsAnswerWhileEveryWorkThreadIsBusy) {
   auto [status, decided] = next.get();
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_TRUE(decided->pass());
+}
+
+// A work call whose caller left or whose deadline passed while it waited for a work thread does
+// nothing: no job is created for an audit request nobody will hear the answer to.
+TEST_F(DaemonTest, QueuedWorkWhoseCallerLeftDoesNothing) {
+  Stop();
+  work_threads_ = 1;
+  Start();
+  ASSERT_THAT(AuditAndWait(dst_, src_).id(), ::testing::StartsWith("job-000001-"));
+  ASSERT_NO_FATAL_FAILURE(MakeSparseTree());
+  auto slow = std::async(std::launch::async, [&] {
+    pb::GateRequest req;
+    req.set_root((dir_ / "huge").string());
+    pb::GateResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    return stub_->Gate(&ctx, req, &resp).error_code();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the only work thread hashing
+  pb::StartAuditRequest req;
+  req.set_root(dst_.string());
+  req.set_source_root(src_.string());
+  pb::Job job;
+  grpc::ClientContext expiring;
+  expiring.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  EXPECT_EQ(stub_->StartAudit(&expiring, req, &job).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  grpc::ClientContext leaving;
+  auto left = std::async(std::launch::async,
+                         [&] { return stub_->StartAudit(&leaving, req, &job).error_code(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  leaving.TryCancel();
+  EXPECT_EQ(left.get(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(slow.get(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The work thread took the two abandoned calls first, in order; had either started an
+  // audit, this one would not be the second job.
+  EXPECT_THAT(Submit(dst_, src_), ::testing::StartsWith("job-000002-"));
 }
 
 // The idle release (serving.h) closes the read connections no call holds: reads racing it

@@ -174,16 +174,17 @@ TEST_F(DaemonTransportTest, TlsAndMutualTls) {
   EXPECT_TRUE(seen) << m.log();
 }
 
-// A unary call with an empty request message and no token; the response's bytes.
+// A unary call with the request message `request` (bytes; empty by default) and no token; the
+// response's bytes.
 grpc::Status EmptyUnaryCall(const std::string& address, const std::string& method,
-                            std::string* bytes) {
+                            std::string* bytes, const std::string& request = "") {
   grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  grpc::Slice empty;
-  grpc::ByteBuffer request(&empty, 1), response;
+  grpc::Slice message(request);
+  grpc::ByteBuffer request_buffer(&message, 1), response;
   std::promise<grpc::Status> done;
-  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request_buffer, &response,
                  [&](grpc::Status s) { done.set_value(s); });
   grpc::Status s = done.get_future().get();
   bytes->clear();
@@ -249,6 +250,17 @@ TEST_F(DaemonTransportTest, HealthWithoutTokenAndMetricsOverLoopback) {
   EXPECT_EQ(EmptyUnaryCall(health_only, "/ckpt_audit.v1.AuditService/QueryAudits", &bytes)
                 .error_code(),
             grpc::StatusCode::UNIMPLEMENTED);
+  // A request message that does not parse (a varint cut short) is the caller's error; a method
+  // the service lacks stays UNIMPLEMENTED.
+  for (const char* m : {"GetJob", "Gate"}) {
+    const std::string method = std::string("/ckpt_audit.v1.AuditService/") + m;
+    EXPECT_EQ(EmptyUnaryCall(d.address(), method, &bytes, "\xff\xff\xff").error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT)
+        << m;
+  }
+  EXPECT_EQ(EmptyUnaryCall(d.address(), "/ckpt_audit.v1.AuditService/NoSuchMethod", &bytes)
+                .error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
 
   CliResult denied = Gate(d, "", /*with_token=*/false);
   EXPECT_EQ(denied.rc, 2);
@@ -265,7 +277,10 @@ TEST_F(DaemonTransportTest, HealthWithoutTokenAndMetricsOverLoopback) {
   EXPECT_EQ(MetricValue(body, {"ckpt_auditd_rpcs_handled_total{",
                                "method=\"/grpc.health.v1.Health/Check\"", "code=\"OK\""}),
             1);
-  EXPECT_EQ(MetricValue(body, {"ckpt_auditd_rpc_duration_seconds_count{", gate}), 2);
+  EXPECT_EQ(MetricValue(body, {"ckpt_auditd_rpcs_handled_total{", gate,
+                               "code=\"INVALID_ARGUMENT\""}),
+            1);  // the request that did not parse
+  EXPECT_EQ(MetricValue(body, {"ckpt_auditd_rpc_duration_seconds_count{", gate}), 3);
   EXPECT_EQ(MetricValue(body, {"ckpt_auditd_gate_decisions_total{", "result=\"fail\""}), 1);
   EXPECT_EQ(MetricValue(body, {"ckpt_auditd_jobs_queued "}), 0);
   EXPECT_EQ(d.Stop(), 0);

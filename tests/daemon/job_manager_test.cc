@@ -5,10 +5,12 @@
 #include <atomic>
 #include <future>
 #include <set>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/evidence_log.h"
+#include "tests/evidence/log_test_util.h"
 #include "tests/test_util.h"
 
 namespace ckpt::daemon {
@@ -41,9 +43,10 @@ class JobManagerTest : public ::testing::Test {
     path_ = (dir_ / "ev.db").string();
     ASSERT_TRUE(storage::EvidenceLog::Open(path_, /*create=*/true).ok());
     table_ = OpenTable();
+    lookup_ = OpenTable(/*read_only=*/true);
   }
-  std::unique_ptr<storage::JobTable> OpenTable() {
-    auto t = storage::JobTable::Open(path_, "evidence log", /*read_only=*/false);
+  std::unique_ptr<storage::JobTable> OpenTable(bool read_only = false) {
+    auto t = storage::JobTable::Open(path_, "evidence log", read_only);
     EXPECT_TRUE(t.ok()) << t.status();
     return t.ok() ? *std::move(t) : nullptr;
   }
@@ -51,8 +54,8 @@ class JobManagerTest : public ::testing::Test {
                                       size_t max_retained = 1024,
                                       storage::JobTable* table = nullptr) {
     auto m = JobManager::Create([&](const JobSpec& s, Progress& p) { return work(s, p); },
-                                table ? table : table_.get(), absl::OkStatus(), 1, max_queued,
-                                max_retained);
+                                table ? table : table_.get(), lookup_.get(), absl::OkStatus(), 1,
+                                max_queued, max_retained);
     EXPECT_TRUE(m.ok()) << m.status();
     return m.ok() ? *std::move(m) : nullptr;
   }
@@ -63,6 +66,7 @@ class JobManagerTest : public ::testing::Test {
   TempDir dir_;
   std::string path_;
   std::unique_ptr<storage::JobTable> table_;
+  std::unique_ptr<storage::JobTable> lookup_;
 };
 
 TEST_F(JobManagerTest, LateWatcherReplaysHistoryAndSeesOutcome) {
@@ -220,6 +224,34 @@ TEST_F(JobManagerTest, RecoversQueuedAndInterruptedJobsAfterAStop) {
   EXPECT_TRUE(all.insert(*fresh).second) << *fresh;
 }
 
+// Looking up a job of an earlier run reads through its own read-only connection: while another
+// process holds SQLite's write lock and a Submit waits for it, Get still answers (the daemon's
+// GetJob runs on gRPC's few callback threads, docs/daemon.md "Threads and memory").
+TEST_F(JobManagerTest, LookupsNeverWaitForAWrite) {
+  storage::JobRow old;
+  old.root = "root";
+  old.created_at = "2026-01-01T00:00:00.000Z";
+  ASSERT_TRUE(table_->Insert(old).ok());
+  old.state = "succeeded";
+  ASSERT_TRUE(table_->Update(old).ok());
+  GatedWork work;
+  work.release.set_value();
+  auto jobs = Manager(work);
+  ::ckpt::testing::RawDb other(path_);
+  ASSERT_EQ(other.Exec("BEGIN IMMEDIATE"), 0) << other.error();  // as another writer would
+  auto submit = std::async(std::launch::async, [&] { return jobs->Submit({"root", "", ""}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the Submit waits for the lock
+  auto found = jobs->Get(old.id);
+  EXPECT_EQ(submit.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "Get answered only once the Submit's write had ended";
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->state, JobState::kSucceeded);
+  ASSERT_EQ(other.Exec("COMMIT"), 0) << other.error();
+  auto submitted = submit.get();
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  WaitDone(*jobs, *submitted);
+}
+
 TEST_F(JobManagerTest, QueuedJobsSurviveAStopAndRunAfterIt) {
   std::string first, second;
   {
@@ -264,7 +296,7 @@ TEST_F(JobManagerTest, GpuJobsRunOneAtATimeBesideCpuJobs) {
     }
     return JobOutcome{"pass", 1};
   };
-  auto m = JobManager::Create(work, table_.get(), absl::OkStatus(), 1, 8);
+  auto m = JobManager::Create(work, table_.get(), lookup_.get(), absl::OkStatus(), 1, 8);
   ASSERT_TRUE(m.ok()) << m.status();
   auto& jobs = **m;
   JobSpec gpu{"root", "", "", {}, "", "all", "cuda", "vllm-w13-collapse"};
