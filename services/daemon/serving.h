@@ -1,6 +1,6 @@
 // How ckpt-auditd exposes itself (docs/daemon.md, "Transport"): the start-up rules that keep
 // tokens off the network in plaintext, the TLS or mutual-TLS server credentials built from PEM
-// files, and the thread and allocator settings for serving many concurrent calls.
+// files, the allocator settings for serving many concurrent calls, and the release of idle memory.
 #ifndef CKPT_SERVICES_DAEMON_SERVING_H_
 #define CKPT_SERVICES_DAEMON_SERVING_H_
 
