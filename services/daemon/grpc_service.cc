@@ -173,15 +173,15 @@ grpc::ServerUnaryReactor* GrpcAuditService::Answer(grpc::CallbackServerContext* 
 
 grpc::ServerUnaryReactor* GrpcAuditService::Queue(grpc::CallbackServerContext* ctx,
                                                   absl::string_view method,
-                                                  std::function<grpc::Status()> work) {
-  // Checked here too, so that callers without the role never take a place in the queue; `work`
-  // authorizes again (the same check) to learn who the caller is.
-  if (grpc::Status s = Authorize(ctx, method); !s.ok()) return Answer(ctx, std::move(s));
+                                                  std::function<grpc::Status(const Caller&)> work) {
+  // Before the queue: callers without the role never take a place in it.
+  Caller caller;
+  if (grpc::Status s = Authorize(ctx, method, &caller); !s.ok()) return Answer(ctx, std::move(s));
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   // The call, its request and response stay valid until Finish. A call whose caller left or
   // whose deadline passed while it waited does nothing: the caller would never learn of an
   // audit started or a job cancelled for it.
-  auto run = [ctx, reactor, work = std::move(work)] {
+  auto run = [ctx, reactor, caller = std::move(caller), work = std::move(work)] {
     if (std::chrono::system_clock::now() > ctx->deadline()) {
       reactor->Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                                    "the deadline passed while the call waited for a work thread"));
@@ -189,7 +189,7 @@ grpc::ServerUnaryReactor* GrpcAuditService::Queue(grpc::CallbackServerContext* c
       reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                                    "the caller left while the call waited for a work thread"));
     } else {
-      reactor->Finish(work());
+      reactor->Finish(work(caller));
     }
   };
   if (!work_.Submit(std::move(run))) {
@@ -203,7 +203,8 @@ grpc::ServerUnaryReactor* GrpcAuditService::Queue(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* GrpcAuditService::StartAudit(grpc::CallbackServerContext* ctx,
                                                        const pb::StartAuditRequest* req,
                                                        pb::Job* out) {
-  return Queue(ctx, "StartAudit", [=] { return DoStartAudit(ctx, req, out); });
+  return Queue(ctx, "StartAudit",
+               [=](const Caller& caller) { return DoStartAudit(caller, req, out); });
 }
 
 grpc::ServerUnaryReactor* GrpcAuditService::GetJob(grpc::CallbackServerContext* ctx,
@@ -214,13 +215,14 @@ grpc::ServerUnaryReactor* GrpcAuditService::GetJob(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* GrpcAuditService::CancelJob(grpc::CallbackServerContext* ctx,
                                                       const pb::CancelJobRequest* req,
                                                       pb::Job* out) {
-  return Queue(ctx, "CancelJob", [=] { return DoCancelJob(ctx, req, out); });
+  return Queue(ctx, "CancelJob", [=](const Caller&) { return DoCancelJob(req, out); });
 }
 
 grpc::ServerUnaryReactor* GrpcAuditService::Gate(grpc::CallbackServerContext* ctx,
                                                  const pb::GateRequest* req,
                                                  pb::GateResponse* out) {
-  return Queue(ctx, "Gate", [=] { return DoGate(ctx, req, out); });
+  return Queue(ctx, "Gate",
+               [=](const Caller& caller) { return DoGate(caller, ctx, req, out); });
 }
 
 grpc::ServerUnaryReactor* GrpcAuditService::QueryAudits(grpc::CallbackServerContext* ctx,
@@ -238,7 +240,7 @@ grpc::ServerUnaryReactor* GrpcAuditService::GetRecord(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GrpcAuditService::VerifyLog(grpc::CallbackServerContext* ctx,
                                                       const pb::VerifyLogRequest* req,
                                                       pb::VerifyLogResponse* out) {
-  return Queue(ctx, "VerifyLog", [=] { return DoVerifyLog(ctx, req, out); });
+  return Queue(ctx, "VerifyLog", [=](const Caller&) { return DoVerifyLog(req, out); });
 }
 
 grpc::ServerUnaryReactor* GrpcAuditService::GetInclusionProof(
@@ -247,10 +249,8 @@ grpc::ServerUnaryReactor* GrpcAuditService::GetInclusionProof(
   return Answer(ctx, DoGetInclusionProof(ctx, req, out));
 }
 
-grpc::Status GrpcAuditService::DoStartAudit(grpc::ServerContextBase* ctx,
-                                          const pb::StartAuditRequest* req, pb::Job* out) {
-  Caller caller;
-  if (grpc::Status s = Authorize(ctx, "StartAudit", &caller); !s.ok()) return s;
+grpc::Status GrpcAuditService::DoStartAudit(const Caller& caller, const pb::StartAuditRequest* req,
+                                            pb::Job* out) {
   if (auto s = RequireNonEmpty("root", req->root()); !s.ok()) return ToGrpc(s);
   auto root_map = RootMapOf(req->root_map());
   if (!root_map.ok()) return ToGrpc(root_map.status());
@@ -294,7 +294,7 @@ grpc::Status GrpcAuditService::WatchJob(grpc::ServerContext* ctx,
 }
 
 grpc::Status GrpcAuditService::DoGetJob(grpc::ServerContextBase* ctx, const pb::GetJobRequest* req,
-                                      pb::Job* out) {
+                                        pb::Job* out) {
   if (grpc::Status s = Authorize(ctx, "GetJob"); !s.ok()) return s;
   if (auto s = CheckJobId("id", req->id()); !s.ok()) return ToGrpc(s);
   auto snapshot = backend_.jobs().Get(req->id());
@@ -303,9 +303,7 @@ grpc::Status GrpcAuditService::DoGetJob(grpc::ServerContextBase* ctx, const pb::
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::DoCancelJob(grpc::ServerContextBase* ctx,
-                                         const pb::CancelJobRequest* req, pb::Job* out) {
-  if (grpc::Status s = Authorize(ctx, "CancelJob"); !s.ok()) return s;
+grpc::Status GrpcAuditService::DoCancelJob(const pb::CancelJobRequest* req, pb::Job* out) {
   if (auto s = CheckJobId("id", req->id()); !s.ok()) return ToGrpc(s);
   auto snapshot = backend_.jobs().Cancel(req->id());
   if (!snapshot.ok()) return ToGrpc(snapshot.status());
@@ -313,10 +311,8 @@ grpc::Status GrpcAuditService::DoCancelJob(grpc::ServerContextBase* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::DoGate(grpc::ServerContextBase* ctx, const pb::GateRequest* req,
-                                    pb::GateResponse* out) {
-  Caller caller;
-  if (grpc::Status s = Authorize(ctx, "Gate", &caller); !s.ok()) return s;
+grpc::Status GrpcAuditService::DoGate(const Caller& caller, grpc::ServerContextBase* ctx,
+                                      const pb::GateRequest* req, pb::GateResponse* out) {
   if (auto s = RequireNonEmpty("root", req->root()); !s.ok()) return ToGrpc(s);
   auto source = NormalizeDigest("source_manifest_root", req->source_manifest_root());
   if (!source.ok()) return ToGrpc(source.status());
@@ -342,8 +338,8 @@ grpc::Status GrpcAuditService::DoGate(grpc::ServerContextBase* ctx, const pb::Ga
 }
 
 grpc::Status GrpcAuditService::DoQueryAudits(grpc::ServerContextBase* ctx,
-                                           const pb::QueryAuditsRequest* req,
-                                           pb::QueryAuditsResponse* out) {
+                                             const pb::QueryAuditsRequest* req,
+                                             pb::QueryAuditsResponse* out) {
   if (grpc::Status s = Authorize(ctx, "QueryAudits"); !s.ok()) return s;
   storage::QueryFilter f;
   auto digest = NormalizeDigest("digest", req->digest());
@@ -376,8 +372,8 @@ grpc::Status GrpcAuditService::DoQueryAudits(grpc::ServerContextBase* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::DoGetRecord(grpc::ServerContextBase* ctx, const pb::GetRecordRequest* req,
-                                         pb::Record* out) {
+grpc::Status GrpcAuditService::DoGetRecord(grpc::ServerContextBase* ctx,
+                                           const pb::GetRecordRequest* req, pb::Record* out) {
   if (grpc::Status s = Authorize(ctx, "GetRecord"); !s.ok()) return s;
   if (req->id() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "id: negative");
   auto e = backend_.GetRecord(static_cast<uint64_t>(req->id()));
@@ -388,10 +384,8 @@ grpc::Status GrpcAuditService::DoGetRecord(grpc::ServerContextBase* ctx, const p
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::DoVerifyLog(grpc::ServerContextBase* ctx,
-                                         const pb::VerifyLogRequest* req,
-                                         pb::VerifyLogResponse* out) {
-  if (grpc::Status s = Authorize(ctx, "VerifyLog"); !s.ok()) return s;
+grpc::Status GrpcAuditService::DoVerifyLog(const pb::VerifyLogRequest* req,
+                                           pb::VerifyLogResponse* out) {
   auto v = backend_.VerifyLog(req->incremental());
   if (!v.ok()) return ToGrpc(v.status());
   out->set_ok(v->ok());
@@ -403,8 +397,8 @@ grpc::Status GrpcAuditService::DoVerifyLog(grpc::ServerContextBase* ctx,
 }
 
 grpc::Status GrpcAuditService::DoGetInclusionProof(grpc::ServerContextBase* ctx,
-                                                 const pb::GetInclusionProofRequest* req,
-                                                 pb::InclusionProof* out) {
+                                                   const pb::GetInclusionProofRequest* req,
+                                                   pb::InclusionProof* out) {
   if (grpc::Status s = Authorize(ctx, "GetInclusionProof"); !s.ok()) return s;
   if (req->id() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "id: negative");
   auto p = backend_.InclusionProof(static_cast<uint64_t>(req->id()));

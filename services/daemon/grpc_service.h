@@ -69,29 +69,30 @@ class GrpcAuditService final : public internal::AuditServiceBase {
  private:
   // The call answered with `status` now, on the calling thread.
   static grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, grpc::Status status);
-  // The call answered with what `work` returns, run on the work threads once the caller is
-  // authorized for `method`; the refusal now if not, or RESOURCE_EXHAUSTED now when too many
-  // such calls already wait.
+  // The call answered with what `work` returns for the caller, run on the work threads once
+  // the caller is authorized for `method`; the refusal now if not, or RESOURCE_EXHAUSTED now
+  // when too many such calls already wait.
   grpc::ServerUnaryReactor* Queue(grpc::CallbackServerContext* ctx, absl::string_view method,
-                                  std::function<grpc::Status()> work);
+                                  std::function<grpc::Status(const Caller&)> work);
 
-  grpc::Status DoStartAudit(grpc::ServerContextBase*, const ckpt_audit::v1::StartAuditRequest*,
+  // The work methods, for the caller Queue authorized.
+  grpc::Status DoStartAudit(const Caller&, const ckpt_audit::v1::StartAuditRequest*,
                             ckpt_audit::v1::Job*);
+  grpc::Status DoGate(const Caller&, grpc::ServerContextBase*, const ckpt_audit::v1::GateRequest*,
+                      ckpt_audit::v1::GateResponse*);
+  grpc::Status DoCancelJob(const ckpt_audit::v1::CancelJobRequest*, ckpt_audit::v1::Job*);
+  grpc::Status DoVerifyLog(const ckpt_audit::v1::VerifyLogRequest*,
+                           ckpt_audit::v1::VerifyLogResponse*);
+  // The reads, which authorize their caller.
   grpc::Status DoGetJob(grpc::ServerContextBase*, const ckpt_audit::v1::GetJobRequest*,
                         ckpt_audit::v1::Job*);
-  grpc::Status DoGate(grpc::ServerContextBase*, const ckpt_audit::v1::GateRequest*,
-                      ckpt_audit::v1::GateResponse*);
   grpc::Status DoQueryAudits(grpc::ServerContextBase*, const ckpt_audit::v1::QueryAuditsRequest*,
                              ckpt_audit::v1::QueryAuditsResponse*);
   grpc::Status DoGetRecord(grpc::ServerContextBase*, const ckpt_audit::v1::GetRecordRequest*,
                            ckpt_audit::v1::Record*);
-  grpc::Status DoVerifyLog(grpc::ServerContextBase*, const ckpt_audit::v1::VerifyLogRequest*,
-                           ckpt_audit::v1::VerifyLogResponse*);
   grpc::Status DoGetInclusionProof(grpc::ServerContextBase*,
                                    const ckpt_audit::v1::GetInclusionProofRequest*,
                                    ckpt_audit::v1::InclusionProof*);
-  grpc::Status DoCancelJob(grpc::ServerContextBase*, const ckpt_audit::v1::CancelJobRequest*,
-                           ckpt_audit::v1::Job*);
   // OK when the caller may call `method` (the name after the service); fills `caller` if given.
   grpc::Status Authorize(grpc::ServerContextBase* ctx, absl::string_view method,
                          Caller* caller = nullptr) const;
