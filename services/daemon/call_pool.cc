@@ -17,14 +17,29 @@ CallPool::~CallPool() {
   for (auto& t : threads_) t.join();
 }
 
-bool CallPool::Submit(std::function<void()> work) {
+bool CallPool::Submit(std::function<void()> work, std::function<bool()> abandoned) {
+  std::vector<std::function<void()>> unwanted;
+  bool queued = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (waiting_.size() >= max_waiting_) return false;
-    waiting_.push_back(std::move(work));
+    if (waiting_.size() >= max_waiting_) {
+      for (auto it = waiting_.begin(); it != waiting_.end();) {
+        if (it->abandoned()) {
+          unwanted.push_back(std::move(it->work));
+          it = waiting_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    if (waiting_.size() < max_waiting_) {
+      waiting_.push_back({std::move(work), std::move(abandoned)});
+      queued = true;
+    }
   }
-  cv_.notify_one();
-  return true;
+  if (queued) cv_.notify_one();
+  for (auto& w : unwanted) w();
+  return queued;
 }
 
 void CallPool::Loop() {
@@ -34,7 +49,7 @@ void CallPool::Loop() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
       if (waiting_.empty()) return;  // stopping, and nothing left
-      work = std::move(waiting_.front());
+      work = std::move(waiting_.front().work);
       waiting_.pop_front();
     }
     work();

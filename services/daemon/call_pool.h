@@ -23,16 +23,23 @@ class CallPool {
   CallPool(const CallPool&) = delete;
   CallPool& operator=(const CallPool&) = delete;
 
-  // False, and `work` dropped unrun, when `max_waiting` items already wait.
-  bool Submit(std::function<void()> work);
+  // Queues `work`. `abandoned` says whether it is still wanted: when `max_waiting` items wait,
+  // those no longer wanted leave the queue first and run at once on the calling thread (their
+  // work must then only say that nobody waits for it). False, and `work` dropped unrun, when
+  // the queue is still full.
+  bool Submit(std::function<void()> work, std::function<bool()> abandoned);
 
  private:
+  struct Item {
+    std::function<void()> work;
+    std::function<bool()> abandoned;
+  };
   void Loop();
 
   const size_t max_waiting_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> waiting_;  // guarded by mu_
+  std::deque<Item> waiting_;  // guarded by mu_
   bool stopping_ = false;                      // guarded by mu_
   std::vector<std::thread> threads_;
 };

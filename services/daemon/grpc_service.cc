@@ -1,6 +1,7 @@
 #include "services/daemon/grpc_service.h"
 
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/text/name_encoding.h"
@@ -132,6 +133,19 @@ class CallProgress final : public Progress {
   const std::chrono::system_clock::time_point deadline_;
 };
 
+// Why nobody waits for the answer to a call that waited for a work thread, if that is so.
+std::optional<grpc::Status> Abandoned(grpc::ServerContextBase* ctx) {
+  if (std::chrono::system_clock::now() > ctx->deadline()) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        "the deadline passed while the call waited for a work thread");
+  }
+  if (ctx->IsCancelled()) {
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        "the caller left while the call waited for a work thread");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 absl::StatusOr<Caller> AuthenticateCall(const Authenticator& auth,
@@ -182,17 +196,13 @@ grpc::ServerUnaryReactor* GrpcAuditService::Queue(grpc::CallbackServerContext* c
   // whose deadline passed while it waited does nothing: the caller would never learn of an
   // audit started or a job cancelled for it.
   auto run = [ctx, reactor, caller = std::move(caller), work = std::move(work)] {
-    if (std::chrono::system_clock::now() > ctx->deadline()) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                                   "the deadline passed while the call waited for a work thread"));
-    } else if (ctx->IsCancelled()) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                                   "the caller left while the call waited for a work thread"));
+    if (std::optional<grpc::Status> why = Abandoned(ctx)) {
+      reactor->Finish(*why);
     } else {
       reactor->Finish(work(caller));
     }
   };
-  if (!work_.Submit(std::move(run))) {
+  if (!work_.Submit(std::move(run), [ctx] { return Abandoned(ctx).has_value(); })) {
     reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                  absl::StrCat("daemon busy: ", kMaxWaitingWork,
                                               " gates, audits or log checks already wait")));

@@ -7,12 +7,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <future>
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
+#include <thread>
 
 #include "core/evidence/dsse.h"
 #include "gmock/gmock.h"
@@ -488,30 +491,45 @@ TEST(IdleMemoryReleaser, ReleasesOnceAfterEachBurstAndNeverUnderLoad) {
 }
 
 // The work threads (call_pool.h): everything submitted runs, in order, on the given threads; a
-// full queue refuses instead of growing; the destructor runs what still waits.
-TEST(CallPool, RunsInOrderRefusesWhenFullAndDrainsAtExit) {
+// full queue first lets out what is no longer wanted (run at once, on the submitting thread),
+// then refuses instead of growing; the destructor runs what still waits.
+TEST(CallPool, RunsInOrderMakesRoomFromAbandonedWorkAndRefusesWhenFull) {
+  const std::thread::id caller = std::this_thread::get_id();
   std::mutex mu;
-  std::vector<int> ran;
+  std::vector<std::string> ran;
+  auto record = [&](std::string what) {
+    return [&, what] {
+      std::lock_guard<std::mutex> lock(mu);
+      ran.push_back(what + (std::this_thread::get_id() == caller ? "@caller" : ""));
+    };
+  };
   std::promise<void> release;
   std::shared_future<void> go = release.get_future().share();
   std::promise<void> blocking;
+  std::atomic<bool> b_left{false};
+  auto wanted = [] { return false; };
   {
-    CallPool pool(1, /*max_waiting=*/3);
-    ASSERT_TRUE(pool.Submit([&] {
-      blocking.set_value();
-      go.wait();
-    }));
+    CallPool pool(1, /*max_waiting=*/2);
+    ASSERT_TRUE(pool.Submit(
+        [&] {
+          blocking.set_value();
+          go.wait();
+        },
+        wanted));
     blocking.get_future().wait();  // the one thread is busy: what follows waits
-    for (int i = 0; i < 3; ++i) {
-      EXPECT_TRUE(pool.Submit([&, i] {
-        std::lock_guard<std::mutex> lock(mu);
-        ran.push_back(i);
-      }));
+    EXPECT_TRUE(pool.Submit(record("a"), wanted));
+    EXPECT_TRUE(pool.Submit(record("b"), [&] { return b_left.load(); }));
+    EXPECT_FALSE(pool.Submit(record("x"), wanted));  // full, and both still wanted
+    b_left = true;                                   // b's caller leaves
+    EXPECT_TRUE(pool.Submit(record("c"), wanted));   // b makes room, answered at once
+    EXPECT_FALSE(pool.Submit(record("y"), wanted));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_EQ(ran, (std::vector<std::string>{"b@caller"}));
     }
-    EXPECT_FALSE(pool.Submit([&] { ran.push_back(99); }));  // a fourth waiting: refused
     release.set_value();
   }
-  EXPECT_EQ(ran, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(ran, (std::vector<std::string>{"b@caller", "a", "c"}));
 }
 
 }  // namespace
