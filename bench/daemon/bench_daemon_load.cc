@@ -318,7 +318,9 @@ int main(int argc, char** argv) {
     elapsed += std::chrono::duration<double>(Clock::now() - start).count();
     for (int c = 0; c < clients; ++c) {
       connects.ms.push_back(connect_ms[c]);
-      if (connect_failed[c] && connects.errors++ == 0) connects.first_error = "not connected in 10 s";
+      if (connect_failed[c] && connects.errors++ == 0) {
+        connects.first_error = "not connected in 10 s";
+      }
     }
     std::this_thread::sleep_for(std::chrono::seconds(1));  // let the daemon settle
     after_rounds.push_back(ReadMemory(pid));

@@ -40,7 +40,7 @@ class CallPool {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> waiting_;  // guarded by mu_
-  bool stopping_ = false;                      // guarded by mu_
+  bool stopping_ = false;     // guarded by mu_
   std::vector<std::thread> threads_;
 };
 

@@ -145,7 +145,8 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(Work work,
     return absl::InvalidArgumentError("a job manager that accepts jobs needs a job table");
   }
   std::unique_ptr<JobManager> m(
-      new JobManager(std::move(work), table, lookup, std::move(accepting), max_queued, max_retained));
+      new JobManager(std::move(work), table, lookup, std::move(accepting), max_queued,
+                     max_retained));
   if (m->accepting_.ok()) {
     if (auto s = m->Recover(); !s.ok()) return s;
   }
