@@ -141,8 +141,9 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(Work work,
                                                                unsigned workers,
                                                                size_t max_queued,
                                                                size_t max_retained) {
-  if (accepting.ok() && table == nullptr) {
-    return absl::InvalidArgumentError("a job manager that accepts jobs needs a job table");
+  if (accepting.ok() && (table == nullptr || lookup == nullptr)) {
+    return absl::InvalidArgumentError(
+        "a job manager that accepts jobs needs a job table and a read-only connection to it");
   }
   std::unique_ptr<JobManager> m(
       new JobManager(std::move(work), table, lookup, std::move(accepting), max_queued,
