@@ -245,7 +245,8 @@ int main(int argc, char** argv) {
     // connection set-up is reported on its own line.
     std::latch connected(clients), go(1);
     std::vector<double> connect_ms(static_cast<size_t>(clients));
-    std::vector<bool> connect_failed(static_cast<size_t>(clients));
+    // char, not bool: the clients write their own elements concurrently.
+    std::vector<char> connect_failed(static_cast<size_t>(clients));
     Clock::time_point start, deadline;
     std::vector<std::thread> threads;
     for (int c = 0; c < clients; ++c) {
