@@ -3,8 +3,9 @@
 // connection, calling QueryAudits, GetRecord, GetInclusionProof, GetJob and Gate (on unchanged
 // content) in turn until each has made --calls calls or --seconds have passed. The clients
 // connect first and start calling together. Prints throughput, p50/p99 latency and errors per
-// method, the connection set-up times, and the daemon's RSS before and after, split into heap,
-// thread stacks and mapped files.
+// method, the connection set-up times, how late a thread sleeping 1 ms at a time woke during
+// the load, and the daemon's RSS before and after, split into heap, thread stacks and mapped
+// files.
 // docs/PERFORMANCE.md ("Daemon under load") records runs.
 //
 //   build/bench/daemon/bench_daemon_load [--clients 64] [--calls 200] [--seconds 30]
@@ -14,6 +15,14 @@
 // With --rounds N the load runs N times against the same daemon, and the daemon's RSS is
 // printed after each round: memory that settles after the first round is what the daemon keeps
 // for that many connections; memory that grows round after round would be a leak.
+//
+// Without --rate each client calls again as soon as its last call returns (a closed loop): the
+// calls/s printed is the most the machine sustains, and the latencies are those of a saturated
+// server, where 64 calls always wait their turn (mean latency = clients / throughput). With
+// --rate R the clients together offer R calls/s on a fixed schedule (client c's i-th call is due
+// at start + (i + c / clients) * clients / R), whatever the answers: the latency of a call is
+// counted from the time it was due, so a call held back because the client's previous call was
+// late counts that wait too.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -118,9 +127,12 @@ double Percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   CLI::App app{"bench_daemon_load: concurrent clients against ckpt-auditd on loopback"};
   int clients = 64, calls = 200, seconds = 30, rounds = 1;
+  double rate = 0;
   app.add_option("--clients", clients, "concurrent clients, one connection each");
   app.add_option("--calls", calls, "calls per client (upper bound)");
   app.add_option("--seconds", seconds, "time limit for the load phase (upper bound)");
+  app.add_option("--rate", rate, "calls/s offered by all clients together; 0: closed loop")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_option("--rounds", rounds, "load phases against the same daemon")
       ->check(CLI::Range(1, 100));
   std::vector<std::string> methods = {"QueryAudits", "GetRecord", "GetInclusionProof", "GetJob",
@@ -239,6 +251,7 @@ int main(int argc, char** argv) {
   std::vector<Memory> after_rounds;
   double elapsed = 0;
   Samples connects;  // per client and round: channel created to connection ready
+  Samples sleeper;   // how late a thread that sleeps 1 ms at a time wakes during the load
   for (int round = 0; round < rounds; ++round) {
     // Every client connects first; the calls start together once all are connected, so the
     // latencies are of calls on open connections (a CI client keeps its channel), and the
@@ -262,11 +275,17 @@ int main(int argc, char** argv) {
         connected.count_down();
         go.wait();
         std::map<std::string, Samples> mine;
-        for (int i = 0; i < calls && Clock::now() < deadline; ++i) {
+        const std::chrono::duration<double> interval(rate > 0 ? clients / rate : 0);
+        for (int i = 0; i < calls; ++i) {
+          // Closed loop: now. Fixed rate: when the schedule says, even if that has passed.
+          const auto t0 = rate > 0 ? start + std::chrono::duration_cast<Clock::duration>(
+                                                 interval * (i + double(c) / clients))
+                                   : Clock::now();
+          if (t0 >= deadline) break;
+          std::this_thread::sleep_until(t0);
           const std::string& method = methods[static_cast<size_t>(i + c) % methods.size()];
           grpc::ClientContext ctx;
           context(ctx);
-          const auto t0 = Clock::now();
           grpc::Status s;
           if (method == "QueryAudits") {
             pb::QueryAuditsRequest q;
@@ -315,7 +334,21 @@ int main(int argc, char** argv) {
     start = Clock::now();
     deadline = start + std::chrono::seconds(seconds);
     go.count_down();
+    // A thread that only sleeps 1 ms at a time wakes late when the cores are busy, or when the
+    // machine itself stops running us (a virtual machine's host): a tail in the calls' latency
+    // that the sleeper shows too was the machine's, not the daemon's.
+    std::atomic<bool> load_done{false};
+    std::thread watch([&] {
+      while (!load_done) {
+        const auto t = Clock::now();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        sleeper.ms.push_back(
+            std::chrono::duration<double, std::milli>(Clock::now() - t).count() - 1.0);
+      }
+    });
     for (auto& t : threads) t.join();
+    load_done = true;
+    watch.join();
     elapsed += std::chrono::duration<double>(Clock::now() - start).count();
     for (int c = 0; c < clients; ++c) {
       connects.ms.push_back(connect_ms[c]);
@@ -333,9 +366,11 @@ int main(int argc, char** argv) {
     std::getline(in, load_after);
   }
 
-  std::printf("clients %d, calls/client <= %d, time limit %d s, rounds %d; load average before: "
-              "%s\n",
-              clients, calls, seconds, rounds, load_before.c_str());
+  std::printf("clients %d, calls/client <= %d, time limit %d s, rounds %d, %s; load average "
+              "before: %s\n",
+              clients, calls, seconds, rounds,
+              rate > 0 ? absl::StrFormat("offered %.0f calls/s", rate).c_str() : "closed loop",
+              load_before.c_str());
   std::printf("%-18s %8s %10s %9s %9s %9s %7s\n", "method", "calls", "calls/s", "p50 ms",
               "p99 ms", "max ms", "errors");
   uint64_t errors = 0;
@@ -353,6 +388,9 @@ int main(int argc, char** argv) {
               Percentile(connects.ms, 0.50), Percentile(connects.ms, 0.99),
               Percentile(connects.ms, 1.0), static_cast<unsigned long long>(connects.errors),
               connects.errors ? "  first: " : "", connects.first_error.c_str());
+  std::printf("%-18s %8zu %10s %9.2f %9.2f %9.2f  (how late a 1 ms sleep woke)\n",
+              "(1 ms sleeper)", sleeper.ms.size(), "", Percentile(sleeper.ms, 0.50),
+              Percentile(sleeper.ms, 0.99), Percentile(sleeper.ms, 1.0));
   std::printf("total %llu calls in %.2f s = %.1f calls/s; errors %llu\n",
               static_cast<unsigned long long>(total.load()), elapsed,
               static_cast<double>(total.load()) / elapsed, static_cast<unsigned long long>(errors));
