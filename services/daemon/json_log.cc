@@ -1,8 +1,15 @@
 #include "services/daemon/json_log.h"
 
-#include <cstdio>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 
 #include "core/evidence/environment.h"
 #include "core/text/json_dump.h"
@@ -10,6 +17,94 @@
 
 namespace ckpt::daemon {
 namespace {
+
+constexpr size_t kMaxWaitingBytes = size_t{1} << 20;
+
+std::string FormatLine(std::string_view level, const nlohmann::ordered_json& fields) {
+  nlohmann::ordered_json line = {{"time", evidence::Rfc3339Now()}, {"level", level}};
+  for (const auto& [k, v] : fields.items()) line[k] = v;
+  std::string text = DumpJson(line);
+  text += '\n';
+  return text;
+}
+
+// Writes all of `text` to stderr; false when stderr refuses it (its reader is gone: EPIPE,
+// with SIGPIPE ignored, docs/daemon.md "Logs").
+bool WriteStderr(std::string_view text) {
+  while (!text.empty()) {
+    ssize_t n = ::write(STDERR_FILENO, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// The lines waiting for stderr and the thread that writes them. Lines in the batch being
+// written count towards the bound until written, so at most kMaxWaitingBytes are held.
+class LineWriter {
+ public:
+  LineWriter() { std::thread([this] { Run(); }).detach(); }
+
+  void Push(std::string line) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++pushed_;
+      if (waiting_bytes_ + line.size() > kMaxWaitingBytes) {
+        ++dropped_;
+      } else {
+        waiting_bytes_ += line.size();
+        lines_.push_back(std::move(line));
+      }
+    }
+    wake_.notify_one();
+  }
+
+  bool Flush(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t target = pushed_;
+    return done_.wait_for(lock, timeout, [&] { return handled_ >= target; });
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      wake_.wait(lock, [&] { return !lines_.empty() || dropped_ > 0; });
+      std::deque<std::string> batch;
+      batch.swap(lines_);
+      const uint64_t dropped = std::exchange(dropped_, 0);
+      lock.unlock();
+      std::string text;
+      size_t bytes = 0;
+      for (const std::string& line : batch) bytes += line.size();
+      text.reserve(bytes);
+      for (const std::string& line : batch) text += line;
+      if (dropped > 0) {
+        text += FormatLine("warn", {{"msg", "log lines dropped"},
+                                    {"dropped", dropped},
+                                    {"why", "stderr was not read fast enough"}});
+      }
+      WriteStderr(text);
+      lock.lock();
+      waiting_bytes_ -= bytes;
+      handled_ += batch.size() + dropped;
+      done_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  std::deque<std::string> lines_;
+  size_t waiting_bytes_ = 0;
+  uint64_t pushed_ = 0, handled_ = 0, dropped_ = 0;
+};
+
+// Never destroyed: its thread may be blocked writing when the process exits.
+LineWriter& Writer() {
+  static LineWriter* writer = new LineWriter;
+  return *writer;
+}
 
 void LogGrpcMessage(gpr_log_func_args* args) {
   const char* level = args->severity == GPR_LOG_SEVERITY_ERROR  ? "error"
@@ -22,15 +117,10 @@ void LogGrpcMessage(gpr_log_func_args* args) {
 }  // namespace
 
 void LogJson(std::string_view level, const nlohmann::ordered_json& fields) {
-  nlohmann::ordered_json line = {{"time", evidence::Rfc3339Now()}, {"level", level}};
-  for (const auto& [k, v] : fields.items()) line[k] = v;
-  std::string text = DumpJson(line);
-  text += '\n';
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  std::fwrite(text.data(), 1, text.size(), stderr);
-  std::fflush(stderr);
+  Writer().Push(FormatLine(level, fields));
 }
+
+bool FlushJsonLog(std::chrono::milliseconds timeout) { return Writer().Flush(timeout); }
 
 void RouteGrpcLogsToJson() { gpr_set_log_function(LogGrpcMessage); }
 

@@ -3,6 +3,7 @@
 //   ckpt-auditd --listen 0.0.0.0:7433 --tls-cert server.pem --tls-key server.key
 //               --tokens /etc/ckpt-audit/tokens --db /var/lib/ckpt-audit/evidence.db
 //               --key /etc/ckpt-audit/signing.pem --allow-root /models [--trust FILE]
+#include <chrono>
 #include <csignal>
 #include <thread>
 
@@ -20,8 +21,11 @@ namespace {
 volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
+constexpr std::chrono::seconds kLogFlushTimeout(2);
+
 int Fail(const absl::Status& s) {
   ckpt::daemon::LogJson("error", {{"msg", "ckpt-auditd: " + s.ToString()}});
+  ckpt::daemon::FlushJsonLog(kLogFlushTimeout);
   return 2;
 }
 
@@ -173,5 +177,6 @@ int main(int argc, char** argv) {
   }
   server->Shutdown(deadline);
   if (health_server) health_server->Shutdown(deadline);
+  FlushJsonLog(kLogFlushTimeout);
   return 0;
 }

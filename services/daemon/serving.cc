@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 
@@ -120,6 +121,7 @@ void SetProcessDefaultsForServing(int malloc_arenas) {
     mallopt(M_ARENA_MAX, malloc_arenas);
   }
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  std::signal(SIGPIPE, SIG_IGN);
 }
 
 bool IdleMemoryReleaser::Tick(uint64_t calls_started) {

@@ -41,7 +41,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 // and memory"), called once at start, before any other thread: glibc malloc limited to
 // `malloc_arenas` arenas (unless MALLOC_ARENA_MAX is set in the environment), and abseil's
 // debug-build mutex deadlock detection (a global lock on every mutex operation, in gRPC too)
-// turned off.
+// turned off, and SIGPIPE ignored (a stderr whose reader is gone fails the log's writes instead
+// of killing the daemon: json_log.h).
 void SetProcessDefaultsForServing(int malloc_arenas);
 
 // Called on every tick of the daemon's main loop with the number of calls started so far: once

@@ -1,9 +1,12 @@
 // The shipped ckpt-auditd binary's transport and operability: start-up refusals (plaintext off
 // loopback, no auth decision, a token file others can write, a world-readable TLS key), TLS and
 // mutual TLS with a throwaway PKI, grpc.health.v1 without a token, Prometheus /metrics over
-// loopback HTTP, and one JSON log line per call.
+// loopback HTTP, and one JSON log line per call, which a stalled stderr never holds up.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -284,6 +287,95 @@ TEST_F(DaemonTransportTest, HealthWithoutTokenAndMetricsOverLoopback) {
   EXPECT_EQ(MetricValue(body, {"ckpt_auditd_gate_decisions_total{", "result=\"fail\""}), 1);
   EXPECT_EQ(MetricValue(body, {"ckpt_auditd_jobs_queued "}), 0);
   EXPECT_EQ(d.Stop(), 0);
+}
+
+// The daemon writes its log to stderr, which a supervisor reads (journald, a container
+// runtime). If that reader stalls, the daemon must go on answering: past 1 MiB of waiting lines
+// it drops lines and counts them, and it never waits for stderr on a call's path. If the
+// reader goes away, the daemon goes on too (no death by SIGPIPE).
+TEST_F(DaemonTransportTest, AStderrNobodyReadsNeverHoldsUpCalls) {
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  ASSERT_GT(::fcntl(fds[1], F_SETPIPE_SZ, 4096), 0);  // room for a few dozen lines
+  std::vector<std::string> args = With(Base(), {"--insecure-no-auth"});
+  args.insert(args.begin(), ::ckpt::testing::DaemonBinary());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  // Reads what the daemon wrote, waiting at most `ms` for more; false when nothing came.
+  std::string text;
+  auto read_more = [&](int ms) {
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, ms) <= 0) return false;
+    char buf[65536];
+    ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n > 0) text.append(buf, static_cast<size_t>(n));
+    return n > 0;
+  };
+  std::smatch port;
+  const std::regex port_re("serving on port ([0-9]+)");
+  for (int i = 0; i < 100 && !std::regex_search(text, port, port_re); ++i) read_more(100);
+  ASSERT_TRUE(std::regex_search(text, port, port_re)) << text;
+  grpc::GenericStub stub(grpc::CreateChannel("127.0.0.1:" + port[1].str(),
+                                             grpc::InsecureChannelCredentials()));
+  // `n` health checks, each logged; how many were answered.
+  auto calls = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+      grpc::Slice empty(std::string{});
+      grpc::ByteBuffer request(&empty, 1), response;
+      std::promise<grpc::Status> done;
+      stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                     &response, [&](grpc::Status s) { done.set_value(s); });
+      grpc::Status s = done.get_future().get();
+      if (!s.ok()) {
+        ADD_FAILURE() << "call " << i << ": " << s.error_message();
+        return i;
+      }
+    }
+    return n;
+  };
+
+  // Nobody reads stderr now: after a few dozen lines the daemon's writes cannot complete.
+  // 10,000 lines of ~170 bytes are more than the 1 MiB that may wait.
+  constexpr int kCalls = 10000;
+  EXPECT_EQ(calls(kCalls), kCalls);
+  // Read again: the waiting lines come, then the count of those dropped, and every line is
+  // whole JSON.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (text.find("log lines dropped") == std::string::npos &&
+         std::chrono::steady_clock::now() < until) {
+    read_more(100);
+  }
+  while (read_more(300)) {
+  }
+  int dropped = 0, logged = 0;
+  for (const std::string& line :
+       std::vector<std::string>(absl::StrSplit(text, '\n', absl::SkipEmpty()))) {
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    if (j.value("method", "") == "/grpc.health.v1.Health/Check") ++logged;
+    if (j.value("msg", "") == "log lines dropped") dropped += j.value("dropped", 0);
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_GT(logged, 5000);  // the 1 MiB that waited
+  EXPECT_EQ(logged + dropped, kCalls) << "every call's line is either written or counted";
+
+  // The reader goes away: writes fail, calls are still answered, SIGTERM still stops it.
+  ::close(fds[0]);
+  EXPECT_EQ(calls(50), 50);
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 }  // namespace
