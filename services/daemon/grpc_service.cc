@@ -214,7 +214,7 @@ grpc::ServerUnaryReactor* GrpcAuditService::StartAudit(grpc::CallbackServerConte
                                                        const pb::StartAuditRequest* req,
                                                        pb::Job* out) {
   return Queue(ctx, "StartAudit",
-               [=](const Caller& caller) { return DoStartAudit(caller, req, out); });
+               [this, req, out](const Caller& caller) { return DoStartAudit(caller, req, out); });
 }
 
 grpc::ServerUnaryReactor* GrpcAuditService::GetJob(grpc::CallbackServerContext* ctx,
@@ -225,14 +225,15 @@ grpc::ServerUnaryReactor* GrpcAuditService::GetJob(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* GrpcAuditService::CancelJob(grpc::CallbackServerContext* ctx,
                                                       const pb::CancelJobRequest* req,
                                                       pb::Job* out) {
-  return Queue(ctx, "CancelJob", [=](const Caller&) { return DoCancelJob(req, out); });
+  return Queue(ctx, "CancelJob",
+               [this, req, out](const Caller&) { return DoCancelJob(req, out); });
 }
 
 grpc::ServerUnaryReactor* GrpcAuditService::Gate(grpc::CallbackServerContext* ctx,
                                                  const pb::GateRequest* req,
                                                  pb::GateResponse* out) {
   return Queue(ctx, "Gate",
-               [=](const Caller& caller) { return DoGate(caller, ctx, req, out); });
+               [this, ctx, req, out](const Caller& c) { return DoGate(c, ctx, req, out); });
 }
 
 grpc::ServerUnaryReactor* GrpcAuditService::QueryAudits(grpc::CallbackServerContext* ctx,
@@ -250,7 +251,8 @@ grpc::ServerUnaryReactor* GrpcAuditService::GetRecord(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GrpcAuditService::VerifyLog(grpc::CallbackServerContext* ctx,
                                                       const pb::VerifyLogRequest* req,
                                                       pb::VerifyLogResponse* out) {
-  return Queue(ctx, "VerifyLog", [=](const Caller&) { return DoVerifyLog(req, out); });
+  return Queue(ctx, "VerifyLog",
+               [this, req, out](const Caller&) { return DoVerifyLog(req, out); });
 }
 
 grpc::ServerUnaryReactor* GrpcAuditService::GetInclusionProof(
@@ -286,6 +288,17 @@ grpc::Status GrpcAuditService::WatchJob(grpc::ServerContext* ctx,
                                         grpc::ServerWriter<pb::JobEvent>* writer) {
   if (grpc::Status s = Authorize(ctx, "WatchJob"); !s.ok()) return s;
   if (auto s = CheckJobId("id", req->id()); !s.ok()) return ToGrpc(s);
+  // Each stream holds a thread while it waits: a bounded number of them.
+  struct Slot {
+    std::atomic<int>& n;
+    ~Slot() { n.fetch_sub(1); }
+  } slot{watchers_};
+  if (watchers_.fetch_add(1) >= kMaxWatchers) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("more than ", kMaxWatchers,
+                                     " WatchJob streams at once; poll GetJob instead"));
+  }
+  auto gone = [ctx] { return ctx->IsCancelled(); };
   absl::Status s = backend_.jobs().Watch(req->id(), [&](const JobEvent& e) {
     if (ctx->IsCancelled()) return false;
     pb::JobEvent msg;
@@ -299,7 +312,7 @@ grpc::Status GrpcAuditService::WatchJob(grpc::ServerContext* ctx,
       if (snapshot.ok()) FillJob(backend_, *snapshot, msg.mutable_job());
     }
     return writer->Write(msg);
-  });
+  }, gone);
   return ToGrpc(s);
 }
 

@@ -5,6 +5,7 @@
 #ifndef CKPT_SERVICES_DAEMON_GRPC_SERVICE_H_
 #define CKPT_SERVICES_DAEMON_GRPC_SERVICE_H_
 
+#include <atomic>
 #include <functional>
 
 #include "ckpt_audit/v1/audit.grpc.pb.h"
@@ -36,6 +37,9 @@ using AuditServiceBase = Svc::WithCallbackMethod_StartAudit<Svc::WithCallbackMet
 class GrpcAuditService final : public internal::AuditServiceBase {
  public:
   static constexpr int kDefaultWorkThreads = 4;
+  // WatchJob streams open at once (each holds a thread while it waits); more are answered
+  // RESOURCE_EXHAUSTED.
+  static constexpr int kMaxWatchers = 256;
   // Both must outlive the service.
   GrpcAuditService(AuditBackend& backend, const Authenticator& auth,
                    int work_threads = kDefaultWorkThreads);
@@ -99,6 +103,7 @@ class GrpcAuditService final : public internal::AuditServiceBase {
 
   AuditBackend& backend_;
   const Authenticator& auth_;
+  std::atomic<int> watchers_{0};  // WatchJob streams open
   CallPool work_;  // last: joined first, while the rest is still there
 };
 

@@ -327,7 +327,8 @@ JobCounts JobManager::Counts() const {
 }
 
 absl::Status JobManager::Watch(const std::string& id,
-                               const std::function<bool(const JobEvent&)>& on_event) const {
+                               const std::function<bool(const JobEvent&)>& on_event,
+                               const std::function<bool()>& gone) const {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) {
@@ -342,7 +343,11 @@ absl::Status JobManager::Watch(const std::string& id,
   const Job& job = *held;
   size_t next = 0;
   for (;;) {
-    cv_.wait(lock, [&] { return next < job.events.size(); });
+    // A queued job may have no news for hours: a watcher that left must not wait that long.
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(200),
+                         [&] { return next < job.events.size(); })) {
+      if (gone()) return absl::OkStatus();
+    }
     std::vector<JobEvent> batch(job.events.begin() + static_cast<std::ptrdiff_t>(next),
                                 job.events.end());
     next = job.events.size();

@@ -125,10 +125,12 @@ class JobManager {
   bool Drain(absl::Time deadline, absl::Duration grace = absl::Seconds(1));
 
   // Calls `on_event` for every event of the job, from the first, blocking for new ones until
-  // the job is done or `on_event` returns false (the watcher went away). A job of an earlier run
-  // replays one final event. NOT_FOUND for an unknown id.
+  // the job is done, `on_event` returns false, or `gone` (asked at least every 0.2 s while no
+  // event comes) returns true: the watcher went away. A job of an earlier run replays one final
+  // event. NOT_FOUND for an unknown id.
   absl::Status Watch(const std::string& id,
-                     const std::function<bool(const JobEvent&)>& on_event) const;
+                     const std::function<bool(const JobEvent&)>& on_event,
+                     const std::function<bool()>& gone = [] { return false; }) const;
 
  private:
   struct Job;

@@ -1022,6 +1022,90 @@ TEST_F(DaemonTest, AQueuedJobAuditsTheDirectoryItWasGiven) {
   EXPECT_EQ(Wait(first).verdict(), "pass");
 }
 
+// A watcher of a job that has no news (queued behind a busy worker) whose client leaves must
+// not stay behind: before, its handler slept until the job's next event, holding a thread, and
+// a server shutdown (SIGTERM) waited for it for ever.
+TEST_F(DaemonTest, WatchersWhoLeftDoNotHoldTheServer) {
+  Stop();
+  observer_ = &hold_;
+  Start();
+  const std::string first = Submit(dst_, src_);
+  hold_.WaitHeld();  // the one worker is busy: the next job stays queued, with no news
+  const std::string queued = Submit(dst_, src_);
+  for (int i = 0; i < 8; ++i) {
+    pb::WatchJobRequest watch;
+    watch.set_id(queued);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    auto reader = stub_->WatchJob(&ctx, watch);
+    pb::JobEvent e;
+    int events = 0;
+    while (reader->Read(&e)) ++events;
+    EXPECT_EQ(events, 1);  // "queued"
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  // The server shuts down (as on SIGTERM, with a deadline) while the job is still queued.
+  auto shutdown = std::async(std::launch::async, [&] {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  });
+  const bool stopped = shutdown.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  EXPECT_TRUE(stopped) << "the server still waits for watchers whose clients left";
+  hold_.Release();  // lets the stuck watchers see an event, so the test can end either way
+  shutdown.wait();
+}
+
+// Each WatchJob stream holds a thread while it waits, so only so many may be open at once;
+// one more is refused at once, and a stream whose client leaves gives its place back.
+TEST_F(DaemonTest, WatchStreamsAreBounded) {
+  Stop();
+  observer_ = &hold_;
+  Start();
+  Submit(dst_, src_);
+  hold_.WaitHeld();
+  pb::WatchJobRequest watch;
+  watch.set_id(Submit(dst_, src_));  // queued: its watchers wait
+  struct Stream {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<pb::JobEvent>> reader;
+  };
+  std::vector<std::unique_ptr<Stream>> open;
+  auto watch_one = [&] {
+    auto s = std::make_unique<Stream>();
+    s->reader = stub_->WatchJob(&s->ctx, watch);
+    pb::JobEvent e;
+    const bool waiting = s->reader->Read(&e);  // "queued", then the stream waits
+    return std::make_pair(waiting, std::move(s));
+  };
+  for (int i = 0; i < GrpcAuditService::kMaxWatchers; ++i) {
+    auto [waiting, s] = watch_one();
+    ASSERT_TRUE(waiting) << i;
+    open.push_back(std::move(s));
+  }
+  {
+    auto [waiting, s] = watch_one();
+    EXPECT_FALSE(waiting);
+    EXPECT_EQ(s->reader->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  open.back()->ctx.TryCancel();  // one watcher leaves
+  open.back()->reader->Finish().IgnoreError();
+  open.pop_back();
+  bool replaced = false;
+  for (int i = 0; i < 50 && !replaced; ++i) {
+    auto [waiting, s] = watch_one();
+    if (waiting) {
+      open.push_back(std::move(s));
+      replaced = true;
+    } else {
+      s->reader->Finish().IgnoreError();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  EXPECT_TRUE(replaced) << "the place of the watcher who left was not given back";
+  for (auto& s : open) s->ctx.TryCancel();
+  for (auto& s : open) s->reader->Finish().IgnoreError();
+  hold_.Release();
+}
+
 // Finding 4 (durability) through gRPC: CancelJob on a queued job, and ids answered from the
 // database once the daemon restarts.
 TEST_F(DaemonTest, CancelledAndFinishedJobsAnswerAfterARestart) {
