@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -37,7 +38,16 @@ absl::Status ParallelFor(size_t n, unsigned threads,
     }
   };
   std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  pool.reserve(threads);
+  for (unsigned t = 1; t < threads; ++t) {
+    // The system may refuse a thread (a process or container thread limit reached): the work
+    // then runs on the threads there are, at least the caller's; it is never a crash.
+    try {
+      pool.emplace_back(worker);
+    } catch (const std::system_error&) {
+      break;
+    }
+  }
   worker();
   for (std::thread& t : pool) t.join();
   return first_status;

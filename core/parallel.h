@@ -12,7 +12,8 @@ namespace ckpt {
 // Number of worker threads to use by default: the machine's hardware threads (at least 1).
 unsigned DefaultThreads();
 
-// Runs fn(i) for every i in [0, n) on min(threads, n) threads (0 means DefaultThreads()).
+// Runs fn(i) for every i in [0, n) on min(threads, n) threads (0 means DefaultThreads()), or on
+// fewer, down to the calling thread alone, when the system refuses to create more.
 // Work items are handed out in index order. After the first failure no new items start; the
 // failure with the lowest index among those run is returned.
 absl::Status ParallelFor(size_t n, unsigned threads,

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdint>
@@ -28,16 +29,15 @@ std::string FormatLine(std::string_view level, const nlohmann::ordered_json& fie
   return text;
 }
 
-// Writes all of `text` to stderr; false when stderr refuses it (its reader is gone: EPIPE,
-// with SIGPIPE ignored, docs/daemon.md "Logs").
-bool WriteStderr(std::string_view text) {
+// Writes all of `text` to stderr, or what stderr takes of it before it refuses (its reader is
+// gone: EPIPE, with SIGPIPE ignored, serving.h); the rest is lost.
+void WriteStderr(std::string_view text) {
   while (!text.empty()) {
     ssize_t n = ::write(STDERR_FILENO, text.data(), text.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n <= 0) return;
     text.remove_prefix(static_cast<size_t>(n));
   }
-  return true;
 }
 
 // The lines waiting for stderr and the thread that writes them. Lines in the batch being
@@ -106,7 +106,12 @@ LineWriter& Writer() {
   return *writer;
 }
 
+std::atomic<bool> g_listener_failed{false};
+
 void LogGrpcMessage(gpr_log_func_args* args) {
+  if (std::string_view(args->message).rfind("Failed accept", 0) == 0) {
+    g_listener_failed.store(true);
+  }
   const char* level = args->severity == GPR_LOG_SEVERITY_ERROR  ? "error"
                       : args->severity == GPR_LOG_SEVERITY_INFO ? "info"
                                                                 : "debug";
@@ -123,5 +128,7 @@ void LogJson(std::string_view level, const nlohmann::ordered_json& fields) {
 bool FlushJsonLog(std::chrono::milliseconds timeout) { return Writer().Flush(timeout); }
 
 void RouteGrpcLogsToJson() { gpr_set_log_function(LogGrpcMessage); }
+
+bool GrpcListenerFailed() { return g_listener_failed.load(); }
 
 }  // namespace ckpt::daemon

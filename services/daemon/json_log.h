@@ -5,7 +5,7 @@
 // A writer thread of its own writes the lines, so a call never waits for whoever reads stderr
 // (journald, a container runtime): when that reader stalls, up to 1 MiB of lines wait; beyond
 // that, lines are dropped and counted, and a "log lines dropped" line with the count follows
-// once writing works again (docs/daemon.md, "Logs").
+// once writing works again (docs/daemon.md, "Health, reflection, metrics, logs").
 #ifndef CKPT_SERVICES_DAEMON_JSON_LOG_H_
 #define CKPT_SERVICES_DAEMON_JSON_LOG_H_
 
@@ -27,6 +27,11 @@ bool FlushJsonLog(std::chrono::milliseconds timeout);
 // Sends gRPC's own log messages (TLS handshake failures, ...) through LogJson too, with "msg"
 // and "source", so that stderr holds nothing but JSON lines.
 void RouteGrpcLogsToJson();
+
+// True once gRPC logged a failed accept on a listening port ("Failed accept4", for instance
+// when the process ran out of file descriptors): gRPC 1.51 then stops accepting on that port
+// for good, so the daemon exits for its supervisor to restart it (docs/daemon.md, "Limits").
+bool GrpcListenerFailed();
 
 }  // namespace ckpt::daemon
 

@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
                  "on SIGTERM: report NOT_SERVING, then let audits and calls finish this long");
   CLI11_PARSE(app, argc, argv);
   options.db_path = db;
-  SetProcessDefaultsForServing(malloc_arenas);
+  const uint64_t max_open_files = SetProcessDefaultsForServing(malloc_arenas);
   RouteGrpcLogsToJson();
 
   if (absl::Status s = CheckServingOptions(serving); !s.ok()) return Fail(s);
@@ -120,6 +120,7 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(serving.listen, *credentials, &port);
+  ApplyServerLimits(builder);
   builder.RegisterService(&service);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> observers;
   auto observer = std::make_unique<RpcObserverFactory>(*auth, metrics.get());
@@ -136,6 +137,7 @@ int main(int argc, char** argv) {
   if (!serving.health_listen.empty()) {
     grpc::ServerBuilder hb;
     hb.AddListeningPort(serving.health_listen, grpc::InsecureServerCredentials(), &health_port);
+    ApplyServerLimits(hb);
     health_server = hb.BuildAndStart();
     if (!health_server || health_port == 0) {
       return Fail(absl::UnavailableError("cannot listen on " + serving.health_listen));
@@ -154,6 +156,7 @@ int main(int argc, char** argv) {
                    {"auth", auth->enabled() ? "tokens" : "none"},
                    {"metrics_port", metrics_port},
                    {"health_port", health_port},
+                   {"max_open_files", max_open_files},
                    {"db", db}});
   if (absl::Status s = (*backend)->append_status(); !s.ok()) {
     LogJson("warn", {{"msg", "serving reads only: " + s.ToString()}});
@@ -163,9 +166,15 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   IdleMemoryReleaser releaser(/*quiet_ticks=*/3,  // 0.6 s without a new call
                               [b = backend->get()] { b->CloseIdleReaders(); });
-  while (!g_stop) {
+  while (!g_stop && !GrpcListenerFailed()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     releaser.Tick(calls.calls_started());
+  }
+  const bool listener_failed = GrpcListenerFailed();
+  if (listener_failed) {
+    LogJson("error", {{"msg", "a listening port stopped accepting connections (gRPC 1.51 gives "
+                              "up on a port after a failed accept); exiting so that the "
+                              "supervisor starts the daemon again"}});
   }
   LogJson("info", {{"msg", "stopping: health NOT_SERVING, draining"},
                    {"drain_seconds", drain_seconds}});
@@ -178,5 +187,5 @@ int main(int argc, char** argv) {
   server->Shutdown(deadline);
   if (health_server) health_server->Shutdown(deadline);
   FlushJsonLog(kLogFlushTimeout);
-  return 0;
+  return listener_failed ? 3 : 0;
 }

@@ -86,7 +86,11 @@ absl::StatusOr<int> DaemonMetrics::Serve(const std::string& address,
                                          std::function<JobCounts()> job_counts) {
   state_->job_gauges = std::make_shared<JobGauges>(std::move(job_counts));
   try {
-    state_->exposer = std::make_unique<prom::Exposer>(address, /*num_threads=*/1);
+    // A connection holds one of the threads until its request is answered or 2 s pass
+    // without progress: one peer that sends half a request and stops must not hold up the
+    // scrapes (docs/daemon.md, "Limits").
+    state_->exposer = std::make_unique<prom::Exposer>(std::vector<std::string>{
+        "listening_ports", address, "num_threads", "4", "request_timeout_ms", "2000"});
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));

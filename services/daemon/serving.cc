@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <malloc.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "grpc/grpc.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "services/daemon/address.h"
 
@@ -116,12 +119,29 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   return grpc::SslServerCredentials(ssl);
 }
 
-void SetProcessDefaultsForServing(int malloc_arenas) {
+void ApplyServerLimits(grpc::ServerBuilder& builder) {
+  builder.SetMaxReceiveMessageSize(256 << 10);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 100);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 5 * 60'000);
+  grpc::ResourceQuota quota("ckpt-auditd");
+  quota.SetMaxThreads(400);
+  builder.SetResourceQuota(quota);
+}
+
+uint64_t SetProcessDefaultsForServing(int malloc_arenas) {
   if (std::getenv("MALLOC_ARENA_MAX") == nullptr && malloc_arenas > 0) {
     mallopt(M_ARENA_MAX, malloc_arenas);
   }
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   std::signal(SIGPIPE, SIG_IGN);
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &files);
+    ::getrlimit(RLIMIT_NOFILE, &files);
+  }
+  return files.rlim_cur;
 }
 
 bool IdleMemoryReleaser::Tick(uint64_t calls_started) {

@@ -4,12 +4,14 @@
 #ifndef CKPT_SERVICES_DAEMON_SERVING_H_
 #define CKPT_SERVICES_DAEMON_SERVING_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
 
 namespace ckpt::daemon {
 
@@ -37,13 +39,22 @@ absl::Status CheckServingOptions(const ServingOptions& options);
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServingOptions& options);
 
+// Limits every gRPC server of the daemon gets (docs/daemon.md, "Limits"), against peers that
+// hold connections, streams and memory without a token: requests of at most 256 KiB (the
+// largest valid one is about half that), 100 concurrent streams per connection, 10 s to finish
+// a handshake, idle connections closed after 5 minutes, and at most 400 threads for the
+// synchronous methods (WatchJob, reflection); beyond that gRPC answers RESOURCE_EXHAUSTED.
+void ApplyServerLimits(grpc::ServerBuilder& builder);
+
 // Process-wide settings for a daemon serving many concurrent calls (docs/daemon.md, "Threads
 // and memory"), called once at start, before any other thread: glibc malloc limited to
 // `malloc_arenas` arenas (unless MALLOC_ARENA_MAX is set in the environment), and abseil's
 // debug-build mutex deadlock detection (a global lock on every mutex operation, in gRPC too)
-// turned off, and SIGPIPE ignored (a stderr whose reader is gone fails the log's writes instead
-// of killing the daemon: json_log.h).
-void SetProcessDefaultsForServing(int malloc_arenas);
+// turned off, SIGPIPE ignored (a stderr whose reader is gone fails the log's writes instead
+// of killing the daemon: json_log.h), and the open-file limit raised to its hard limit (each
+// connection takes a descriptor, and gRPC 1.51 stops accepting on a port for good after one
+// failed accept: docs/daemon.md, "Limits"). The open-file limit it leaves.
+uint64_t SetProcessDefaultsForServing(int malloc_arenas);
 
 // Called on every tick of the daemon's main loop with the number of calls started so far: once
 // no call has started for `quiet_ticks` ticks after some did, `release` drops what the daemon

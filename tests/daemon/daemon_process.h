@@ -40,11 +40,14 @@ class DaemonProcess {
   DaemonProcess& operator=(const DaemonProcess&) = delete;
   ~DaemonProcess() { Stop(); }
 
-  // Spawns ckpt-auditd with `args` (stderr to `log`) and waits, at most 10 s, for the line that
-  // names its port. False when it exited or never said so; log() then says why.
-  bool Start(const std::vector<std::string>& args, const std::filesystem::path& log) {
+  // Spawns ckpt-auditd with `args` (stderr to `log`), through the command `wrapper` if given
+  // (such as prlimit), and waits, at most 10 s, for the line that names its port. False when it
+  // exited or never said so; log() then says why.
+  bool Start(const std::vector<std::string>& args, const std::filesystem::path& log,
+             const std::vector<std::string>& wrapper = {}) {
     log_ = log;
-    std::vector<std::string> all = {DaemonBinary()};
+    std::vector<std::string> all = wrapper;
+    all.push_back(DaemonBinary());
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : all) argv.push_back(a.data());
