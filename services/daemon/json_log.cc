@@ -60,10 +60,10 @@ class LineWriter {
     wake_.notify_one();
   }
 
-  bool Flush(std::chrono::milliseconds timeout) {
+  void Flush(std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t target = pushed_;
-    return done_.wait_for(lock, timeout, [&] { return handled_ >= target; });
+    done_.wait_for(lock, timeout, [&] { return handled_ >= target; });
   }
 
  private:
@@ -125,7 +125,7 @@ void LogJson(std::string_view level, const nlohmann::ordered_json& fields) {
   Writer().Push(FormatLine(level, fields));
 }
 
-bool FlushJsonLog(std::chrono::milliseconds timeout) { return Writer().Flush(timeout); }
+void FlushJsonLog(std::chrono::milliseconds timeout) { Writer().Flush(timeout); }
 
 void RouteGrpcLogsToJson() { gpr_set_log_function(LogGrpcMessage); }
 

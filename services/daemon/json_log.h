@@ -21,8 +21,8 @@ void LogJson(std::string_view level, const nlohmann::ordered_json& fields);
 
 // Waits until the lines logged before it are written (or dropped), at most `timeout`: at exit,
 // so that the last lines are not lost, and so that a stalled stderr cannot keep the daemon from
-// stopping. False when the time ran out.
-bool FlushJsonLog(std::chrono::milliseconds timeout);
+// stopping.
+void FlushJsonLog(std::chrono::milliseconds timeout);
 
 // Sends gRPC's own log messages (TLS handshake failures, ...) through LogJson too, with "msg"
 // and "source", so that stderr holds nothing but JSON lines.

@@ -29,6 +29,7 @@
 #include "services/daemon/call_pool.h"
 #include "services/daemon/grpc_service.h"
 #include "services/daemon/serving.h"
+#include "tests/daemon/daemon_process.h"
 #include "tests/test_util.h"
 
 namespace ckpt::daemon {
@@ -37,6 +38,7 @@ namespace {
 namespace fs = std::filesystem;
 namespace pb = ckpt_audit::v1;
 using ::ckpt::testing::CopyFixture;
+using ::ckpt::testing::RawUnaryCall;
 using ::ckpt::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAreArray;
@@ -349,14 +351,9 @@ TEST_F(AuthServiceTest, EveryMethodOfTheProtoChecksTheToken) {
   for (int i = 0; i < service->method_count(); ++i) {
     const std::string method =
         "/" + service->full_name() + "/" + service->method(i)->name();
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    grpc::Slice empty;
-    grpc::ByteBuffer request(&empty, 1), response;
-    std::promise<grpc::Status> done;
-    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
-                   [&](grpc::Status s) { done.set_value(s); });
-    EXPECT_EQ(done.get_future().get().error_code(), grpc::StatusCode::UNAUTHENTICATED) << method;
+    EXPECT_EQ(RawUnaryCall(stub, method).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED)
+        << method;
   }
 }
 

@@ -2,15 +2,9 @@
 // resources (docs/daemon.md, "Limits"): connections beyond the open-file limit, a half-sent
 // request to /metrics, and a 4 MiB request that would parse into ~120 MiB before its token is
 // looked at. Each failed on the daemon before its limits (an outside review, 2026-12-01).
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <future>
-
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/daemon_process.h"
@@ -19,37 +13,13 @@
 namespace ckpt {
 namespace {
 
-namespace fs = std::filesystem;
 using ::ckpt::testing::CliResult;
+using ::ckpt::testing::ConnectLoopback;
 using ::ckpt::testing::DaemonProcess;
+using ::ckpt::testing::RawUnaryCall;
 using ::ckpt::testing::RunCli;
+using ::ckpt::testing::ScrapeMetrics;
 using ::ckpt::testing::TempDir;
-
-int ConnectLoopback(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-grpc::Status RawUnaryCall(const std::string& address, const std::string& method,
-                          const std::string& request, std::chrono::seconds deadline) {
-  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
-  grpc::Slice message(request);
-  grpc::ByteBuffer request_buffer(&message, 1), response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request_buffer, &response,
-                 [&](grpc::Status s) { done.set_value(s); });
-  return done.get_future().get();
-}
 
 // kB of the peak resident set (VmHWM) of `pid`.
 long PeakRssKb(pid_t pid) {
@@ -94,7 +64,7 @@ TEST_F(DaemonLimitsTest, RaisesItsOpenFileLimitToTheHardLimit) {
     int fd = ConnectLoopback(d.port());
     if (fd >= 0) fds.push_back(fd);
   }
-  EXPECT_TRUE(RawUnaryCall(d.address(), "/grpc.health.v1.Health/Check", "",
+  EXPECT_TRUE(RawUnaryCall(d.address(), "/grpc.health.v1.Health/Check", "", nullptr,
                            std::chrono::seconds(10)).ok());
   for (int fd : fds) ::close(fd);
   EXPECT_EQ(d.Stop(), 0);
@@ -108,7 +78,7 @@ TEST_F(DaemonLimitsTest, ExitsWhenAListenerStopsAccepting) {
   DaemonProcess d;
   ASSERT_TRUE(d.Start(Args(), dir_ / "d.log", {"/usr/bin/prlimit", "--nofile=128:128", "--"}))
       << d.log();
-  ASSERT_TRUE(RawUnaryCall(d.address(), "/grpc.health.v1.Health/Check", "",
+  ASSERT_TRUE(RawUnaryCall(d.address(), "/grpc.health.v1.Health/Check", "", nullptr,
                            std::chrono::seconds(10)).ok());
   std::vector<int> fds;
   for (int i = 0; i < 200; ++i) {
@@ -135,18 +105,7 @@ TEST_F(DaemonLimitsTest, MetricsAnswerWhileAnotherClientHoldsAHalfSentRequest) {
   ASSERT_EQ(::write(slow, partial.data(), partial.size()), static_cast<ssize_t>(partial.size()));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
 
-  int fd = ConnectLoopback(d.metrics_port());
-  ASSERT_GE(fd, 0);
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  ASSERT_EQ(::write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
-  std::string out;
-  char buf[8192];
-  for (ssize_t n; out.size() < (8 << 20) && (n = ::read(fd, buf, sizeof buf)) > 0;) {
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
+  const std::string out = ScrapeMetrics(d.metrics_port());
   ::close(slow);
   EXPECT_NE(out.find("200 OK"), std::string::npos)
       << "no scrape answer within 10 s while another connection held a half-sent request";
@@ -160,13 +119,12 @@ TEST_F(DaemonLimitsTest, MetricsAnswerWhileAnotherClientHoldsAHalfSentRequest) {
 TEST_F(DaemonLimitsTest, ARequestOfTwoMillionEmptyEntriesIsNotParsedIntoHundredsOfMiB) {
   DaemonProcess d;
   ASSERT_TRUE(d.Start(Args(), dir_ / "d.log")) << d.log();
-  ASSERT_TRUE(RawUnaryCall(d.address(), "/grpc.health.v1.Health/Check", "",
+  ASSERT_TRUE(RawUnaryCall(d.address(), "/grpc.health.v1.Health/Check", "", nullptr,
                            std::chrono::seconds(10)).ok());
   const long before = PeakRssKb(d.pid());
   std::string request;
   for (size_t i = 0; i + 2 <= (4u << 20) - 64; i += 2) request.append("\x22\x00", 2);
-  grpc::Status s = RawUnaryCall(d.address(), "/ckpt_audit.v1.AuditService/StartAudit", request,
-                                std::chrono::seconds(30));
+  grpc::Status s = RawUnaryCall(d.address(), "/ckpt_audit.v1.AuditService/StartAudit", request);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
   const long grown = PeakRssKb(d.pid()) - before;
   EXPECT_LT(grown, 32 * 1024) << "peak RSS grew by " << grown << " kB for one request ("

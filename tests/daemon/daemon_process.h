@@ -1,23 +1,31 @@
 // Test helpers for the shipped ckpt-auditd binary: start it on a loopback port and stop it with
-// SIGTERM, or run it expecting it to refuse to start; and a throwaway PKI (CA, server and client
+// SIGTERM, or run it expecting it to refuse to start; raw calls to it (a unary call of any
+// bytes, a TCP connection, a /metrics scrape); and a throwaway PKI (CA, server and client
 // certificates) made with the openssl command line.
 #ifndef CKPT_TESTS_DAEMON_DAEMON_PROCESS_H_
 #define CKPT_TESTS_DAEMON_DAEMON_PROCESS_H_
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
 #include "tests/test_util.h"
 
 extern char** environ;
@@ -117,6 +125,74 @@ class DaemonProcess {
   int exit_code_ = -1;
   std::filesystem::path log_;
 };
+
+// A unary call of `method` with the request message `request` (any bytes) and no token, within
+// `deadline`; the response's bytes in `*response` if given.
+inline grpc::Status RawUnaryCall(grpc::GenericStub& stub, const std::string& method,
+                                 const std::string& request = "",
+                                 std::string* response = nullptr,
+                                 std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  grpc::Slice message(request);
+  grpc::ByteBuffer request_buffer(&message, 1), answer;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request_buffer, &answer,
+                 [&](grpc::Status s) { done.set_value(s); });
+  grpc::Status s = done.get_future().get();
+  if (response != nullptr) {
+    response->clear();
+    std::vector<grpc::Slice> slices;
+    if (s.ok() && answer.Dump(&slices).ok()) {
+      for (const auto& sl : slices) {
+        response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+      }
+    }
+  }
+  return s;
+}
+
+// The same on a new plaintext channel to `address`.
+inline grpc::Status RawUnaryCall(const std::string& address, const std::string& method,
+                                 const std::string& request = "",
+                                 std::string* response = nullptr,
+                                 std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  return RawUnaryCall(stub, method, request, response, deadline);
+}
+
+// A TCP connection to 127.0.0.1:`port`; -1 if it failed.
+inline int ConnectLoopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// GET /metrics over loopback HTTP/1.0: the whole response (status line, headers, body), or what
+// came of it within 10 s.
+inline std::string ScrapeMetrics(int port) {
+  std::string out;
+  int fd = ConnectLoopback(port);
+  if (fd < 0) return out;
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+    char buf[8192];
+    for (ssize_t n; out.size() < (8 << 20) && (n = ::read(fd, buf, sizeof buf)) > 0;) {
+      out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return out;
+}
 
 // A CA, a server certificate for 127.0.0.1/localhost and a client certificate
 // (CN=ckpt-test-client), all signed by the CA, in `dir`; keys are mode 0600.

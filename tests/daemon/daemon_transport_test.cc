@@ -2,17 +2,13 @@
 // loopback, no auth decision, a token file others can write, a world-readable TLS key), TLS and
 // mutual TLS with a throwaway PKI, grpc.health.v1 without a token, Prometheus /metrics over
 // loopback HTTP, and one JSON log line per call, which a stalled stderr never holds up.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <future>
 
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
@@ -30,6 +26,8 @@ namespace fs = std::filesystem;
 using ::ckpt::testing::CliResult;
 using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::DaemonProcess;
+using ::ckpt::testing::RawUnaryCall;
+using ::ckpt::testing::ScrapeMetrics;
 using ::ckpt::testing::ReadText;
 using ::ckpt::testing::RunCli;
 using ::ckpt::testing::TempDir;
@@ -177,49 +175,6 @@ TEST_F(DaemonTransportTest, TlsAndMutualTls) {
   EXPECT_TRUE(seen) << m.log();
 }
 
-// A unary call with the request message `request` (bytes; empty by default) and no token; the
-// response's bytes.
-grpc::Status EmptyUnaryCall(const std::string& address, const std::string& method,
-                            std::string* bytes, const std::string& request = "") {
-  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  grpc::Slice message(request);
-  grpc::ByteBuffer request_buffer(&message, 1), response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request_buffer, &response,
-                 [&](grpc::Status s) { done.set_value(s); });
-  grpc::Status s = done.get_future().get();
-  bytes->clear();
-  std::vector<grpc::Slice> slices;
-  if (s.ok() && response.Dump(&slices).ok()) {
-    for (const auto& sl : slices) {
-      bytes->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-    }
-  }
-  return s;
-}
-
-// GET /metrics over loopback HTTP/1.0; the body.
-std::string Scrape(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    (void)!::write(fd, req.data(), req.size());
-    char buf[8192];
-    for (ssize_t n; out.size() < (8 << 20) && (n = ::read(fd, buf, sizeof buf)) > 0;) {
-      out.append(buf, static_cast<size_t>(n));
-    }
-  }
-  ::close(fd);
-  return out;
-}
-
 // The value of the metric line that contains every one of `parts`, or -1.
 double MetricValue(const std::string& body, const std::vector<std::string>& parts) {
   const std::vector<std::string> lines = absl::StrSplit(body, '\n');
@@ -243,25 +198,25 @@ TEST_F(DaemonTransportTest, HealthWithoutTokenAndMetricsOverLoopback) {
 
   // grpc.health.v1 Check with no token: HealthCheckResponse{status: SERVING (1)} = 08 01.
   std::string bytes;
-  grpc::Status health = EmptyUnaryCall(d.address(), "/grpc.health.v1.Health/Check", &bytes);
+  grpc::Status health = RawUnaryCall(d.address(), "/grpc.health.v1.Health/Check", "", &bytes);
   ASSERT_TRUE(health.ok()) << health.error_message();
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
   // The health-only port answers health, and has no AuditService at all.
   std::string health_only = "127.0.0.1:" + std::to_string(d.health_port());
-  ASSERT_TRUE(EmptyUnaryCall(health_only, "/grpc.health.v1.Health/Check", &bytes).ok());
+  ASSERT_TRUE(RawUnaryCall(health_only, "/grpc.health.v1.Health/Check", "", &bytes).ok());
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
-  EXPECT_EQ(EmptyUnaryCall(health_only, "/ckpt_audit.v1.AuditService/QueryAudits", &bytes)
+  EXPECT_EQ(RawUnaryCall(health_only, "/ckpt_audit.v1.AuditService/QueryAudits", "", &bytes)
                 .error_code(),
             grpc::StatusCode::UNIMPLEMENTED);
   // A request message that does not parse (a varint cut short) is the caller's error; a method
   // the service lacks stays UNIMPLEMENTED.
   for (const char* m : {"GetJob", "Gate"}) {
     const std::string method = std::string("/ckpt_audit.v1.AuditService/") + m;
-    EXPECT_EQ(EmptyUnaryCall(d.address(), method, &bytes, "\xff\xff\xff").error_code(),
+    EXPECT_EQ(RawUnaryCall(d.address(), method, "\xff\xff\xff", &bytes).error_code(),
               grpc::StatusCode::INVALID_ARGUMENT)
         << m;
   }
-  EXPECT_EQ(EmptyUnaryCall(d.address(), "/ckpt_audit.v1.AuditService/NoSuchMethod", &bytes)
+  EXPECT_EQ(RawUnaryCall(d.address(), "/ckpt_audit.v1.AuditService/NoSuchMethod", "", &bytes)
                 .error_code(),
             grpc::StatusCode::UNIMPLEMENTED);
 
@@ -270,7 +225,7 @@ TEST_F(DaemonTransportTest, HealthWithoutTokenAndMetricsOverLoopback) {
   CliResult answered = Gate(d, "");
   EXPECT_EQ(answered.rc, 1) << answered.err;
 
-  std::string body = Scrape(d.metrics_port());
+  std::string body = ScrapeMetrics(d.metrics_port());
   ASSERT_THAT(body, HasSubstr("200 OK"));
   const std::string gate = "method=\"/ckpt_audit.v1.AuditService/Gate\"";
   EXPECT_EQ(MetricValue(body, {"ckpt_auditd_rpcs_handled_total{", gate, "code=\"OK\""}), 1);
@@ -328,14 +283,8 @@ TEST_F(DaemonTransportTest, AStderrNobodyReadsNeverHoldsUpCalls) {
   // `n` health checks, each logged; how many were answered.
   auto calls = [&](int n) {
     for (int i = 0; i < n; ++i) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
-      grpc::Slice empty(std::string{});
-      grpc::ByteBuffer request(&empty, 1), response;
-      std::promise<grpc::Status> done;
-      stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                     &response, [&](grpc::Status s) { done.set_value(s); });
-      grpc::Status s = done.get_future().get();
+      grpc::Status s = RawUnaryCall(stub, "/grpc.health.v1.Health/Check", "", nullptr,
+                                    std::chrono::seconds(3));
       if (!s.ok()) {
         ADD_FAILURE() << "call " << i << ": " << s.error_message();
         return i;
