@@ -214,8 +214,12 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t
   return header;
 }
 
-absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
-    const std::string& path, const SafetensorsLimits& limits) {
+namespace {
+
+// A standalone file: its whole content, or only the 8-byte length and the header.
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> OpenStandalone(const std::string& path,
+                                                                const SafetensorsLimits& limits,
+                                                                bool whole) {
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
   const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
@@ -225,13 +229,34 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
   if (!file.ok()) return file.status();
   absl::StatusOr<io::FileIdentity> id = (*file)->Identity();
   if (!id.ok()) return id.status();
-  auto content = std::make_shared<std::vector<uint8_t>>(id->size);
+  uint64_t keep = id->size;
+  if (!whole && id->size >= 8) {
+    uint8_t len[8];
+    if (absl::Status s = io::ReadExactly(**file, 0, len, path); !s.ok()) return s;
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
+    // A length past the limit or the file is refused by the parser, from the prefix alone.
+    keep = n <= limits.max_header_bytes && n <= id->size - 8 ? 8 + n : 8;
+  }
+  auto content = std::make_shared<std::vector<uint8_t>>(std::min(keep, id->size));
   if (absl::Status s = io::ReadExactly(**file, 0, *content, path); !s.ok()) return s;
   absl::StatusOr<SafetensorsHeader> header =
-      ParseSafetensorsHeader(*content, content->size(), path, limits);
+      ParseSafetensorsHeader(*content, id->size, path, limits);
   if (!header.ok()) return header.status();
   return std::make_unique<SafetensorsFile>(path, *std::move(header), std::move(content),
                                            id->size);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
+    const std::string& path, const SafetensorsLimits& limits) {
+  return OpenStandalone(path, limits, /*whole=*/true);
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::OpenHeader(
+    const std::string& path, const SafetensorsLimits& limits) {
+  return OpenStandalone(path, limits, /*whole=*/false);
 }
 
 SafetensorsFile::SafetensorsFile(std::string path, SafetensorsHeader header,

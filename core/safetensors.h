@@ -79,6 +79,9 @@ class SafetensorsFile {
   // Reads a whole standalone file (e.g. an activations file) into memory and parses it.
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(
       const std::string& path, const SafetensorsLimits& limits = {});
+  // Reads only the 8-byte length and the header of a standalone file (Bytes() is empty).
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> OpenHeader(
+      const std::string& path, const SafetensorsLimits& limits = {});
 
   const std::string& path() const { return path_; }
   uint64_t file_size() const { return file_size_; }

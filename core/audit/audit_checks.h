@@ -1,14 +1,15 @@
-// The audit pipeline (shared by the CLI and the daemon): every check this build supports, each turned into one
-// evidence::CheckResult, assembled into an (unsigned) evidence record.
+// The audit (shared by the CLI and the daemon): every check this build supports, run by the one
+// engine (core/audit/engine.h), each turned into one evidence::CheckResult, assembled into an
+// (unsigned) evidence record.
 //
 // Checks: `fingerprint` (file digests, OMS manifest ROOT: the record's subjects),
 // `hf_layout` / `source_hf_layout` (a Hugging Face cache snapshot's or local-dir download's
 // own names and etags against the digests read: core/audit/layout_check.h),
-// `checkpoint_structure` (the strict reader and root rules), `scale_window` (the named policy),
-// with a source checkpoint `pair_verify` (lossless re-encoding), and with forward layers,
-// `block_forward` (the block forward of those layers on derived vs source, on the device the
-// caller chose). Adding a check means
-// adding one adapter here; the record, signing and log do not change.
+// `checkpoint_structure` (the strict reader and root rules), `scale_window` (the named policy:
+// scale_window_check.h), with a source checkpoint `pair_verify` (lossless re-encoding:
+// pair_check.h), and with forward layers, `block_forward` (the block forward of those layers on
+// derived vs source, on the device the caller chose: forward_check.h). Adding a check means a
+// Check of its own file and its record form; the record, signing and log do not change.
 #ifndef CKPT_CORE_AUDIT_AUDIT_CHECKS_H_
 #define CKPT_CORE_AUDIT_AUDIT_CHECKS_H_
 
@@ -23,7 +24,6 @@
 #include "core/forward/forward_audit.h"
 #include "core/progress.h"
 #include "core/quant/format.h"
-#include "core/quant/pair_verify.h"
 #include "core/quant/scale_window.h"
 
 namespace ckpt::audit {
@@ -66,13 +66,8 @@ std::vector<std::string> PolicyNames();
 evidence::PolicyRef PolicyRefOf(const quant::ScaleWindowConfig& policy);
 std::vector<evidence::Subject> SubjectsOf(const Fingerprint& fp);
 
-evidence::CheckResult FingerprintCheck(const Fingerprint& fp);
-evidence::CheckResult ScaleWindowCheck(const quant::ScaleWindowResult& r);
-evidence::CheckResult PairCheck(const quant::PairVerifyResult& r);
-// The record's pair_audit (and `verify-pair --json`): the pair check's full result.
-evidence::PairAudit PairAuditOf(const quant::PairVerifyResult& r);
-// `r` from forward::RunModelForward.
-evidence::CheckResult ForwardCheck(const forward::ForwardAuditResult& r);
+// The record's fingerprint check (each other check's record form is in its own file).
+evidence::CheckResult RecordOf(const Fingerprint& fp);
 
 // How an audit used storage and memory (not part of the record: it depends on timing).
 struct AuditStats {

@@ -5,8 +5,12 @@
 #include <cstring>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/forward/result_diff.h"
+#include "core/io/tree_stream.h"
+#include "core/io/tree_walk.h"
+#include "core/text/name_encoding.h"
 #include "core/quant/codecs.h"
 #include "core/safetensors.h"
 
@@ -117,44 +121,95 @@ std::optional<std::pair<TensorDiff, DType>> Compare(const TensorInfo& ta,
 
 }  // namespace
 
+namespace {
+
+// The header of one tensor file, its data left for StreamTrees (core/io/tree_stream.h).
+absl::StatusOr<std::shared_ptr<const TreeImage>> ReadHeader(const std::string& path,
+                                                            const ReadOptions& read) {
+  if (!absl::EndsWith(path, ".safetensors")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(EncodeName(path), ": diff compares .safetensors files"));
+  }
+  absl::StatusOr<TreeListing> listing = ListFile(path);
+  if (!listing.ok()) return listing.status();
+  auto image = ReadTree(*std::move(listing), read, NoProgress());
+  if (!image.ok()) return image.status();
+  const ImageFile& f = (*image)->files.front();
+  if (f.safetensors == nullptr) return f.header_status;
+  return image;
+}
+
+}  // namespace
+
 absl::StatusOr<FileDiffResult> DiffTensorFiles(const std::string& path_a,
-                                               const std::string& path_b) {
-  auto fa = SafetensorsFile::Open(path_a);
-  if (!fa.ok()) return fa.status();
-  auto fb = SafetensorsFile::Open(path_b);
-  if (!fb.ok()) return fb.status();
-  std::set<std::string> names;
-  for (const TensorInfo& t : (*fa)->tensors()) names.insert(t.name);
-  for (const TensorInfo& t : (*fb)->tensors()) names.insert(t.name);
+                                               const std::string& path_b,
+                                               uint64_t memory_window) {
+  // Both files are read once, in the window: each pair of tensors is compared as soon as both
+  // are in memory, and freed.
+  ReadOptions read;
+  read.keep = ReadOptions::Keep::kStreamTensorData;
+  read.file_digests = false;
+  read.tensor_digests = false;
+  read.memory_window = memory_window;
+  auto image_a = ReadHeader(path_a, read);
+  if (!image_a.ok()) return image_a.status();
+  read.memory_window -= std::min(read.memory_window, (*image_a)->kept_bytes);
+  auto image_b = ReadHeader(path_b, read);
+  if (!image_b.ok()) return image_b.status();
+  read.memory_window = memory_window;
+  const SafetensorsFile& fa = *(*image_a)->files.front().safetensors;
+  const SafetensorsFile& fb = *(*image_b)->files.front().safetensors;
+  std::set<std::string> name_set;
+  for (const TensorInfo& t : fa.tensors()) name_set.insert(t.name);
+  for (const TensorInfo& t : fb.tensors()) name_set.insert(t.name);
+  const std::vector<std::string> names(name_set.begin(), name_set.end());
+
+  std::vector<nlohmann::json> entries(names.size());
+  std::vector<char> equal_bits(names.size(), 0);  // a compared pair, bitwise equal
+  std::vector<StreamWork> work;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const TensorInfo* ta = fa.Find(names[i]);
+    const TensorInfo* tb = fb.Find(names[i]);
+    if (ta == nullptr || tb == nullptr) {
+      entries[i] = {{"status", ta == nullptr ? "only_in_b" : "only_in_a"}};
+    } else if (ta->shape != tb->shape) {
+      entries[i] = {{"status", "shape_differs"}, {"shape_a", Shape(*ta)}, {"shape_b", Shape(*tb)}};
+    } else {
+      work.push_back({names[i], {{&fa, ta}, {&fb, tb}}, [&, i, ta, tb]() -> absl::Status {
+        if (auto d = Compare(*ta, fa.Bytes(*ta), *tb, fb.Bytes(*tb)); !d) {
+          entries[i] = {{"status", "dtype_not_comparable"},
+                        {"dtype_a", DTypeName(ta->dtype)},
+                        {"dtype_b", DTypeName(tb->dtype)}};
+        } else {
+          entries[i] = ToJson(d->first);
+          entries[i]["status"] = "compared";
+          entries[i]["dtype_a"] = DTypeName(ta->dtype);
+          entries[i]["dtype_b"] = DTypeName(tb->dtype);
+          entries[i]["compared_in"] = DTypeName(d->second);
+          entries[i]["shape"] = Shape(*ta);
+          equal_bits[i] = d->first.bitwise_equal();
+        }
+        return absl::OkStatus();
+      }});
+    }
+  }
+  auto streamed = StreamTrees({*image_a, *image_b}, std::move(work), read, NoProgress());
+  if (!streamed.ok()) return streamed.status();
+  for (const auto& image : streamed->images) {
+    if (absl::Status s = image->CheckUnchanged(); !s.ok()) return s;
+  }
 
   nlohmann::json tensors = nlohmann::json::object();
   uint64_t compared = 0, equal = 0, unmatched = 0;
-  for (const std::string& name : names) {
-    const TensorInfo* ta = (*fa)->Find(name);
-    const TensorInfo* tb = (*fb)->Find(name);
-    nlohmann::json entry;
-    if (ta == nullptr || tb == nullptr) {
-      entry = {{"status", ta == nullptr ? "only_in_b" : "only_in_a"}};
-      ++unmatched;
-    } else if (ta->shape != tb->shape) {
-      entry = {{"status", "shape_differs"}, {"shape_a", Shape(*ta)}, {"shape_b", Shape(*tb)}};
-      ++unmatched;
-    } else if (auto d = Compare(*ta, (*fa)->Bytes(*ta), *tb, (*fb)->Bytes(*tb)); !d) {
-      entry = {{"status", "dtype_not_comparable"},
-               {"dtype_a", DTypeName(ta->dtype)},
-               {"dtype_b", DTypeName(tb->dtype)}};
-      ++unmatched;
-    } else {
-      entry = ToJson(d->first);
-      entry["status"] = "compared";
-      entry["dtype_a"] = DTypeName(ta->dtype);
-      entry["dtype_b"] = DTypeName(tb->dtype);
-      entry["compared_in"] = DTypeName(d->second);
-      entry["shape"] = Shape(*ta);
+  for (size_t i = 0; i < names.size(); ++i) {
+    nlohmann::json& entry = entries[i];
+    if (entry["status"] == "compared") {
       ++compared;
-      equal += d->first.bitwise_equal();
+      equal += equal_bits[i];
+    } else {
+      ++unmatched;
     }
-    tensors[name] = std::move(entry);
+    tensors[names[i]] = std::move(entry);
   }
   FileDiffResult r;
   r.identical = unmatched == 0 && equal == compared;

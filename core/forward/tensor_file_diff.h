@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/io/tree_image.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::forward {
@@ -25,8 +26,12 @@ struct FileDiffResult {
   bool identical = false;  // same tensor names and shapes, every element equal
 };
 
-// Errors when a file cannot be read as safetensors (the strict reader's message).
-absl::StatusOr<FileDiffResult> DiffTensorFiles(const std::string& a, const std::string& b);
+// Both files are read once, holding at most `memory_window` bytes of them (headers and the
+// pairs of tensors being compared; core/io/tree_stream.h). Errors when a file cannot be read as
+// safetensors (the strict reader's message) or is not named *.safetensors, RESOURCE_EXHAUSTED
+// when one pair of tensors does not fit the window, DATA_LOSS when a file changes meanwhile.
+absl::StatusOr<FileDiffResult> DiffTensorFiles(const std::string& a, const std::string& b,
+                                               uint64_t memory_window = kDefaultMemoryWindow);
 
 }  // namespace ckpt::forward
 

@@ -100,4 +100,19 @@ absl::StatusOr<TreeListing> ListTree(const std::string& root, const TreeWalkOpti
   return ListTree(std::shared_ptr<const io::Directory>(*std::move(dir)), options);
 }
 
+absl::StatusOr<TreeListing> ListFile(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const std::string leaf = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (leaf.empty() || leaf == "." || leaf == "..") {
+    return absl::InvalidArgumentError(absl::StrCat(EncodeName(path), ": not a file name"));
+  }
+  absl::StatusOr<std::unique_ptr<io::Directory>> opened = io::RealFileSystem().OpenRoot(dir);
+  if (!opened.ok()) return opened.status();
+  std::shared_ptr<const io::Directory> root(*std::move(opened));
+  absl::StatusOr<io::FileIdentity> id = root->StatAt(leaf);
+  if (!id.ok()) return id.status();
+  return TreeListing{root, {}, {{leaf, EncodeName(leaf), id->size, root, leaf, "", false}}, {}};
+}
+
 }  // namespace ckpt

@@ -53,6 +53,9 @@ absl::StatusOr<TreeListing> ListTree(std::shared_ptr<const io::Directory> root,
                                      const TreeWalkOptions& options = {});
 // Opens `root` on the real file system first. NOT_FOUND when it is not a directory.
 absl::StatusOr<TreeListing> ListTree(const std::string& root, const TreeWalkOptions& options = {});
+// A listing of one file on the real file system: its directory is the root and the file, by
+// its last component, the one entry (opened later without following a link, as any file).
+absl::StatusOr<TreeListing> ListFile(const std::string& path);
 
 // Path order of model_signing (Python PurePosixPath): component by component, so "a/b" sorts
 // before "a.b" even though '.' < '/' as bytes.

@@ -5,7 +5,10 @@
 #include <cstdio>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/io/tree_image.h"
 #include "core/text/name_encoding.h"
 #include "services/cli/commands.h"
 
@@ -27,6 +30,71 @@ std::string HumanBytes(uint64_t bytes) {
     ++u;
   }
   return u == 0 ? absl::StrFormat("%d B", bytes) : absl::StrFormat("%.2f %s", v, kUnits[u]);
+}
+
+absl::StatusOr<uint64_t> ParseByteSize(std::string_view text) {
+  const auto bad = [&](const char* why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", std::string(text), "' is not a size (", why,
+                     "): give bytes or a binary size such as 256M, 1.5G or 2GiB"));
+  };
+  size_t i = 0;
+  uint64_t whole = 0;
+  while (i < text.size() && absl::ascii_isdigit(text[i])) {
+    const uint64_t digit = text[i++] - '0';
+    if (whole > (UINT64_MAX - digit) / 10) return bad("too large");
+    whole = whole * 10 + digit;
+  }
+  if (i == 0) return bad("no digits");
+  // The fraction as digits over a power of ten (at most 9 digits: exact in 64 bits).
+  uint64_t frac = 0, frac_scale = 1;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    const size_t start = i;
+    while (i < text.size() && absl::ascii_isdigit(text[i])) {
+      if (i - start == 9) return bad("too many decimals");
+      frac = frac * 10 + (text[i++] - '0');
+      frac_scale *= 10;
+    }
+    if (i == start) return bad("no digits after the point");
+  }
+  const std::string unit = absl::AsciiStrToLower(std::string(text.substr(i)));
+  int shift = 0;
+  if (!unit.empty()) {
+    static constexpr std::string_view kPrefixes = "kmgt";
+    const size_t p = kPrefixes.find(unit[0]);
+    if (p == std::string_view::npos || !(unit.size() == 1 || unit.substr(1) == "ib")) {
+      return bad("unknown unit");
+    }
+    shift = 10 * static_cast<int>(p + 1);
+  }
+  if (whole > (UINT64_MAX >> shift)) return bad("too large");
+  const uint64_t bytes = whole << shift;
+  // frac / frac_scale of 2^shift, which must be a whole number of bytes.
+  const unsigned __int128 part = (static_cast<unsigned __int128>(frac) << shift);
+  if (part % frac_scale != 0) return bad("not a whole number of bytes");
+  const uint64_t extra = static_cast<uint64_t>(part / frac_scale);
+  if (bytes > UINT64_MAX - extra) return bad("too large");
+  return bytes + extra;
+}
+
+void AddMemoryWindowFlag(CLI::App* cmd, uint64_t* window) {
+  cmd->add_option_function<std::string>(
+      "--memory-window",
+      [window](const std::string& text) {
+        absl::StatusOr<uint64_t> v = ParseByteSize(text);
+        if (v.ok() && *v < kMinMemoryWindow) {
+          v = absl::InvalidArgumentError(absl::StrCat(
+              text, " is below one read chunk (", HumanBytes(kMinMemoryWindow), ")"));
+        }
+        if (!v.ok()) {
+          throw CLI::ValidationError("--memory-window",
+                                     absl::StrCat("INVALID_ARGUMENT: ", v.status().message()));
+        }
+        *window = *v;
+      },
+      absl::StrCat("checkpoint (and source) bytes kept in memory at most: bytes or 256M, 1.5G, "
+                   "2GiB (default ", HumanBytes(kDefaultMemoryWindow), ")"));
 }
 
 TerminalProgress::TerminalProgress() : tty_(::isatty(STDERR_FILENO) == 1) {}

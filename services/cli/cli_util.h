@@ -9,7 +9,9 @@
 #include <string>
 #include <string_view>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/progress.h"
 
 namespace ckpt::cli {
@@ -41,6 +43,16 @@ class TerminalProgress final : public Progress {
 };
 
 std::string HumanBytes(uint64_t bytes);
+
+// A size in bytes: a byte count ("1048576") or a binary size ("256M" or "256MiB" = 256 MiB,
+// "1.5G", "2GiB", "64K", "1T"; case-insensitive). INVALID_ARGUMENT for anything else, for a
+// size that overflows 64 bits, and for a fraction of a byte.
+absl::StatusOr<uint64_t> ParseByteSize(std::string_view text);
+
+// `--memory-window SIZE` on a command that reads tensor data (docs/audit-engine.md, "Memory"):
+// ParseByteSize, at least kMinMemoryWindow (one read chunk); a bad value is a usage error
+// (exit 2) naming the flag.
+void AddMemoryWindowFlag(CLI::App* cmd, uint64_t* window);
 
 }  // namespace ckpt::cli
 

@@ -133,8 +133,7 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--emulate", a->emulate,
                   "also run the block forward as a backend loads it: vllm-w13-collapse");
   cmd->add_option("--threads", a->options.threads, "worker threads (0: all cores)");
-  cmd->add_option("--memory-window", a->options.memory_window,
-                  "bytes of checkpoint (and source) kept in memory at most");
+  AddMemoryWindowFlag(cmd, &a->options.memory_window);
   cmd->add_option("--model-ref", a->options.refs.model_ref,
                   "recorded as given: where ROOT came from, e.g. a repo@revision (default: "
                   "the repo and commit of a Hugging Face cache snapshot or local-dir)");

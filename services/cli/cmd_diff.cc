@@ -15,10 +15,11 @@ namespace {
 struct DiffArgs {
   std::string a, b;
   bool json = false;
+  uint64_t memory_window = kDefaultMemoryWindow;
 };
 
 int Run(const DiffArgs& args) {
-  auto r = forward::DiffTensorFiles(args.a, args.b);
+  auto r = forward::DiffTensorFiles(args.a, args.b, args.memory_window);
   if (!r.ok()) return ReportError(r.status());
   const nlohmann::json& j = r->report;
   if (args.json) {
@@ -55,6 +56,7 @@ void AddDiffCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("A", a->a, "first safetensors file")->required();
   cmd->add_option("B", a->b, "second safetensors file")->required();
   cmd->add_flag("--json", a->json, "machine-readable output");
+  AddMemoryWindowFlag(cmd, &a->memory_window);
   cmd->callback([=] { *exit_code = Run(*a); });
 }
 

@@ -5,8 +5,7 @@
 #include <map>
 
 #include "absl/strings/str_format.h"
-#include "core/checkpoint.h"
-#include "core/io/hf_layout.h"
+#include "core/audit/engine.h"
 #include "core/quant/format.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
@@ -40,33 +39,39 @@ void AddFile(const SafetensorsFile& f, const std::string& name, Summary* s) {
   }
 }
 
-absl::StatusOr<Summary> Summarize(const std::string& path, const LinkOptions& links) {
+absl::StatusOr<Summary> Summarize(const std::string& path, const LinkOptions& links,
+                                  uint64_t window) {
   Summary s;
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-    auto f = SafetensorsFile::Open(path);
+    auto f = SafetensorsFile::OpenHeader(path);
     if (!f.ok()) return f.status();
     s.kind = "safetensors file";
     AddFile(**f, path, &s);
     return s;
   }
-  auto listing = ListLayout(path, links);
-  if (!listing.ok()) return listing.status();
-  s.layout = std::string(TreeLayoutName(listing->layout.kind));
-  s.model_ref = listing->layout.ModelRef();
-  auto image = ReadTree(std::move(listing->listing), Checkpoint::ReadOnly(), NoProgress());
-  if (!image.ok()) return image.status();
-  auto ckpt = Checkpoint::Open(*std::move(image));
-  if (!ckpt.ok()) return ckpt.status();
-  s.kind = absl::StrFormat("checkpoint root (%s) %s", LayoutName((*ckpt)->layout()),
-                           EncodeName((*ckpt)->root()));
-  const quant::FormatReport format = quant::DetectFormat(**ckpt);
+  // Small files and headers only: no tensor data is read (core/audit/engine.h).
+  audit::EngineOptions options;
+  options.root = path;
+  options.links = links;
+  options.memory_window = window;  // small files and headers count against it
+  options.file_digests = false;
+  auto engine = audit::Engine::Open(options, NoProgress());
+  if (!engine.ok()) return engine.status();
+  const audit::TreeHeaders& tree = (*engine)->root();
+  s.layout = std::string(TreeLayoutName(tree.layout.kind));
+  s.model_ref = tree.layout.ModelRef();
+  if (tree.checkpoint == nullptr) return tree.checkpoint_status;
+  const Checkpoint* ckpt = tree.checkpoint.get();
+  s.kind = absl::StrFormat("checkpoint root (%s) %s", LayoutName(ckpt->layout()),
+                           EncodeName(ckpt->root()));
+  const quant::FormatReport format = quant::DetectFormat(*ckpt);
   s.quantization = format.Describe();
   if (format.findings.total() > 0) {
     s.quantization += " (" + std::to_string(format.findings.total()) +
                       " contract findings: ckpt-audit quant-check)";
   }
-  for (const auto& shard : (*ckpt)->shards()) AddFile(*shard, (*ckpt)->RelativePath(*shard), &s);
+  for (const auto& shard : ckpt->shards()) AddFile(*shard, ckpt->RelativePath(*shard), &s);
   return s;
 }
 
@@ -112,8 +117,10 @@ void AddInspectCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", *json, "machine-readable output");
   auto links = std::make_shared<LinkOptions>();
   AddLinkFlags(cmd, links.get());
+  auto window = std::make_shared<uint64_t>(kDefaultMemoryWindow);
+  AddMemoryWindowFlag(cmd, window.get());
   cmd->callback([=] {
-    absl::StatusOr<Summary> s = Summarize(*path, *links);
+    absl::StatusOr<Summary> s = Summarize(*path, *links, *window);
     if (!s.ok()) {
       *exit_code = ReportError(s.status());
       return;

@@ -17,6 +17,7 @@
 #include "services/cli/read_file.h"
 #include "storage/evidence_log.h"
 #include "storage/note_key.h"
+#include "storage/tlog_checkpoint.h"
 
 namespace ckpt::cli {
 namespace {
@@ -64,10 +65,25 @@ void PrintEcdsaKey(const evidence::EcdsaPublicKey& pub, const std::string& path,
 }
 
 // The note verifier key of `pub` under the name of the log at `db`; empty without a db.
-absl::StatusOr<std::string> LogVerifierKey(const std::string& db, const evidence::PublicKey& pub) {
+// The log's note verifier key for `pub`. `chosen`: the caller named the key (--key); else it
+// is the per-user default, shown only when it is the key that signs the log's checkpoints.
+absl::StatusOr<std::string> LogVerifierKey(const std::string& db, const evidence::PublicKey& pub,
+                                           bool chosen) {
   if (db.empty()) return std::string();
   auto log = storage::EvidenceLog::OpenReadOnly(db);
   if (!log.ok()) return log.status();
+  if (!chosen) {
+    auto latest = (*log)->LatestCheckpoint();
+    evidence::TrustStore only;
+    only.Add(pub);
+    if (!latest.ok() ||
+        !storage::VerifyCheckpoint(latest->second, (*log)->origin(), only).ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          db, ": ", latest.ok() ? "its checkpoints are not signed by" : "has no checkpoint "
+          "to tell its signer; not showing", " the per-user key ", pub.KeyId(),
+          ": name the log's signing key with --key"));
+    }
+  }
   return storage::FormatNoteVerifierKey((*log)->origin(), pub);
 }
 
@@ -112,7 +128,7 @@ int Generate(const KeyArgs& a) {
 }
 
 int ShowEd25519(const evidence::PublicKey& pub, const std::string& path, const KeyArgs& a) {
-  auto vkey = LogVerifierKey(a.db, pub);
+  auto vkey = LogVerifierKey(a.db, pub, /*chosen=*/!a.key.empty());
   if (!vkey.ok()) return ReportError(vkey.status());
   PrintKey(pub, path, a.name, *vkey, a.json);
   return kExitOk;
@@ -159,7 +175,9 @@ void AddKeysCommand(CLI::App& app, int* exit_code) {
   auto* show = keys->add_subcommand("show", "Print a key's id, trust-file line and public PEM");
   show->add_option("--key,KEY", args->key, "private or public key file (default: per-user key)");
   show->add_option("--name", args->name, "name written after the key in the trust line");
-  show->add_option("--db", args->db, "also print this log's note verifier key (C2SP vkey)");
+  show->add_option("--db", args->db,
+                   "also print this log's note verifier key (C2SP vkey); without --key, only "
+                   "when the per-user key signs the log's checkpoints");
   show->add_flag("--json", args->json, "machine-readable output");
   show->callback([=] { *exit_code = Show(*args); });
 }

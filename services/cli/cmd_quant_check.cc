@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "core/checkpoint.h"
+#include "core/audit/engine.h"
+#include "core/audit/scale_window_check.h"
 #include "core/quant/format.h"
-#include "core/quant/scale_window.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
 #include "services/cli/cli_util.h"
@@ -18,9 +18,8 @@ namespace ckpt::cli {
 namespace {
 
 struct QuantCheckArgs {
-  std::string root;
+  audit::EngineOptions engine;  // root, threads, window
   bool json = false;
-  unsigned threads = 0;
   size_t max_findings = 20;
   std::vector<std::string> map_root;
 };
@@ -42,35 +41,40 @@ int Run(const QuantCheckArgs& a) {
     if (!m.ok()) return ReportError(m.status());
     fopt.root_map.push_back(*m);
   }
-  auto ckpt = Checkpoint::Open(a.root);
-  if (!ckpt.ok()) return ReportError(ckpt.status());
-  const quant::FormatReport format = quant::DetectFormat(**ckpt, fopt);
+  TerminalProgress progress;
+  // One read of the root in the memory window (core/audit/engine.h); no file digests.
+  auto engine = audit::Engine::Open(a.engine, progress);
+  if (!engine.ok()) return ReportError(engine.status());
+  const Checkpoint* ckpt = (*engine)->root().checkpoint.get();
+  if (ckpt == nullptr) return ReportError((*engine)->root().checkpoint_status);
+  const quant::FormatReport format = quant::DetectFormat(*ckpt, fopt);
   quant::ScaleWindowConfig config;
   config.max_listed = a.max_findings;
-  TerminalProgress progress;
-  absl::StatusOr<quant::ScaleWindowResult> sw =
-      quant::ScaleWindowPolicy(config).Check(**ckpt, progress, a.threads);
-  if (!sw.ok()) return ReportError(sw.status());
+  audit::ScaleWindowCheck check(config);
+  auto streamed = (*engine)->Run({&check}, progress);
+  if (!streamed.ok()) return ReportError(streamed.status());
+  if (absl::Status s = (*engine)->CheckUnchanged(*streamed); !s.ok()) return ReportError(s);
+  const quant::ScaleWindowResult sw = std::move(check).Result();
   const bool failed = format.findings.total() > 0 ||
-                      sw->verdict == quant::ScaleWindowVerdict::kOverSpan ||
-                      sw->verdict == quant::ScaleWindowVerdict::kNaNScale;
+                      sw.verdict == quant::ScaleWindowVerdict::kOverSpan ||
+                      sw.verdict == quant::ScaleWindowVerdict::kNaNScale;
   if (a.json) {
-    nlohmann::json j = {{"root", (*ckpt)->root()},
+    nlohmann::json j = {{"root", ckpt->root()},
                         {"format", format.ToJson()},
-                        {"scale_window", sw->ToJson()},
+                        {"scale_window", sw.ToJson()},
                         {"passed", !failed}};
     std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
-    std::printf("%s\nformat: %s, %llu quantized tensors\n", EncodeName((*ckpt)->root()).c_str(),
+    std::printf("%s\nformat: %s, %llu quantized tensors\n", EncodeName(ckpt->root()).c_str(),
                 format.Describe().c_str(),
                 static_cast<unsigned long long>(format.quantized_modules));
     PrintList("contract findings", format.findings);
     std::printf("scale window (%s): %s; %llu all-zero groups with out-of-window scales\n",
-                sw->config.id().c_str(), quant::VerdictName(sw->verdict).c_str(),
-                static_cast<unsigned long long>(sw->zero_groups_out_of_window));
-    PrintList("over-span groups", sw->over_span);
-    PrintList("NaN scales", sw->nan_scales);
-    PrintList("backend hazards", sw->hazards);
+                sw.config.id().c_str(), quant::VerdictName(sw.verdict).c_str(),
+                static_cast<unsigned long long>(sw.zero_groups_out_of_window));
+    PrintList("over-span groups", sw.over_span);
+    PrintList("NaN scales", sw.nan_scales);
+    PrintList("backend hazards", sw.hazards);
   }
   return failed ? kExitCheckFailed : kExitOk;
 }
@@ -81,9 +85,11 @@ void AddQuantCheckCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand(
       "quant-check", "Detect the quantization format, check its contract and the scale window");
   auto a = std::make_shared<QuantCheckArgs>();
-  cmd->add_option("ROOT", a->root, "checkpoint root")->required();
+  a->engine.file_digests = false;
+  cmd->add_option("ROOT", a->engine.root, "checkpoint root")->required();
   cmd->add_flag("--json", a->json, "machine-readable output");
-  cmd->add_option("--threads", a->threads, "worker threads (0 = all cores)");
+  cmd->add_option("--threads", a->engine.threads, "worker threads (0 = all cores)");
+  AddMemoryWindowFlag(cmd, &a->engine.memory_window);
   cmd->add_option("--max-findings", a->max_findings, "findings listed per kind");
   cmd->add_option("--map-root", a->map_root,
                   "/DECLARED=/ACTUAL: where an X4T checkpoint_root is mounted now");

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "core/audit/audit_checks.h"
-#include "core/checkpoint.h"
+#include "core/audit/engine.h"
+#include "core/audit/pair_check.h"
 #include "core/quant/pair_verify.h"
 #include "core/text/json_dump.h"
 #include "services/cli/cli_util.h"
@@ -16,16 +16,15 @@ namespace ckpt::cli {
 namespace {
 
 struct VerifyPairArgs {
-  std::string source, derived;
+  audit::EngineOptions engine;  // root: the derived checkpoint
   bool json = false;
   size_t max_findings = 20;
-  unsigned threads = 0;
   std::vector<std::string> map_root;
 };
 
 void PrintText(const VerifyPairArgs& a, const quant::PairVerifyResult& r) {
-  std::printf("source:  %s (%s)\n", a.source.c_str(), r.source_format.c_str());
-  std::printf("derived: %s (%s)\n", a.derived.c_str(), r.derived_format.c_str());
+  std::printf("source:  %s (%s)\n", a.engine.source.c_str(), r.source_format.c_str());
+  std::printf("derived: %s (%s)\n", a.engine.root.c_str(), r.derived_format.c_str());
   std::printf("verdict: %s\n", r.verdict().c_str());
   std::printf("  quantized tensors %llu (%s packed, %llu scale blocks), fused groups %llu, "
               "zero groups canonicalized %llu\n",
@@ -51,29 +50,33 @@ void PrintText(const VerifyPairArgs& a, const quant::PairVerifyResult& r) {
 int Run(const VerifyPairArgs& a) {
   quant::PairVerifyOptions options;
   options.max_findings = a.max_findings;
-  options.threads = a.threads;
+  options.threads = a.engine.threads;
   for (const std::string& spec : a.map_root) {
     absl::StatusOr<quant::RootMapping> m = quant::ParseRootMapping(spec);
     if (!m.ok()) return ReportError(m.status());
     options.format.root_map.push_back(*m);
   }
-  auto source = Checkpoint::Open(a.source);
-  if (!source.ok()) return ReportError(source.status());
-  auto derived = Checkpoint::Open(a.derived);
-  if (!derived.ok()) return ReportError(derived.status());
   TerminalProgress progress;
-  absl::StatusOr<quant::PairVerifyResult> r =
-      quant::VerifyPair(**source, **derived, options, progress);
-  if (!r.ok()) return ReportError(r.status());
+  // One read of both trees in the memory window (core/audit/engine.h); no file digests.
+  auto engine = audit::Engine::Open(a.engine, progress);
+  if (!engine.ok()) return ReportError(engine.status());
+  const audit::Engine& e = **engine;
+  if (e.source().checkpoint == nullptr) return ReportError(e.source().checkpoint_status);
+  if (e.root().checkpoint == nullptr) return ReportError(e.root().checkpoint_status);
+  audit::PairCheck check(options);
+  auto streamed = (*engine)->Run({&check}, progress);
+  if (!streamed.ok()) return ReportError(streamed.status());
+  if (absl::Status s = e.CheckUnchanged(*streamed); !s.ok()) return ReportError(s);
+  const quant::PairVerifyResult r = std::move(check).Result();
   if (a.json) {
-    nlohmann::ordered_json j = audit::PairAuditOf(*r).ToJson();
-    j["source"] = (*source)->root();
-    j["derived"] = (*derived)->root();
+    nlohmann::ordered_json j = audit::PairAuditOf(r).ToJson();
+    j["source"] = e.source().checkpoint->root();
+    j["derived"] = e.root().checkpoint->root();
     std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
-    PrintText(a, *r);
+    PrintText(a, r);
   }
-  return r->lossless ? kExitOk : kExitCheckFailed;
+  return r.lossless ? kExitOk : kExitCheckFailed;
 }
 
 }  // namespace
@@ -83,11 +86,13 @@ void AddVerifyPairCommand(CLI::App& app, int* exit_code) {
       "verify-pair", "Verify that a derived checkpoint (NVFP4 or X4T) is a lossless re-encoding "
                      "of an MXFP4 source");
   auto a = std::make_shared<VerifyPairArgs>();
-  cmd->add_option("--source", a->source, "MXFP4 source checkpoint root")->required();
-  cmd->add_option("--derived", a->derived, "NVFP4 or X4T checkpoint root")->required();
+  a->engine.file_digests = false;
+  cmd->add_option("--source", a->engine.source, "MXFP4 source checkpoint root")->required();
+  cmd->add_option("--derived", a->engine.root, "NVFP4 or X4T checkpoint root")->required();
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->add_option("--max-findings", a->max_findings, "mismatches to list (all are counted)");
-  cmd->add_option("--threads", a->threads, "worker threads (0 = all cores)");
+  cmd->add_option("--threads", a->engine.threads, "worker threads (0 = all cores)");
+  AddMemoryWindowFlag(cmd, &a->engine.memory_window);
   cmd->add_option("--map-root", a->map_root,
                   "/DECLARED=/ACTUAL: where an X4T checkpoint_root is mounted now");
   cmd->callback([=] { *exit_code = Run(*a); });

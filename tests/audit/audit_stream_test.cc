@@ -16,6 +16,7 @@
 #include <functional>
 
 #include "core/audit/audit_checks.h"
+#include "core/audit/pair_check.h"
 #include "core/checkpoint.h"
 #include "core/fingerprint/fingerprint.h"
 #include "core/quant/pair_verify.h"

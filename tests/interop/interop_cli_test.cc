@@ -365,5 +365,32 @@ TEST_F(InteropCli, ProofsVerifyOfflineWithTheLogsVerifierKey) {
   EXPECT_EQ(Run("proof --db " + Db() + " --id 99").rc, 2);
 }
 
+// `keys show --db LOG` without --key shows the per-user key only when it signs LOG's
+// checkpoints: a log signed by another key is refused, naming the per-user key.
+TEST_F(InteropCli, KeysShowWithADbShowsOnlyTheLogsSigner) {
+  MakeKey();
+  const std::string signed_db = (dir_ / "other.db").string();
+  ASSERT_EQ(Run("audit " + Fixture("mini-kimi-mxfp4").string() + " --db " + signed_db +
+                " --key " + Key()).rc,
+            0);
+  const std::string per_user_db = (dir_ / "per-user.db").string();
+  ASSERT_EQ(Run("audit " + Fixture("mini-kimi-mxfp4").string() + " --db " + per_user_db).rc, 0);
+
+  Result refused = Run("keys show --db " + signed_db);
+  EXPECT_EQ(refused.rc, 2);
+  EXPECT_THAT(refused.err, HasSubstr("not signed by the per-user key"));
+  EXPECT_THAT(refused.err, HasSubstr("--key"));
+  EXPECT_EQ(refused.out, "");
+
+  Result shown = Run("keys show --db " + per_user_db + " --json");
+  ASSERT_EQ(shown.rc, 0) << shown.err;
+  auto log = storage::EvidenceLog::Open(per_user_db, false);
+  ASSERT_TRUE(log.ok());
+  EXPECT_EQ(json::parse(shown.out)["note_verifier_key"].get<std::string>().rfind(
+                (*log)->origin() + "+", 0),
+            0u);
+  EXPECT_EQ(Run("keys show --key " + Key() + " --db " + signed_db).rc, 0);  // named: shown
+}
+
 }  // namespace
 }  // namespace ckpt

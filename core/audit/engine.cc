@@ -1,0 +1,94 @@
+#include "core/audit/engine.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace ckpt::audit {
+namespace {
+
+// The first half of a tree's one read: listing (by its layout, docs/hf-layouts.md), small
+// files and safetensors headers; the tensor data is left for StreamTrees.
+absl::StatusOr<TreeHeaders> ReadHeaders(const std::string& path,
+                                        std::shared_ptr<const io::Directory> dir,
+                                        const LinkOptions& links, const ReadOptions& read,
+                                        Progress& progress) {
+  if (dir == nullptr) {
+    absl::StatusOr<std::unique_ptr<io::Directory>> opened = io::RealFileSystem().OpenRoot(path);
+    if (!opened.ok()) return opened.status();
+    dir = *std::move(opened);
+  }
+  absl::StatusOr<LayoutListing> listing = ListLayout(std::move(dir), links);
+  if (!listing.ok()) return listing.status();
+  auto image = ReadTree(std::move(listing->listing), read, progress);
+  if (!image.ok()) return image.status();
+  TreeHeaders h{*image, std::move(listing->walk), std::move(listing->layout),
+                std::move(listing->resolver), nullptr, absl::OkStatus()};
+  auto ckpt = Checkpoint::Open(*std::move(image));
+  if (ckpt.ok()) {
+    h.checkpoint = *std::move(ckpt);
+  } else {
+    h.checkpoint_status = ckpt.status();
+  }
+  return h;
+}
+
+}  // namespace
+
+void WorkPlan::Need(const Checkpoint& ckpt, const std::vector<std::string>& names,
+                    StreamWork* work) {
+  for (const std::string& n : names) {
+    if (std::optional<TensorRef> t = ckpt.Find(n)) work->tensors.push_back({t->file, t->info});
+  }
+}
+
+std::vector<StreamWork> WorkPlan::Take() && {
+  std::stable_sort(keyed_.begin(), keyed_.end(),
+                   [](const Keyed& a, const Keyed& b) { return a.key < b.key; });
+  std::vector<StreamWork> out;
+  out.reserve(keyed_.size() + last_.size());
+  for (Keyed& k : keyed_) out.push_back(std::move(k.work));
+  for (StreamWork& w : last_) out.push_back(std::move(w));
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options,
+                                                     Progress& progress) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->read_.keep = ReadOptions::Keep::kStreamTensorData;
+  e->read_.threads = options.threads;
+  e->read_.memory_window = options.memory_window;
+  e->read_.file_digests = options.file_digests;
+  e->read_.tensor_digests = false;  // records name files and the manifest ROOT, not tensors
+  auto root = ReadHeaders(options.root, options.root_dir, options.links, e->read_, progress);
+  if (!root.ok()) return root.status();
+  e->root_ = *std::move(root);
+  if (!options.source.empty() || options.source_dir != nullptr) {
+    // Both trees share one window: the source's small files and headers get what the root's
+    // left.
+    ReadOptions read = e->read_;
+    read.memory_window -= std::min(read.memory_window, e->root_.image->kept_bytes);
+    auto source = ReadHeaders(options.source, options.source_dir, options.links, read, progress);
+    if (!source.ok()) return source.status();
+    e->source_ = *std::move(source);
+  }
+  return e;
+}
+
+absl::StatusOr<StreamResult> Engine::Run(const std::vector<Check*>& checks, Progress& progress) {
+  WorkPlan plan;
+  for (Check* c : checks) {
+    if (absl::Status s = c->Plan(checkpoints(), plan); !s.ok()) return s;
+  }
+  std::vector<std::shared_ptr<const TreeImage>> images = {root_.image};
+  if (source_) images.push_back(source_->image);
+  return StreamTrees(images, std::move(plan).Take(), read_, progress);
+}
+
+absl::Status Engine::CheckUnchanged(const StreamResult& streamed) const {
+  for (const auto& image : streamed.images) {
+    if (absl::Status s = image->CheckUnchanged(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ckpt::audit

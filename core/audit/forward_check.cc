@@ -1,0 +1,102 @@
+#include "core/audit/forward_check.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace ckpt::audit {
+namespace {
+
+// Every tensor of layer `layer` ("…layers.<layer>.…"): what the block forward reads.
+std::vector<std::string> LayerTensors(const Checkpoint& ckpt, int layer) {
+  const std::string mark = absl::StrCat("layers.", layer, ".");
+  std::vector<std::string> out;
+  for (const std::string& n : ckpt.TensorNames()) {
+    const size_t at = n.find(mark);
+    if (at != std::string::npos && (at == 0 || n[at - 1] == '.')) out.push_back(n);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status ForwardCheck::Plan(const Checkpoints& trees, WorkPlan& plan) {
+  if (trees.root == nullptr) return absl::OkStatus();
+  const Checkpoint& d = *trees.root;
+  const Checkpoint* s = trees.source;
+  auto layers = forward::ResolveLayers(layers_, d.text_config());
+  if (!layers.ok()) return layers.status();
+  // Last among ties: the requested layers of both trees are held until they have run.
+  StreamWork w{absl::StrCat("block_forward layers ", layers_), {}, {}};
+  for (int layer : *layers) {
+    WorkPlan::Need(d, LayerTensors(d, layer), &w);
+    if (s != nullptr) WorkPlan::Need(*s, LayerTensors(*s, layer), &w);
+  }
+  w.run = [this, &d, s]() -> absl::Status {
+    auto fwd = forward::RunModelForward(d, s, layers_, options_, device_);
+    if (!fwd.ok()) return fwd.status();
+    result_ = *std::move(fwd);
+    return absl::OkStatus();
+  };
+  plan.AddLast(std::move(w));
+  planned_ = true;
+  return absl::OkStatus();
+}
+
+forward::ForwardAuditResult ForwardCheck::Result() && { return *std::move(result_); }
+
+evidence::CheckResult RecordOf(const forward::ForwardAuditResult& r) {
+  evidence::CheckResult c;
+  c.name = "block_forward";
+  c.verdict = r.passed ? evidence::Verdict::kPass : evidence::Verdict::kFail;
+  const evidence::BlockForward& rep = r.report;
+  c.counts["layers_run"] = static_cast<int64_t>(rep.layers.size());
+  c.counts["layers_passed"] = rep.layers_passed;
+  evidence::Series differing{"Block output elements differing from the source, per layer",
+                             "elements", std::nullopt, std::nullopt, {}};
+  evidence::Series emulated{"Output elements differing after vLLM's w1/w3 scale collapse",
+                            "elements", std::nullopt, std::nullopt, {}};
+  for (const evidence::ForwardLayer& layer : rep.layers) {
+    const std::string label = absl::StrCat("layer ", layer.layer);
+    const evidence::ForwardTensorDiff* out =
+        layer.source_vs_derived ? layer.source_vs_derived->Find("output") : nullptr;
+    if (out != nullptr) {
+      const int64_t n = static_cast<int64_t>(out->differing);
+      differing.points.push_back({label, n});
+      if (n > 0) {
+        evidence::Finding f;
+        f.code = "block-output-differs";
+        f.layer = layer.layer;
+        f.message = absl::StrCat(label, ": ", n, " of ", out->elements,
+                                 " output elements differ, max |diff| ", out->max_abs_diff);
+        c.findings.push_back(std::move(f));
+      }
+    }
+    const evidence::ForwardTensorDiff* emulated_out =
+        layer.backend_emulation ? layer.backend_emulation->vs_reference.Find("output") : nullptr;
+    if (emulated_out != nullptr) {
+      const int64_t n = static_cast<int64_t>(emulated_out->differing);
+      emulated.points.push_back({label, n});
+      if (n > 0) {
+        // The measured size of the scale window's vllm-w13-global-scale-collapse hazard.
+        evidence::Finding f;
+        f.code = "vllm-w13-collapse-output-differs";
+        f.hazard = "vllm-w13-global-scale-collapse";
+        f.layer = layer.layer;
+        f.message = absl::StrCat(label, ": loaded as vLLM does (w1's global scale for w3), ", n,
+                                 " output elements differ from the source, max |diff| ",
+                                 emulated_out->max_abs_diff);
+        c.findings.push_back(std::move(f));
+      }
+    }
+  }
+  c.findings_total = c.findings.size();
+  if (!differing.points.empty()) c.series.push_back(std::move(differing));
+  if (!emulated.points.empty()) c.series.push_back(std::move(emulated));
+  c.details.Set("verdict", rep.verdict);
+  c.details.Set("device", rep.device);
+  c.details.Set("layers", rep.layer_spec);
+  return c;
+}
+
+}  // namespace ckpt::audit

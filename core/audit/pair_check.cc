@@ -1,0 +1,80 @@
+#include "core/audit/pair_check.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/audit/findings.h"
+
+namespace ckpt::audit {
+
+absl::Status PairCheck::Plan(const Checkpoints& trees, WorkPlan& plan) {
+  if (trees.root == nullptr || trees.source == nullptr) return absl::OkStatus();
+  trees_ = trees;
+  auto planned = quant::PlanPair(*trees.source, *trees.root, options_);
+  if (!planned.ok()) return planned.status();
+  plan_ = *std::move(planned);
+  outcomes_.resize(plan_->units.size());
+  for (size_t i = 0; i < plan_->units.size(); ++i) {
+    const quant::PairUnit& u = plan_->units[i];
+    StreamWork w{absl::StrCat("pair_verify ", u.name), {}, {}};
+    WorkPlan::Need(*trees.source, u.source_tensors, &w);
+    WorkPlan::Need(*trees.root, u.derived_tensors, &w);
+    w.run = [this, i]() -> absl::Status {
+      auto o = quant::CompareUnit(*trees_.source, *trees_.root, plan_->units[i], options_);
+      if (!o.ok()) return o.status();
+      outcomes_[i] = *std::move(o);
+      return absl::OkStatus();
+    };
+    plan.Add(u.name, std::move(w));
+  }
+  return absl::OkStatus();
+}
+
+quant::PairVerifyResult PairCheck::Result() && {
+  return quant::FinishPair(*std::move(plan_), outcomes_);
+}
+
+evidence::CheckResult RecordOf(const quant::PairVerifyResult& r) {
+  evidence::CheckResult c;
+  c.name = "pair_verify";
+  c.verdict = r.lossless ? evidence::Verdict::kPass : evidence::Verdict::kFail;
+  c.counts["quantized_tensors"] = static_cast<int64_t>(r.quantized_tensors);
+  c.counts["packed_bytes_compared"] = static_cast<int64_t>(r.packed_bytes_compared);
+  c.counts["value_blocks_compared"] = static_cast<int64_t>(r.value_blocks_compared);
+  c.counts["ignored_tensors_compared"] = static_cast<int64_t>(r.ignored_tensors_compared);
+  c.counts["fused_groups_checked"] = static_cast<int64_t>(r.fused_groups_checked);
+  c.counts["zero_groups_canonicalized"] = static_cast<int64_t>(r.zero_groups_canonicalized);
+  c.counts["mismatches"] = static_cast<int64_t>(r.mismatches.total());
+  AddFindings(r.mismatches, &c);
+  c.findings_total = r.mismatches.total();
+  if (!r.mismatches.by_code().empty()) {
+    evidence::Series s{"Pair mismatches by kind", "count", std::nullopt, std::nullopt, {}};
+    for (const auto& [code, n] : r.mismatches.by_code()) {
+      s.points.push_back({code, static_cast<int64_t>(n)});
+    }
+    c.series.push_back(std::move(s));
+  }
+  c.details.Set("derived_kind", r.derived_kind);
+  c.details.Set("verdict", r.verdict());
+  return c;
+}
+
+evidence::PairAudit PairAuditOf(const quant::PairVerifyResult& r) {
+  evidence::PairAudit a;
+  a.verdict = r.verdict();
+  a.source_format = r.source_format;
+  a.derived_format = r.derived_format;
+  a.derived_kind = r.derived_kind;
+  a.quantized_tensors = r.quantized_tensors;
+  a.packed_bytes_compared = r.packed_bytes_compared;
+  a.value_blocks_compared = r.value_blocks_compared;
+  a.ignored_tensors_compared = r.ignored_tensors_compared;
+  a.ignored_bytes_compared = r.ignored_bytes_compared;
+  a.fused_groups_checked = r.fused_groups_checked;
+  a.zero_groups_canonicalized = r.zero_groups_canonicalized;
+  a.mismatches.total = r.mismatches.total();
+  a.mismatches.by_code = r.mismatches.by_code();
+  a.mismatches.cap = r.mismatches.cap();
+  for (const quant::Finding& f : r.mismatches.kept()) a.mismatches.listed.push_back(FindingOf(f));
+  return a;
+}
+
+}  // namespace ckpt::audit
