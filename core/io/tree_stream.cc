@@ -37,6 +37,14 @@ struct Slot {
   // Read ahead of the file's cursor once the cursor reaches this offset (the start of a larger
   // tensor of the same work item; docs/audit-engine.md, "Memory"); kNever: read in order only.
   uint64_t trigger = kNever;
+  // Re-read at `trigger`, behind the cursor, which hashed it without keeping it ("Reading
+  // behind the cursor"): `passed_digest` is the SHA-256 of what the cursor hashed, and the
+  // bytes re-read must have it.
+  bool revisit = false;
+  uint64_t revisit_trigger = kNever;  // planning: the earliest anchor behind which it lies
+  size_t revisit_votes = 0;           // planning: the work items for which it lies behind
+  std::unique_ptr<Sha256> passing;    // the cursor's hash of it while it passes
+  Digest passed_digest{};
   bool admitted = false;  // counted in the bytes the admitted work will need (need_, then kept_)
   bool granted = false;   // has had a buffer (counted in kept_ until freed)
   bool complete = false;  // every byte is in the buffer
@@ -61,6 +69,7 @@ struct FileStream {
   size_t armed_next = 0;       // ahead[0, armed_next) have had their trigger reached
   std::set<std::pair<size_t, size_t>> armed;  // (key, slot): may be read ahead now
   size_t reading_ahead = kNone;               // the slot a read-ahead is filling
+  size_t revisits_left = 0;  // revisit slots not yet re-read: the file stays open for them
   // Admission (Streamer::Admit): every slot before path_end (slots[0, path_next)) is admitted.
   uint64_t path_end = 0;
   size_t path_next = 0;
@@ -192,6 +201,7 @@ class Streamer {
       if (items_[w].missing == 0) ready_.push_back(w);
       PlanReadAhead(items_[w]);
     }
+    PlanRevisits();
     for (FileStream& s : streams_) {
       std::sort(s.slots.begin(), s.slots.end(),
                 [&](size_t a, size_t b) { return slots_[a].begin < slots_[b].begin; });
@@ -254,10 +264,46 @@ class Streamer {
         beyond = beyond && slots_[j].begin > a.end;  // not before the anchor, nor adjacent
         partners += slots_[j].size();
       }
+      // The mirror image, for reading behind the cursor: the partners all lie before the
+      // anchor, not adjacent to it (an NVFP4 module's scales when the shard stores every scale
+      // before every packed weight).
+      bool behind = js.size() > 1;
+      for (size_t j : js) {
+        if (j != anchor) behind = behind && slots_[j].end < a.begin && slots_[j].size() > 0;
+      }
+      if (behind && partners < a.size()) {
+        for (size_t j : js) {
+          if (j == anchor) continue;
+          ++slots_[j].revisit_votes;
+          slots_[j].revisit_trigger = std::min(slots_[j].revisit_trigger, a.begin);
+        }
+      }
       if (!beyond || partners >= a.size()) continue;
       for (size_t j : js) {
         if (j != anchor) slots_[j].trigger = std::min(slots_[j].trigger, a.begin);
       }
+    }
+  }
+
+  // The rule for reading behind the cursor: in a file where the partners that lie behind their
+  // anchors (for every work item that needs them, and not read ahead for any) would together
+  // take more than half the window while the cursor held them until their anchors, they are
+  // not held: the cursor hashes them as it passes, and each is read again when the cursor
+  // reaches its anchor and checked against that hash. Below that, holding them costs no second
+  // read. Depends only on the headers and the window.
+  void PlanRevisits() {
+    std::vector<uint64_t> behind(streams_.size(), 0);
+    auto candidate = [](const Slot& s) {
+      return s.revisit_votes == s.work.size() && s.trigger == kNever;
+    };
+    for (const Slot& s : slots_) {
+      if (candidate(s)) behind[s.stream] += s.size();
+    }
+    for (Slot& s : slots_) {
+      if (!candidate(s) || behind[s.stream] <= options_.memory_window / 2) continue;
+      s.revisit = true;
+      s.trigger = s.revisit_trigger;
+      ++streams_[s.stream].revisits_left;
     }
   }
 
@@ -266,10 +312,12 @@ class Streamer {
   void Arm(FileStream& s) {
     while (s.armed_next < s.ahead.size() && slots_[s.ahead[s.armed_next]].trigger <= s.pos) {
       const size_t j = s.ahead[s.armed_next++];
-      if (!slots_[j].granted && slots_[j].begin > s.pos) s.armed.insert({slots_[j].key(), j});
+      const Slot& slot = slots_[j];
+      if (!slot.granted && (slot.revisit || slot.begin > s.pos)) s.armed.insert({slot.key(), j});
     }
     for (auto it = s.armed.begin(); it != s.armed.end();) {
-      it = slots_[it->second].begin <= s.pos ? s.armed.erase(it) : std::next(it);
+      const Slot& slot = slots_[it->second];
+      it = !slot.revisit && slot.begin <= s.pos ? s.armed.erase(it) : std::next(it);
     }
   }
 
@@ -304,7 +352,7 @@ class Streamer {
       size_t i = f.path_next;
       for (; i < f.slots.size() && slots_[f.slots[i]].begin < end; ++i) {
         Slot& s = slots_[f.slots[i]];
-        if (s.admitted) continue;
+        if (s.admitted || s.revisit) continue;  // the cursor does not hold a revisit slot
         cost += s.size();
         if (apply) s.admitted = true;
       }
@@ -316,7 +364,7 @@ class Streamer {
     for (size_t j : items_[k].slots) {
       Slot& s = slots_[j];
       if (s.admitted) continue;
-      if (!apply && s.begin < reach_of(s.stream)->second) continue;  // counted on the path
+      if (!apply && !s.revisit && s.begin < reach_of(s.stream)->second) continue;  // on the path
       cost += s.size();
       if (apply) s.admitted = true;
     }
@@ -379,7 +427,7 @@ class Streamer {
     }
     if (s.next < s.slots.size()) {
       const Slot& n = slots_[s.slots[s.next]];
-      if (s.pos < n.begin || n.granted || n.admitted) return 0;
+      if (s.pos < n.begin || n.granted || n.admitted || n.revisit) return 0;
       key = std::min(key, n.key());
     }
     return key == kNone ? 0 : key + 1;
@@ -418,18 +466,22 @@ class Streamer {
       step->offset = s.pos;
       if (s.next < s.slots.size() && s.pos >= slots_[s.slots[s.next]].begin) {
         Slot& slot = slots_[s.slots[s.next]];
-        if (!slot.granted) {
-          if (!AdmitFor(slot)) continue;
-          Grant(slot);
-        }
-        step->kind = slot.complete ? Step::Kind::kHashKept : Step::Kind::kRead;
         step->slot = s.slots[s.next];
         step->length = std::min(chunk_, slot.end - s.pos);
-        step->into = slot.bytes.get() + (s.pos - slot.begin);
-        return true;
+        if (!slot.revisit) {  // a revisit slot is hashed into scratch, re-read at its trigger
+          if (!slot.granted) {
+            if (!AdmitFor(slot)) continue;
+            Grant(slot);
+          }
+          step->kind = slot.complete ? Step::Kind::kHashKept : Step::Kind::kRead;
+          step->into = slot.bytes.get() + (s.pos - slot.begin);
+        }
+      } else {
+        const uint64_t until = s.next < s.slots.size() ? slots_[s.slots[s.next]].begin : s.size;
+        step->length = std::min(chunk_, until - s.pos);
       }
-      const uint64_t until = s.next < s.slots.size() ? slots_[s.slots[s.next]].begin : s.size;
-      step->length = std::min(chunk_, until - s.pos);
+      // The last step closes the file: not while a revisit slot still has to be re-read.
+      if (s.pos + step->length == s.size && s.revisits_left > 0) continue;
       return true;
     }
     return false;
@@ -497,12 +549,18 @@ class Streamer {
         progress_.Advance(step.length);
       }
       // The digests are of the bytes in memory, the ones every check reads: a range read
-      // ahead is hashed from its buffer when the cursor reaches it.
+      // ahead is hashed from its buffer when the cursor reaches it, and one read behind the
+      // cursor must have the hash of the bytes the cursor hashed.
       if (step.kind != Step::Kind::kReadAhead) s.hashers->Update(step.offset, bytes);
+      if (step.slot != kNone && slots_[step.slot].revisit) {
+        if (absl::Status st = Revisit(s, slots_[step.slot], step, bytes); !st.ok()) return st;
+      }
       // The kernel may drop what the cursor has passed. A range read ahead stays in its page
       // cache until then: the kernel's own readahead for the cursor may reach it first, and
       // would read it from storage again had it been dropped.
-      if (step.kind != Step::Kind::kReadAhead) s.file->Consumed(step.offset, step.length);
+      if (step.kind != Step::Kind::kReadAhead || slots_[step.slot].revisit) {
+        s.file->Consumed(step.offset, step.length);
+      }
     }
     if (step.kind == Step::Kind::kReadAhead || step.offset + step.length < s.size) {
       return absl::OkStatus();
@@ -524,6 +582,28 @@ class Streamer {
     return absl::OkStatus();
   }
 
+  // A step on a revisit slot, outside the lock (only this stream's thread touches the slot's
+  // hash): the cursor's pass hashes it; the re-read, once complete, must have that hash.
+  absl::Status Revisit(const FileStream& s, Slot& slot, const Step& step,
+                       std::span<const uint8_t> bytes) {
+    if (step.kind == Step::Kind::kRead) {
+      if (!slot.passing) slot.passing = std::make_unique<Sha256>();
+      slot.passing->Update(bytes);
+      if (step.offset + step.length == slot.end) {
+        slot.passed_digest = slot.passing->Finish();
+        slot.passing.reset();
+      }
+      return absl::OkStatus();
+    }
+    if (step.offset + step.length < slot.end) return absl::OkStatus();
+    if (Sha256Of(std::span<const uint8_t>(slot.bytes.get(), slot.size())) != slot.passed_digest) {
+      return absl::DataLossError(absl::StrCat(
+          s.label, ": tensor '", slot.info->name, "' at offset ", slot.begin,
+          " changed between the hash of the file and its second read"));
+    }
+    return absl::OkStatus();
+  }
+
   // Under the lock, after a step: advance, lend the tensors it completed, free read-ahead
   // buffers the cursor has passed and no work needs.
   void Advance(const Step& step) {
@@ -537,6 +617,7 @@ class Streamer {
       slot.filled += step.length;
       if (slot.filled == slot.size()) {
         s.reading_ahead = kNone;
+        if (slot.revisit) --s.revisits_left;
         Lend(slot);
       }
       return;
@@ -546,7 +627,8 @@ class Streamer {
     while (s.next < s.slots.size() && slots_[s.slots[s.next]].end <= s.pos) {
       Slot& slot = slots_[s.slots[s.next]];
       slot.passed = true;
-      if (slot.complete) {  // read ahead: kept until the cursor passed it
+      if (slot.revisit) {  // hashed, not kept: read again at its trigger
+      } else if (slot.complete) {  // read ahead: kept until the cursor passed it
         if (slot.users == 0) Free(slot);
       } else {
         if (!slot.granted) {  // an empty tensor: no bytes to read, a valid pointer
