@@ -138,8 +138,8 @@ void FillRows(const PlannedTensor& t, uint64_t r0, uint64_t r1, uint8_t* out) {
       }
       return;
     case Fill::kNvScale: {
-      // docs/quant.md "Transcode": E4M3 2^(k_j - k_max + 8) for both 16-blocks of an active
-      // group, +0 for an all-zero group.
+      // docs/quant.md, "Transcoding MXFP4 -> NVFP4A16": E4M3 2^(k_j - k_max + 8) for both
+      // 16-blocks of an active group, +0 for an all-zero group.
       const Fp4Module& m = *t.m;
       for (uint64_t r = r0; r < r1; ++r) {
         for (uint64_t g = 0; g < m.groups(); ++g, out += 2) {
@@ -446,7 +446,8 @@ absl::StatusOr<ScaleResult> WriteScaleCheckpoint(const std::string& dir,
   if (absl::Status s = CheckGeometry(o.geometry); !s.ok()) return s;
   const bool nvfp4 = o.format == ScaleFormat::kNvfp4;
   if (nvfp4 && o.geometry.family == ScaleFamily::kGptOss) {
-    return absl::InvalidArgumentError("NVFP4 output needs a compressed-tensors geometry, not gpt-oss");
+    return absl::InvalidArgumentError(
+        "NVFP4 output needs a compressed-tensors geometry, not gpt-oss");
   }
   if (o.layers < 1 || o.shard_bytes == 0) {
     return absl::InvalidArgumentError("layers and shard size must be positive");

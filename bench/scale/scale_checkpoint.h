@@ -5,12 +5,13 @@
 // (seed, tensor name, position), so tensors are cut into row ranges filled and pwrite'n by all
 // threads, and the output is the same whatever the thread count.
 //
-// Scales stay inside the lossless window (docs/quant.md "Transcode"): each fused group (w1/w3,
-// gate/up) has a top exponent T, every active 32-group of it an exponent in [T-11, T] and its
-// first group exactly T, so k_max = T is known without reading the tensors, and the derived
-// tree is written directly with core/quant's codecs. It is byte-identical to what
-// `ckpt-audit transcode` makes of the source (tests/scale/scale_gen_test.cc checks it). 1/1024
-// of the groups are all-zero with an out-of-window scale byte, as in real checkpoints.
+// Scales stay inside the lossless window (docs/quant.md, "Transcoding MXFP4 -> NVFP4A16"):
+// each fused group (w1/w3, gate/up) has a top exponent T, every active 32-group of it an
+// exponent in [T-11, T] and its first group exactly T, so k_max = T is known without reading
+// the tensors, and the derived tree is written directly with core/quant's codecs. It is
+// byte-identical to what `ckpt-audit transcode` makes of the source
+// (tests/scale/scale_gen_test.cc checks it). 1/1024 of the groups are all-zero with an
+// out-of-window scale byte, as in real checkpoints.
 #ifndef CKPT_BENCH_SCALE_SCALE_CHECKPOINT_H_
 #define CKPT_BENCH_SCALE_SCALE_CHECKPOINT_H_
 
