@@ -51,9 +51,10 @@ TensorToWrite TensorToWrite::Owned(std::string name, DType dtype, std::vector<ui
   return {std::move(name), dtype, std::move(shape), {}, std::move(bytes)};
 }
 
-absl::Status WriteSafetensors(const std::string& path, std::vector<TensorToWrite> tensors,
-                              const std::map<std::string, std::string>& metadata) {
-  std::sort(tensors.begin(), tensors.end(), [](const TensorToWrite& a, const TensorToWrite& b) {
+absl::StatusOr<SafetensorsLayout> LayOutSafetensors(
+    const std::string& path, std::vector<TensorSlot> slots,
+    const std::map<std::string, std::string>& metadata) {
+  std::sort(slots.begin(), slots.end(), [](const TensorSlot& a, const TensorSlot& b) {
     const int ra = DTypeRank(a.dtype), rb = DTypeRank(b.dtype);
     return ra != rb ? ra > rb : a.name < b.name;
   });
@@ -62,35 +63,53 @@ absl::Status WriteSafetensors(const std::string& path, std::vector<TensorToWrite
   std::string header = "{";
   if (!metadata.empty()) header += "\"__metadata__\":" + DumpJson(nlohmann::json(metadata)) + ",";
   uint64_t offset = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const TensorToWrite& t = tensors[i];
-    if (i > 0 && t.name == tensors[i - 1].name) {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    TensorSlot& t = slots[i];
+    if (i > 0 && t.name == slots[i - 1].name) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": duplicate tensor ", t.name));
     }
+    uint64_t elements = 1;
+    for (uint64_t d : t.shape) elements *= d;
+    t.offset = offset;
+    t.size = elements * DTypeBits(t.dtype) / 8;
+    absl::StrAppend(&header, i ? "," : "", DumpJson(nlohmann::json(t.name)), ":{\"dtype\":\"",
+                    DTypeName(t.dtype), "\",\"shape\":", DumpJson(nlohmann::json(t.shape)),
+                    ",\"data_offsets\":[", offset, ",", offset + t.size, "]}");
+    offset += t.size;
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  SafetensorsLayout layout;
+  layout.preamble.resize(8);
+  for (int i = 0; i < 8; ++i) layout.preamble[i] = static_cast<char>(header.size() >> (8 * i));
+  layout.preamble += header;
+  layout.slots = std::move(slots);
+  return layout;
+}
+
+absl::Status WriteSafetensors(const std::string& path, std::vector<TensorToWrite> tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorSlot> slots;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorToWrite& t = tensors[i];
     uint64_t elements = 1;
     for (uint64_t d : t.shape) elements *= d;
     if (elements * DTypeBits(t.dtype) != t.data().size() * 8) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", t.name, " has ",
                                                      t.data().size(), " bytes for its shape"));
     }
-    absl::StrAppend(&header, i ? "," : "", DumpJson(nlohmann::json(t.name)), ":{\"dtype\":\"",
-                    DTypeName(t.dtype), "\",\"shape\":", DumpJson(nlohmann::json(t.shape)),
-                    ",\"data_offsets\":[", offset, ",", offset + t.data().size(), "]}");
-    offset += t.data().size();
+    slots.push_back({t.name, t.dtype, t.shape, i});
   }
-  header += "}";
-  header.append((8 - header.size() % 8) % 8, ' ');
+  absl::StatusOr<SafetensorsLayout> layout = LayOutSafetensors(path, std::move(slots), metadata);
+  if (!layout.ok()) return layout.status();
 
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return absl::DataLossError(absl::StrCat(path, ": open: ", std::strerror(errno)));
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(header.size() >> (8 * i));
-  absl::Status s = WriteFully(fd, len, 8, path);
-  if (s.ok()) {
-    s = WriteFully(fd, reinterpret_cast<const uint8_t*>(header.data()), header.size(), path);
-  }
-  for (const TensorToWrite& t : tensors) {
-    if (s.ok()) s = WriteFully(fd, t.data().data(), t.data().size(), path);
+  absl::Status s = WriteFully(fd, reinterpret_cast<const uint8_t*>(layout->preamble.data()),
+                              layout->preamble.size(), path);
+  for (const TensorSlot& slot : layout->slots) {
+    const std::span<const uint8_t> bytes = tensors[slot.index].data();
+    if (s.ok()) s = WriteFully(fd, bytes.data(), bytes.size(), path);
   }
   if (s.ok() && ::fsync(fd) != 0) {
     s = absl::DataLossError(absl::StrCat(path, ": fsync: ", std::strerror(errno)));

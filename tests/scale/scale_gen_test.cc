@@ -1,0 +1,141 @@
+// The scale rig's generator (bench/scale/scale_checkpoint.h) at tiny geometry: what it writes
+// passes the audits, its NVFP4 tree is byte for byte what `ckpt-audit transcode` makes of its
+// source, and the same seed gives the same bytes whatever the thread count.
+#include "bench/scale/scale_checkpoint.h"
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "core/sha256.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace ckpt::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using ::ckpt::testing::ReadAll;
+
+// Kimi-K3's layout at a tenth of a megabyte per expert: 2 MoE layers over several shards.
+ScaleOptions TinyKimi() {
+  ScaleOptions o;
+  o.geometry = {ScaleFamily::kKimiK3, 256, 128, 192, 16, 4, 1, 1, 256, 512};
+  o.layers = 2;
+  o.shard_bytes = 300'000;
+  o.seed = 7;
+  o.threads = 3;
+  return o;
+}
+
+ScaleOptions TinyDeepSeek() {
+  ScaleOptions o;
+  o.geometry = {ScaleFamily::kDeepSeekV3, 256, 0, 128, 16, 4, 4, 2, 128, 0};
+  o.shard_bytes = 200'000;
+  return o;
+}
+
+ScaleOptions TinyGptOss() {
+  ScaleOptions o;
+  o.geometry = {ScaleFamily::kGptOss, 192, 0, 192, 8, 2, 1, 1, 0, 256};
+  o.layers = 2;
+  return o;
+}
+
+// Relative path -> SHA-256 of every file under `root`.
+std::map<std::string, std::string> TreeDigests(const fs::path& root) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (!e.is_regular_file()) continue;
+    const std::vector<uint8_t> bytes = ReadAll(e.path());
+    out[fs::relative(e.path(), root).string()] = ToHex(Sha256Of(bytes));
+  }
+  return out;
+}
+
+class ScaleGenTest : public ::ckpt::testing::CliWorkspace {
+ protected:
+  fs::path Write(const std::string& name, ScaleOptions o, ScaleFormat f) {
+    o.format = f;
+    const fs::path dir = dir_ / name;
+    absl::StatusOr<ScaleResult> r = WriteScaleCheckpoint(dir.string(), o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return dir;
+  }
+  void ExpectPasses(const std::string& args) {
+    ::ckpt::testing::CliResult r = Run(args);
+    EXPECT_EQ(r.rc, 0) << args << "\n" << r.out << r.err;
+  }
+  // The generated NVFP4 tree equals `ckpt-audit transcode` of the generated source, file by
+  // file, and the pair passes the audit with the block forward of every layer.
+  void ExpectLosslessPair(const ScaleOptions& o) {
+    const fs::path src = Write("src", o, ScaleFormat::kMxfp4);
+    const fs::path nv = Write("nv", o, ScaleFormat::kNvfp4);
+    ExpectPasses("audit " + src.string() + " --db " + Db());
+    ExpectPasses("audit " + nv.string() + " --source " + src.string() +
+                 " --forward-layers all --db " + Db());
+    const fs::path tc = dir_ / "transcoded";
+    ExpectPasses("transcode --to nvfp4 " + src.string() + " " + tc.string() + " --db " + Db());
+    const auto want = TreeDigests(tc), got = TreeDigests(nv);
+    EXPECT_GT(want.size(), 3u);  // several shards, config, index
+    EXPECT_EQ(got, want);
+    EXPECT_NE(TreeDigests(src), got);
+  }
+};
+
+TEST_F(ScaleGenTest, KimiPairIsTheTranscodeAndPassesTheAudits) { ExpectLosslessPair(TinyKimi()); }
+
+TEST_F(ScaleGenTest, DeepSeekPairIsTheTranscodeAndPassesTheAudits) {
+  ExpectLosslessPair(TinyDeepSeek());
+}
+
+TEST_F(ScaleGenTest, GptOssSourcePassesTheAuditAndForward) {
+  const fs::path src = Write("src", TinyGptOss(), ScaleFormat::kMxfp4);
+  ExpectPasses("audit " + src.string() + " --db " + Db());
+  ExpectPasses("fingerprint " + src.string());
+  ExpectPasses("forward --root " + src.string() + " --layers all --tokens 4");
+  ScaleOptions o = TinyGptOss();
+  o.format = ScaleFormat::kNvfp4;
+  EXPECT_EQ(WriteScaleCheckpoint((dir_ / "nv").string(), o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ScaleGenTest, SameSeedSameBytesWhateverTheThreads) {
+  ScaleOptions o = TinyKimi();
+  const auto a = TreeDigests(Write("a", o, ScaleFormat::kNvfp4));
+  o.threads = 1;
+  const auto b = TreeDigests(Write("b", o, ScaleFormat::kNvfp4));
+  o.seed = 8;
+  const auto c = TreeDigests(Write("c", o, ScaleFormat::kNvfp4));
+  EXPECT_EQ(a, b);
+  ASSERT_EQ(a.size(), c.size());
+  EXPECT_EQ(a.at("config.json"), c.at("config.json"));
+  const std::string first_shard = std::next(a.begin())->first;  // after config.json
+  ASSERT_EQ(first_shard.rfind("model-00001-of-", 0), 0u) << first_shard;
+  EXPECT_NE(a.at(first_shard), c.at(first_shard));
+}
+
+TEST(ScaleGeometryTest, RealGeometriesAndRefusals) {
+  absl::StatusOr<Geometry> k = GeometryNamed("kimi-k3");
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(k->experts, 896u);
+  EXPECT_TRUE(CheckGeometry(*k).ok());
+  for (const char* n : {"deepseek-v3", "gpt-oss-120b"}) {
+    ASSERT_TRUE(GeometryNamed(n).ok()) << n;
+    EXPECT_TRUE(CheckGeometry(*GeometryNamed(n)).ok()) << n;
+  }
+  EXPECT_FALSE(GeometryNamed("llama").ok());
+  Geometry g = *k;
+  g.hidden = 7000;  // not a multiple of 32
+  EXPECT_EQ(CheckGeometry(g).code(), absl::StatusCode::kInvalidArgument);
+  g = *k;
+  g.top_k = 897;
+  EXPECT_EQ(CheckGeometry(g).code(), absl::StatusCode::kInvalidArgument);
+  ::ckpt::testing::TempDir dir;
+  ScaleOptions o = TinyKimi();
+  EXPECT_EQ(WriteScaleCheckpoint(dir.path().string(), o).status().code(),
+            absl::StatusCode::kInvalidArgument);  // exists
+}
+
+}  // namespace
+}  // namespace ckpt::bench
