@@ -264,16 +264,18 @@ class Streamer {
         beyond = beyond && slots_[j].begin > a.end;  // not before the anchor, nor adjacent
         partners += slots_[j].size();
       }
-      // The mirror image, for reading behind the cursor: the partners all lie before the
-      // anchor, not adjacent to it (an NVFP4 module's scales when the shard stores every scale
-      // before every packed weight).
-      bool behind = js.size() > 1;
+      // The mirror image, for reading behind the cursor: the partners that lie before the
+      // anchor, not adjacent to it, when together they are smaller than it (an NVFP4 module's
+      // scales when the shard stores every scale before every packed weight).
+      std::vector<size_t> behind;
+      uint64_t behind_bytes = 0;
       for (size_t j : js) {
-        if (j != anchor) behind = behind && slots_[j].end < a.begin && slots_[j].size() > 0;
+        if (j == anchor || slots_[j].end >= a.begin || slots_[j].size() == 0) continue;
+        behind.push_back(j);
+        behind_bytes += slots_[j].size();
       }
-      if (behind && partners < a.size()) {
-        for (size_t j : js) {
-          if (j == anchor) continue;
+      if (behind_bytes < a.size()) {
+        for (size_t j : behind) {
           ++slots_[j].revisit_votes;
           slots_[j].revisit_trigger = std::min(slots_[j].revisit_trigger, a.begin);
         }

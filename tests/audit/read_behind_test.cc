@@ -1,0 +1,137 @@
+// Reading behind the cursor (docs/audit-engine.md): an NVFP4 shard written as the reference
+// writer orders it stores every scale before every packed weight. When those scales take more
+// than half the window, the cursor hashes them without holding them and each is read again
+// when its packed weight arrives, checked against the cursor's hash.
+#include <algorithm>
+#include <filesystem>
+#include <string>
+
+#include "bench/scale/scale_checkpoint.h"
+#include "core/audit/audit_checks.h"
+#include "core/evidence/record.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/audit/fault_fs.h"
+#include "tests/test_util.h"
+
+namespace ckpt::audit {
+namespace {
+
+namespace fs = std::filesystem;
+using ::ckpt::testing::FaultDirectory;
+using ::ckpt::testing::ReadHook;
+using ::ckpt::testing::TempDir;
+using ::testing::HasSubstr;
+
+// One Kimi-K3-shaped MoE layer of 96 small experts in one shard per tree: ~440 KiB of NVFP4
+// scales ahead of the packed weights, ~190 KiB of headers and small files per tree.
+constexpr uint64_t kWindow = 768ull << 10;
+
+bench::ScaleOptions Layer(bench::ScaleFormat format) {
+  bench::ScaleOptions o;
+  o.geometry = {bench::ScaleFamily::kKimiK3, 256, 128, 192, 96, 4, 1, 1, 0, 0};
+  o.seed = 11;
+  o.threads = 2;
+  o.format = format;
+  return o;
+}
+
+uint64_t TreeBytes(const fs::path& root) {
+  uint64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (e.is_regular_file()) n += e.file_size();
+  }
+  return n;
+}
+
+// The signed statement, less what depends on the run: times and the bytes read.
+std::string Statements(const evidence::EvidenceRecord& r) {
+  evidence::EvidenceRecord copy = r;
+  copy.started_at = copy.finished_at = "";
+  for (evidence::CheckResult& c : copy.checks) c.counts.erase("bytes_read");
+  auto payload = evidence::RecordPayload(copy);
+  EXPECT_TRUE(payload.ok()) << payload.status();
+  return payload.ok() ? *payload : "";
+}
+
+class ReadBehindTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(bench::WriteScaleCheckpoint((tmp_ / "src").string(),
+                                            Layer(bench::ScaleFormat::kMxfp4)).ok());
+    ASSERT_TRUE(bench::WriteScaleCheckpoint((tmp_ / "dst").string(),
+                                            Layer(bench::ScaleFormat::kNvfp4)).ok());
+    for (const auto& e : fs::directory_iterator(tmp_ / "dst")) {
+      if (e.path().extension() == ".safetensors") shard_ = e.path();
+    }
+    ASSERT_FALSE(shard_.empty());
+  }
+
+  AuditOptions Options(uint64_t window) {
+    AuditOptions o;
+    o.root = (tmp_ / "dst").string();
+    o.source = (tmp_ / "src").string();
+    o.memory_window = window;
+    o.threads = 3;
+    return o;
+  }
+
+  TempDir tmp_;
+  fs::path shard_;
+};
+
+TEST_F(ReadBehindTest, ScalesAheadOfTheirPackedWeightsAuditInAWindowSmallerThanThem) {
+  AuditStats small, large;
+  auto bounded = RunAudit(Options(kWindow), NoProgress(), &small);
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  auto unbounded = RunAudit(Options(1ull << 32), NoProgress(), &large);
+  ASSERT_TRUE(unbounded.ok()) << unbounded.status();
+  EXPECT_EQ(bounded->OverallVerdict(), evidence::Verdict::kPass);
+  EXPECT_EQ(Statements(*bounded), Statements(*unbounded));
+  EXPECT_LE(small.peak_kept_bytes, kWindow);
+
+  // Every byte once, and the derived scales (a ninth of its quantized bytes) a second time.
+  const uint64_t tree_bytes = TreeBytes(tmp_ / "src") + TreeBytes(tmp_ / "dst");
+  EXPECT_EQ(large.bytes_read, tree_bytes);
+  EXPECT_GT(small.bytes_read, tree_bytes + kWindow / 2);
+  EXPECT_LT(small.bytes_read, tree_bytes + TreeBytes(tmp_ / "dst") / 8);
+}
+
+// A scale rewritten after the cursor hashed it and before it is read again: the second read
+// does not match the hash, and no record is made.
+TEST_F(ReadBehindTest, ScaleChangedBeforeItsSecondReadIsDataLoss) {
+  const std::vector<uint8_t> original = ::ckpt::testing::ReadAll(shard_);
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = (header << 8) | original[i];
+  const auto json = nlohmann::json::parse(original.begin() + 8, original.begin() + 8 + header);
+  uint64_t scale_at = 0, scales_end = 0;
+  for (const auto& [name, t] : json.items()) {
+    if (name.find("weight_scale") == std::string::npos) continue;
+    scale_at = 8 + header + t["data_offsets"][0].get<uint64_t>();
+    scales_end = std::max(scales_end, 8 + header + t["data_offsets"][1].get<uint64_t>());
+  }
+  ASSERT_GT(scales_end, scale_at);
+  // The first read past the last scale is the cursor's, among the packed weights: every scale
+  // has been hashed, and each is read again only once the cursor has reached its packed weight.
+  bool rewritten = false;
+  ReadHook hook{shard_.filename().string(), [](int) {}};
+  hook.after_read_at = [&](uint64_t offset, size_t) {
+    if (rewritten || offset < scales_end) return;
+    rewritten = true;
+    std::vector<uint8_t> bytes = original;
+    bytes[scale_at] ^= 0x01;
+    ::ckpt::testing::WriteAll(shard_, bytes);
+  };
+  AuditOptions o = Options(kWindow);
+  o.root_dir = FaultDirectory::Open(o.root, std::move(hook));
+  auto rec = RunAudit(o, NoProgress());
+  EXPECT_TRUE(rewritten);
+  ASSERT_FALSE(rec.ok());
+  EXPECT_EQ(rec.status().code(), absl::StatusCode::kDataLoss) << rec.status();
+  EXPECT_THAT(std::string(rec.status().message()), HasSubstr("second read"));
+  EXPECT_THAT(std::string(rec.status().message()), HasSubstr(shard_.filename().string()));
+}
+
+}  // namespace
+}  // namespace ckpt::audit
