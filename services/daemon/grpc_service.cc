@@ -347,8 +347,8 @@ grpc::ServerWriteReactor<pb::JobEvent>* GrpcAuditService::WatchJob(
     return watch;
   }
   // The call, its request and the reactor stay valid until Finish.
-  if (!watch_threads_.Submit([this, ctx, req, watch] { watch->Finish(DoWatchJob(ctx, req, *watch)); },
-                             [] { return false; })) {
+  auto run = [this, ctx, req, watch] { watch->Finish(DoWatchJob(ctx, req, *watch)); };
+  if (!watch_threads_.Submit(std::move(run), [] { return false; })) {
     watch->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no watcher thread"));
   }
   return watch;

@@ -144,7 +144,8 @@ TEST_F(DaemonLimitsTest, AReflectionFloodLeavesAuthenticatedAuditsAndWatchesAlon
   namespace pb = ckpt_audit::v1;
   const std::filesystem::path model = ::ckpt::testing::CopyFixture("mini-kimi-nvfp4", dir_);
   const std::string tokens = (dir_ / "tokens").string();
-  CliResult token = RunCli("tokens add --file " + tokens + " --role auditor --name ci", dir_.path());
+  CliResult token =
+      RunCli("tokens add --file " + tokens + " --role auditor --name ci", dir_.path());
   ASSERT_EQ(token.rc, 0) << token.err;
   std::vector<std::string> args = Args();
   args[2] = "--tokens";
