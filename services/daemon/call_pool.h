@@ -1,6 +1,6 @@
-// A fixed set of threads for the calls that may run long or wait (docs/daemon.md, "Threads and
-// memory"): gRPC's callback threads hand such calls here so that they never hold up the quick
-// reads, and the number of them running at once stays bounded.
+// A bounded set of threads, started as needed, for the calls that may run long or wait
+// (docs/daemon.md, "Threads and memory"): gRPC's callback threads hand such calls here so that
+// they never hold up the quick reads, and the number of them running at once stays bounded.
 #ifndef CKPT_SERVICES_DAEMON_CALL_POOL_H_
 #define CKPT_SERVICES_DAEMON_CALL_POOL_H_
 
