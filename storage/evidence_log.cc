@@ -112,6 +112,18 @@ CREATE TRIGGER jobs_request_fixed
   BEGIN SELECT RAISE(ABORT, 'a job''s id and request are fixed'); END;
 )sql";
 
+// Schema version 4: each job row's authentication code over its request (storage/job_table.h),
+// fixed like the request, and how often a restart interrupted the job (docs/daemon.md).
+constexpr char kSchemaV4[] = R"sql(
+ALTER TABLE jobs ADD COLUMN mac TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0;
+DROP TRIGGER jobs_request_fixed;
+CREATE TRIGGER jobs_request_fixed
+  BEFORE UPDATE OF seq, id, root, source_root, policy, root_map, invoker, created_at,
+                   forward_layers, device, emulate, mac ON jobs
+  BEGIN SELECT RAISE(ABORT, 'a job''s id and request are fixed'); END;
+)sql";
+
 constexpr const char* kAppendOnlyTables[] = {"meta", "entries", "subjects", "tree_nodes",
                                              "checkpoints"};
 
@@ -425,6 +437,11 @@ absl::Status EvidenceLog::Migrate() {
   }
   if (version < 3) {
     if (auto s = Exec(db_, absl::StrCat(kSchemaV3, "PRAGMA user_version = 3;"), label_); !s.ok()) {
+      return s;
+    }
+  }
+  if (version < 4) {
+    if (auto s = Exec(db_, absl::StrCat(kSchemaV4, "PRAGMA user_version = 4;"), label_); !s.ok()) {
       return s;
     }
   }

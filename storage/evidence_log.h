@@ -35,7 +35,7 @@
 
 namespace ckpt::storage {
 
-inline constexpr int kLogSchemaVersion = 3;
+inline constexpr int kLogSchemaVersion = 4;
 
 struct LogEntry {
   uint64_t seq = 0;          // leaf index, from 0; the record id users see

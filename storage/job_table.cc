@@ -1,5 +1,8 @@
 #include "storage/job_table.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/rand.h>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +19,12 @@ constexpr char kColumns[] =
 // Schema 3's columns; a version-2 table reads them as empty.
 constexpr char kForwardColumns[] = ", forward_layers, device, emulate";
 constexpr char kNoForwardColumns[] = ", '', '', ''";
+// Schema 4's; an older table reads them as never interrupted and unauthenticated.
+constexpr char kMacColumns[] = ", interruptions, mac";
+constexpr char kNoMacColumns[] = ", 0, ''";
+// What the daemon's key signs to make the job row key: one line without a newline, so neither
+// a DSSE PAE ("DSSEv1 ...") nor a checkpoint note (lines each ending in a newline).
+constexpr char kJobRowKeyLabel[] = "ckpt-auditd job row authentication key, version 1";
 
 JobRow ReadRow(const Statement& q) {
   JobRow r;
@@ -35,14 +44,37 @@ JobRow ReadRow(const Statement& q) {
   r.forward_layers = q.Text(13);
   r.device = q.Text(14);
   r.emulate = q.Text(15);
+  r.interruptions = q.Int(16);
+  r.mac = q.Text(17);
   return r;
+}
+
+// The authenticated fields, each as an 8-byte big-endian length and its bytes, so that no two
+// different rows encode alike.
+std::string MacMessage(const JobRow& r) {
+  std::string out;
+  for (const std::string* f : {&r.id, &r.root, &r.source_root, &r.policy, &r.root_map,
+                               &r.invoker, &r.forward_layers, &r.device, &r.emulate,
+                               &r.created_at}) {
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      out.push_back(static_cast<char>((static_cast<uint64_t>(f->size()) >> shift) & 0xff));
+    }
+    out += *f;
+  }
+  return out;
 }
 
 }  // namespace
 
+JobRowKey JobRowKeyOf(const evidence::SigningKey& key) {
+  const std::string label = kJobRowKeyLabel;
+  return Sha256Of(key.Sign(evidence::AsBytes(label)));
+}
+
 absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(const std::string& path,
                                                          const std::string& label,
-                                                         bool read_only) {
+                                                         std::optional<JobRowKey> writer_key) {
+  const bool read_only = !writer_key.has_value();
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(
       path.c_str(), &db,
@@ -56,7 +88,7 @@ absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(const std::string& path
   sqlite3_busy_timeout(db, 10000);
   uint8_t tag[4];
   RAND_bytes(tag, sizeof(tag));
-  std::unique_ptr<JobTable> table(new JobTable(db, label, ToHex(tag)));
+  std::unique_ptr<JobTable> table(new JobTable(db, label, ToHex(tag), writer_key));
   if (!read_only) {
     if (auto s = Exec(db, "PRAGMA synchronous=FULL", label); !s.ok()) return s;
   }
@@ -75,11 +107,32 @@ absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(const std::string& path
 JobTable::~JobTable() { sqlite3_close(db_); }
 
 std::string JobTable::Columns() const {
-  return absl::StrCat(kColumns, version_ >= 3 ? kForwardColumns : kNoForwardColumns);
+  return absl::StrCat(kColumns, version_ >= 3 ? kForwardColumns : kNoForwardColumns,
+                      version_ >= 4 ? kMacColumns : kNoMacColumns);
+}
+
+std::string JobTable::Mac(const JobRow& row) const {
+  const std::string message = MacMessage(row);
+  uint8_t mac[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  HMAC(EVP_sha256(), key_->data(), static_cast<int>(key_->size()),
+       reinterpret_cast<const uint8_t*>(message.data()), message.size(), mac, &size);
+  return ToHex(std::span<const uint8_t>(mac, size));
+}
+
+void JobTable::Authenticate(JobRow& row) const {
+  if (!key_) {
+    row.authentic = false;
+    return;
+  }
+  const std::string expected = Mac(row);
+  row.authentic = row.mac.size() == expected.size() &&
+                  CRYPTO_memcmp(row.mac.data(), expected.data(), expected.size()) == 0;
 }
 
 absl::Status JobTable::Insert(JobRow& row) {
-  if (version_ < 3) {
+  if (!key_) return absl::FailedPreconditionError(absl::StrCat(label_, ": jobs opened read-only"));
+  if (version_ < 4) {
     return absl::FailedPreconditionError(
         absl::StrCat(label_, ": schema version ", version_, " is too old to record jobs"));
   }
@@ -92,9 +145,12 @@ absl::Status JobTable::Insert(JobRow& row) {
   int64_t seq = next->Int(0);
   row.id = absl::StrFormat("job-%06d-%s", seq, tag_);
   row.state = "queued";
+  row.interruptions = 0;
+  row.mac = Mac(row);
+  row.authentic = true;
   auto ins = Statement::Prepare(
-      db_, absl::StrCat("INSERT INTO jobs(seq, ", kColumns, kForwardColumns,
-                        ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"),
+      db_, absl::StrCat("INSERT INTO jobs(seq, ", kColumns, kForwardColumns, kMacColumns,
+                        ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"),
       label_);
   if (!ins.ok()) return ins.status();
   ins->Bind(1, seq)
@@ -113,7 +169,9 @@ absl::Status JobTable::Insert(JobRow& row) {
       .Bind(14, row.finished_at)
       .Bind(15, row.forward_layers)
       .Bind(16, row.device)
-      .Bind(17, row.emulate);
+      .Bind(17, row.emulate)
+      .Bind(18, row.interruptions)
+      .Bind(19, row.mac);
   if (auto s = ins->Run(); !s.ok()) return s;
   if (auto s = Exec(db_, "COMMIT", label_); !s.ok()) return s;
   tx.Committed();
@@ -124,7 +182,7 @@ absl::Status JobTable::Update(const JobRow& row) {
   auto up = Statement::Prepare(
       db_,
       "UPDATE jobs SET state = ?, verdict = ?, record_id = ?, error_code = ?, error_message = ?,"
-      " finished_at = ? WHERE id = ?",
+      " finished_at = ?, interruptions = ? WHERE id = ?",
       label_);
   if (!up.ok()) return up.status();
   up->Bind(1, row.state)
@@ -133,7 +191,8 @@ absl::Status JobTable::Update(const JobRow& row) {
       .Bind(4, static_cast<int64_t>(row.error_code))
       .Bind(5, row.error_message)
       .Bind(6, row.finished_at)
-      .Bind(7, row.id);
+      .Bind(7, row.interruptions)
+      .Bind(8, row.id);
   if (auto s = up->Run(); !s.ok()) return s;
   if (sqlite3_changes(db_) != 1) {
     return absl::NotFoundError(absl::StrCat("no job ", row.id));
@@ -149,7 +208,9 @@ absl::StatusOr<JobRow> JobTable::Get(const std::string& id) const {
   auto row = q->Step();
   if (!row.ok()) return row.status();
   if (!*row) return absl::NotFoundError(absl::StrCat("no job ", id));
-  return ReadRow(*q);
+  JobRow r = ReadRow(*q);
+  Authenticate(r);
+  return r;
 }
 
 absl::StatusOr<std::vector<JobRow>> JobTable::Unfinished() const {
@@ -161,7 +222,10 @@ absl::StatusOr<std::vector<JobRow>> JobTable::Unfinished() const {
   if (!q.ok()) return q.status();
   std::vector<JobRow> rows;
   absl::StatusOr<bool> row;
-  while ((row = q->Step()).ok() && *row) rows.push_back(ReadRow(*q));
+  while ((row = q->Step()).ok() && *row) {
+    rows.push_back(ReadRow(*q));
+    Authenticate(rows.back());
+  }
   if (!row.ok()) return row.status();
   return rows;
 }

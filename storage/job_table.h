@@ -6,18 +6,27 @@
 // database is restored from a backup. A job's id and request never change and no row is deleted
 // (triggers refuse both); its state and outcome are updated as it runs. Nothing signed is read
 // from here: the outcome's record id points into the log, where the signed record is.
+//
+// Whoever can write the database file can also insert rows or drop the triggers. So the writer
+// authenticates each row it inserts (schema version 4): an HMAC-SHA-256 over the job's id,
+// request and creation time, under a key that is not in the database (JobRowKeyOf). A row read
+// back through a writer's table says whether its code verifies; the daemon runs no job whose
+// row does not (docs/daemon.md, "Who can do what").
 // Not thread-safe: callers serialize.
 #ifndef CKPT_STORAGE_JOB_TABLE_H_
 #define CKPT_STORAGE_JOB_TABLE_H_
 
 #include <sqlite3.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/evidence/ed25519.h"
 
 namespace ckpt::storage {
 
@@ -38,35 +47,53 @@ struct JobRow {
   std::string error_message;
   std::string created_at;
   std::string finished_at;
+  int64_t interruptions = 0;  // schema 4: runs a daemon stop or crash ended
+  std::string mac;            // schema 4: hex HMAC-SHA-256 of the request, set by Insert
+  bool authentic = false;     // read through a writer's table: `mac` verifies under its key
 };
+
+// The key of the job rows' authentication codes.
+using JobRowKey = std::array<uint8_t, 32>;
+
+// The daemon's job row key, derived from its signing key (whose file the daemon requires to be
+// readable by its owner only): SHA-256 of the Ed25519 signature, deterministic, of a fixed label
+// that nothing else the key signs can equal (DSSE signs "DSSEv1 ...", checkpoints sign lines of
+// a note). Outside the database, so a database writer cannot compute a valid code.
+JobRowKey JobRowKeyOf(const evidence::SigningKey& key);
 
 class JobTable {
  public:
   // Opens the jobs table of the log at `path` (schema version 2 or later; the EvidenceLog writer
-  // migrates; a version-2 table, read only, answers with empty schema-3 columns). `label` names the database in errors. A read-only table answers Get and
-  // Unfinished only.
+  // migrates; an older table answers with empty columns for what it lacks). `label` names the
+  // database in errors. With `writer_key` the table is opened read-write, Insert authenticates
+  // its rows under that key and every row read says whether it is authentic; without, it is
+  // read-only and answers Get and Unfinished only (no row then counts as authentic).
   static absl::StatusOr<std::unique_ptr<JobTable>> Open(const std::string& path,
-                                                        const std::string& label, bool read_only);
+                                                        const std::string& label,
+                                                        std::optional<JobRowKey> writer_key);
   ~JobTable();
   JobTable(const JobTable&) = delete;
   JobTable& operator=(const JobTable&) = delete;
 
   // Inserts a queued job; fills in its id. `row.created_at` must be set.
   absl::Status Insert(JobRow& row);
-  // Writes the state and outcome columns of the job `row.id`.
+  // Writes the state, outcome and interruption columns of the job `row.id`.
   absl::Status Update(const JobRow& row);
   absl::StatusOr<JobRow> Get(const std::string& id) const;
   // Queued and running jobs, oldest first.
   absl::StatusOr<std::vector<JobRow>> Unfinished() const;
 
  private:
-  JobTable(sqlite3* db, std::string label, std::string tag)
-      : db_(db), label_(std::move(label)), tag_(std::move(tag)) {}
+  JobTable(sqlite3* db, std::string label, std::string tag, std::optional<JobRowKey> key)
+      : db_(db), label_(std::move(label)), tag_(std::move(tag)), key_(key) {}
   std::string Columns() const;  // the SELECT list for this table's schema version
+  std::string Mac(const JobRow& row) const;  // requires key_
+  void Authenticate(JobRow& row) const;      // sets row.authentic
   sqlite3* const db_;
   int64_t version_ = 2;
   const std::string label_;
   const std::string tag_;
+  const std::optional<JobRowKey> key_;
 };
 
 }  // namespace ckpt::storage

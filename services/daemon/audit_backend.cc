@@ -136,10 +136,12 @@ absl::StatusOr<std::unique_ptr<AuditBackend>> AuditBackend::Create(
 
   absl::Status accepting = backend->writer_->append_status();
   if (backend->writer_->schema_version() >= 2) {
-    auto table = storage::JobTable::Open(options.db_path, kLogLabel, /*read_only=*/!accepting.ok());
+    auto table = storage::JobTable::Open(
+        options.db_path, kLogLabel,
+        accepting.ok() ? std::optional(storage::JobRowKeyOf(backend->key_)) : std::nullopt);
     if (!table.ok()) return table.status();
     backend->job_table_ = *std::move(table);
-    auto lookup = storage::JobTable::Open(options.db_path, kLogLabel, /*read_only=*/true);
+    auto lookup = storage::JobTable::Open(options.db_path, kLogLabel, std::nullopt);
     if (!lookup.ok()) return lookup.status();
     backend->job_lookup_ = *std::move(lookup);
   }

@@ -4,9 +4,8 @@
 
 namespace ckpt::daemon {
 
-CallPool::CallPool(int threads, size_t max_waiting) : max_waiting_(max_waiting) {
-  for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { Loop(); });
-}
+CallPool::CallPool(int threads, size_t max_waiting)
+    : max_threads_(static_cast<size_t>(std::max(1, threads))), max_waiting_(max_waiting) {}
 
 CallPool::~CallPool() {
   {
@@ -14,7 +13,7 @@ CallPool::~CallPool() {
     stopping_ = true;
   }
   cv_.notify_all();
-  for (auto& t : threads_) t.join();
+  for (auto& t : threads_) t.join();  // no Submit any more: threads_ is not changing
 }
 
 bool CallPool::Submit(std::function<void()> work, std::function<bool()> abandoned) {
@@ -35,6 +34,9 @@ bool CallPool::Submit(std::function<void()> work, std::function<bool()> abandone
     if (waiting_.size() < max_waiting_) {
       waiting_.push_back({std::move(work), std::move(abandoned)});
       queued = true;
+      if (waiting_.size() > idle_ && threads_.size() < max_threads_) {
+        threads_.emplace_back([this] { Loop(); });
+      }
     }
   }
   if (queued) cv_.notify_one();
@@ -47,7 +49,9 @@ void CallPool::Loop() {
     std::function<void()> work;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      ++idle_;
       cv_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
+      --idle_;
       if (waiting_.empty()) return;  // stopping, and nothing left
       work = std::move(waiting_.front().work);
       waiting_.pop_front();

@@ -1,6 +1,6 @@
-// A fixed set of threads for the calls that may run long or wait (docs/daemon.md, "Threads and
-// memory"): gRPC's callback threads hand such calls here so that they never hold up the quick
-// reads, and the number of them running at once stays bounded.
+// A bounded set of threads, started as needed, for the calls that may run long or wait
+// (docs/daemon.md, "Threads and memory"): gRPC's callback threads hand such calls here so that
+// they never hold up the quick reads, and the number of them running at once stays bounded.
 #ifndef CKPT_SERVICES_DAEMON_CALL_POOL_H_
 #define CKPT_SERVICES_DAEMON_CALL_POOL_H_
 
@@ -16,7 +16,8 @@ namespace ckpt::daemon {
 
 class CallPool {
  public:
-  // `threads` >= 1 run the work; at most `max_waiting` items wait for one.
+  // Up to `threads` (at least 1) run the work, started as work arrives that finds none idle; at
+  // most `max_waiting` items wait for one.
   CallPool(int threads, size_t max_waiting);
   // Runs what is still waiting, then joins the threads.
   ~CallPool();
@@ -36,12 +37,14 @@ class CallPool {
   };
   void Loop();
 
+  const size_t max_threads_;
   const size_t max_waiting_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Item> waiting_;  // guarded by mu_
-  bool stopping_ = false;     // guarded by mu_
-  std::vector<std::thread> threads_;
+  std::deque<Item> waiting_;          // guarded by mu_
+  bool stopping_ = false;             // guarded by mu_
+  size_t idle_ = 0;                   // guarded by mu_: threads waiting for work
+  std::vector<std::thread> threads_;  // guarded by mu_
 };
 
 }  // namespace ckpt::daemon

@@ -1,6 +1,8 @@
 #include "services/daemon/grpc_service.h"
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -176,7 +178,10 @@ grpc::Status GrpcAuditService::Authorize(grpc::ServerContextBase* ctx, absl::str
 
 GrpcAuditService::GrpcAuditService(AuditBackend& backend, const Authenticator& auth,
                                    int work_threads)
-    : backend_(backend), auth_(auth), work_(work_threads, kMaxWaitingWork) {}
+    : backend_(backend),
+      auth_(auth),
+      watch_threads_(kMaxWatchers, kMaxWatchers),
+      work_(work_threads, kMaxWaitingWork) {}
 
 grpc::ServerUnaryReactor* GrpcAuditService::Answer(grpc::CallbackServerContext* ctx,
                                                    grpc::Status status) {
@@ -283,21 +288,74 @@ grpc::Status GrpcAuditService::DoStartAudit(const Caller& caller, const pb::Star
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcAuditService::WatchJob(grpc::ServerContext* ctx,
-                                        const pb::WatchJobRequest* req,
-                                        grpc::ServerWriter<pb::JobEvent>* writer) {
-  if (grpc::Status s = Authorize(ctx, "WatchJob"); !s.ok()) return s;
-  if (auto s = CheckJobId("id", req->id()); !s.ok()) return ToGrpc(s);
-  // Each stream holds a thread while it waits: a bounded number of them.
-  struct Slot {
-    std::atomic<int>& n;
-    ~Slot() { n.fetch_sub(1); }
-  } slot{watchers_};
-  if (watchers_.fetch_add(1) >= kMaxWatchers) {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat("more than ", kMaxWatchers,
-                                     " WatchJob streams at once; poll GetJob instead"));
+// A WatchJob stream. JobManager::Watch blocks until the next event, so the stream's events are
+// written from a watcher thread, which waits for each to be sent before the next.
+class GrpcAuditService::JobWatch final : public grpc::ServerWriteReactor<pb::JobEvent> {
+ public:
+  // `open` counts the streams that hold a place among kMaxWatchers; this one gives its place
+  // back when done, if it took one.
+  JobWatch(std::atomic<int>& open, bool counted) : open_(open), counted_(counted) {}
+  // Sends `event` and waits until gRPC is done with it; false when the stream broke.
+  bool Write(const pb::JobEvent& event) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      event_ = event;
+      writing_ = true;
+    }
+    StartWrite(&event_);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !writing_; });
+    return sent_;
   }
+  void OnWriteDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      sent_ = ok;
+    }
+    cv_.notify_one();
+  }
+  void OnDone() override {
+    if (counted_) open_.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  std::atomic<int>& open_;
+  const bool counted_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  pb::JobEvent event_;    // guarded by mu_ until StartWrite, then gRPC's until OnWriteDone
+  bool writing_ = false;  // guarded by mu_
+  bool sent_ = false;     // guarded by mu_
+};
+
+grpc::ServerWriteReactor<pb::JobEvent>* GrpcAuditService::WatchJob(
+    grpc::CallbackServerContext* ctx, const pb::WatchJobRequest* req) {
+  grpc::Status refused = Authorize(ctx, "WatchJob");
+  if (refused.ok()) refused = ToGrpc(CheckJobId("id", req->id()));
+  // Each stream holds a watcher thread while it waits: a bounded number of them.
+  if (refused.ok() && watchers_.fetch_add(1) >= kMaxWatchers) {
+    watchers_.fetch_sub(1);
+    refused = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           absl::StrCat("more than ", kMaxWatchers,
+                                        " WatchJob streams at once; poll GetJob instead"));
+  }
+  auto* watch = new JobWatch(watchers_, /*counted=*/refused.ok());
+  if (!refused.ok()) {
+    watch->Finish(refused);
+    return watch;
+  }
+  // The call, its request and the reactor stay valid until Finish.
+  auto run = [this, ctx, req, watch] { watch->Finish(DoWatchJob(ctx, req, *watch)); };
+  if (!watch_threads_.Submit(std::move(run), [] { return false; })) {
+    watch->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no watcher thread"));
+  }
+  return watch;
+}
+
+grpc::Status GrpcAuditService::DoWatchJob(grpc::CallbackServerContext* ctx,
+                                          const pb::WatchJobRequest* req, JobWatch& watch) {
   auto gone = [ctx] { return ctx->IsCancelled(); };
   absl::Status s = backend_.jobs().Watch(req->id(), [&](const JobEvent& e) {
     if (ctx->IsCancelled()) return false;
@@ -311,7 +369,7 @@ grpc::Status GrpcAuditService::WatchJob(grpc::ServerContext* ctx,
       auto snapshot = backend_.jobs().Get(req->id());
       if (snapshot.ok()) FillJob(backend_, *snapshot, msg.mutable_job());
     }
-    return writer->Write(msg);
+    return watch.Write(msg);
   }, gone);
   return ToGrpc(s);
 }

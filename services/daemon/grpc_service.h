@@ -22,23 +22,25 @@ absl::StatusOr<Caller> AuthenticateCall(const Authenticator& auth,
 
 namespace internal {
 using Svc = ckpt_audit::v1::AuditService;
-// Every unary method on gRPC's callback API; WatchJob, a long wait per watcher, synchronous.
+// Every method on gRPC's callback API, so that none takes a thread of the synchronous ones,
+// which only reflection uses (docs/daemon.md, "Limits").
 using AuditServiceBase = Svc::WithCallbackMethod_StartAudit<Svc::WithCallbackMethod_GetJob<
     Svc::WithCallbackMethod_Gate<Svc::WithCallbackMethod_QueryAudits<
         Svc::WithCallbackMethod_GetRecord<Svc::WithCallbackMethod_VerifyLog<
-            Svc::WithCallbackMethod_GetInclusionProof<
-                Svc::WithCallbackMethod_CancelJob<Svc::Service>>>>>>>>;
+            Svc::WithCallbackMethod_GetInclusionProof<Svc::WithCallbackMethod_CancelJob<
+                Svc::WithCallbackMethod_WatchJob<Svc::Service>>>>>>>>>;
 }  // namespace internal
 
 // The quick reads (GetJob, QueryAudits, GetRecord, GetInclusionProof) run on gRPC's callback
 // threads as they arrive; Gate, StartAudit, CancelJob and VerifyLog, which may hash, wait for the
-// writer or read the whole log, run on `work_threads` threads of their own, in arrival order
-// (docs/daemon.md, "Threads and memory").
+// writer or read the whole log, run on `work_threads` threads of their own, in arrival order;
+// each WatchJob stream, a long wait, on a watcher thread of its own (docs/daemon.md, "Threads
+// and memory"). No anonymous call can take any of these threads.
 class GrpcAuditService final : public internal::AuditServiceBase {
  public:
   static constexpr int kDefaultWorkThreads = 4;
-  // WatchJob streams open at once (each holds a thread while it waits); more are answered
-  // RESOURCE_EXHAUSTED.
+  // WatchJob streams open at once (each holds a watcher thread while it waits); more are
+  // answered RESOURCE_EXHAUSTED.
   static constexpr int kMaxWatchers = 256;
   // Both must outlive the service.
   GrpcAuditService(AuditBackend& backend, const Authenticator& auth,
@@ -47,8 +49,8 @@ class GrpcAuditService final : public internal::AuditServiceBase {
   grpc::ServerUnaryReactor* StartAudit(grpc::CallbackServerContext*,
                                        const ckpt_audit::v1::StartAuditRequest*,
                                        ckpt_audit::v1::Job*) override;
-  grpc::Status WatchJob(grpc::ServerContext*, const ckpt_audit::v1::WatchJobRequest*,
-                        grpc::ServerWriter<ckpt_audit::v1::JobEvent>*) override;
+  grpc::ServerWriteReactor<ckpt_audit::v1::JobEvent>* WatchJob(
+      grpc::CallbackServerContext*, const ckpt_audit::v1::WatchJobRequest*) override;
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext*,
                                    const ckpt_audit::v1::GetJobRequest*,
                                    ckpt_audit::v1::Job*) override;
@@ -79,6 +81,12 @@ class GrpcAuditService final : public internal::AuditServiceBase {
   grpc::ServerUnaryReactor* Queue(grpc::CallbackServerContext* ctx, absl::string_view method,
                                   std::function<grpc::Status(const Caller&)> work);
 
+  class JobWatch;
+  // The events of the job, written to `watch` until it ends or the caller leaves; on a watcher
+  // thread.
+  grpc::Status DoWatchJob(grpc::CallbackServerContext* ctx,
+                          const ckpt_audit::v1::WatchJobRequest* req, JobWatch& watch);
+
   // The work methods, for the caller Queue authorized.
   grpc::Status DoStartAudit(const Caller&, const ckpt_audit::v1::StartAuditRequest*,
                             ckpt_audit::v1::Job*);
@@ -104,7 +112,9 @@ class GrpcAuditService final : public internal::AuditServiceBase {
   AuditBackend& backend_;
   const Authenticator& auth_;
   std::atomic<int> watchers_{0};  // WatchJob streams open
-  CallPool work_;  // last: joined first, while the rest is still there
+  // Last: joined first, while the rest is still there.
+  CallPool watch_threads_;
+  CallPool work_;
 };
 
 }  // namespace ckpt::daemon

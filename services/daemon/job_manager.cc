@@ -48,6 +48,7 @@ storage::JobRow RowOf(const JobSnapshot& s) {
   r.error_message = std::string(s.error.message());
   r.created_at = s.created_at;
   r.finished_at = s.finished_at;
+  r.interruptions = s.interruptions;
   return r;
 }
 
@@ -70,6 +71,7 @@ JobSnapshot SnapshotOf(const storage::JobRow& r) {
   s.error = absl::Status(static_cast<absl::StatusCode>(r.error_code), r.error_message);
   s.created_at = r.created_at;
   s.finished_at = r.finished_at;
+  s.interruptions = r.interruptions;
   return s;
 }
 
@@ -90,7 +92,8 @@ std::string JobStateName(JobState s) {
 struct JobManager::Job {
   JobSnapshot snapshot;
   std::vector<JobEvent> events;
-  std::atomic<bool> cancel{false};
+  std::atomic<bool> cancel{false};  // asked to stop: by CancelJob, or as the daemon stops
+  bool cancelled_by_caller = false;  // guarded by mu_: CancelJob, not the daemon's stop
 };
 
 // Turns core progress calls into job events, at most one per whole percent per phase so a
@@ -169,6 +172,23 @@ absl::Status JobManager::Store(const JobSnapshot& snapshot) const {
   return table_->Update(RowOf(snapshot));
 }
 
+std::string JobManager::Interrupted(JobSnapshot& s) {
+  ++s.interruptions;
+  if (s.interruptions <= kMaxInterruptions) {
+    s.state = JobState::kQueued;
+    return absl::StrCat("the daemon stopped while this job ran (interruption ", s.interruptions,
+                        " of at most ", kMaxInterruptions, "); it runs again");
+  }
+  s.state = JobState::kFailed;
+  s.finished_at = evidence::Rfc3339Now();
+  s.error = absl::AbortedError(absl::StrCat(
+      "interrupted ", s.interruptions, " times: the daemon stopped (crash, kill, power loss or "
+      "shutdown) each time while this job ran; it is not run again, since a job that stops the "
+      "daemon would keep stopping it. A record a run finished signing is in the log; submit the "
+      "job again to retry"));
+  return std::string(s.error.message());
+}
+
 absl::Status JobManager::Recover() {
   absl::StatusOr<std::vector<storage::JobRow>> rows;
   {
@@ -179,18 +199,30 @@ absl::Status JobManager::Recover() {
   for (const storage::JobRow& row : *rows) {
     auto job = std::make_shared<Job>();
     job->snapshot = SnapshotOf(row);
-    if (job->snapshot.state == JobState::kRunning) {
-      job->snapshot.state = JobState::kInterrupted;
-      job->snapshot.error = absl::AbortedError(
-          "the daemon stopped (crash, kill or power loss) while this job was running; it was "
-          "not re-run (submit it again); a record it finished signing is in the log");
-      job->snapshot.finished_at = evidence::Rfc3339Now();
-      if (auto s = Store(job->snapshot); !s.ok()) return s;
-      continue;  // Get answers from the table
+    JobSnapshot& s = job->snapshot;
+    std::string note;
+    if (!row.authentic) {
+      // Never run: its request and invoker would be signed into a record.
+      s.state = JobState::kFailed;
+      s.finished_at = evidence::Rfc3339Now();
+      s.error = absl::PermissionDeniedError(
+          "refused at start: this job's row in the database is not one the daemon wrote (its "
+          "authentication code does not verify: inserted or changed by another writer of the "
+          "file, written before job rows were authenticated, or under another signing key); "
+          "it was not run");
+      note = std::string(s.error.message());
+    } else if (s.state == JobState::kRunning) {
+      note = Interrupted(s);
     }
-    job->events.push_back(JobEvent{"queued", 0, 0, "recovered after a restart", false});
-    queues_[LaneOf(job->snapshot.spec)].push_back(job);
-    jobs_.emplace(job->snapshot.id, std::move(job));
+    if (!note.empty()) {
+      recovery_notes_.push_back(absl::StrCat("job ", s.id, ": ", note));
+      if (auto st = Store(s); !st.ok()) return st;
+      if (s.state != JobState::kQueued) continue;  // Get answers from the table
+    }
+    job->events.push_back(JobEvent{"queued", 0, 0,
+                                   note.empty() ? "recovered after a restart" : note, false});
+    queues_[LaneOf(s.spec)].push_back(job);
+    jobs_.emplace(s.id, std::move(job));
   }
   return absl::OkStatus();
 }
@@ -285,6 +317,7 @@ absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
           "job ", id, " already finished (", JobStateName(job->snapshot.state), ")"));
     }
     job->cancel = true;
+    job->cancelled_by_caller = true;
     if (job->snapshot.state == JobState::kQueued) {
       std::erase(queues_[LaneOf(job->snapshot.spec)], job);
       job->snapshot.state = JobState::kCancelled;
@@ -406,6 +439,12 @@ void JobManager::WorkerLoop(int lane) {
         s.state = JobState::kSucceeded;
         s.outcome = *outcome;
         last.message = absl::StrCat("verdict ", outcome->verdict, ", record ", outcome->record_id);
+      } else if (job->cancel && !job->cancelled_by_caller &&
+                 absl::IsCancelled(outcome.status())) {
+        // Stopped because the daemon stops: queued again for its next start, or failed.
+        s.finished_at.clear();
+        last.message = Interrupted(s);
+        last.phase = JobStateName(s.state);
       } else {
         bool cancelled = job->cancel && absl::IsCancelled(outcome.status());
         s.state = cancelled ? JobState::kCancelled : JobState::kFailed;

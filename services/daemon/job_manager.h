@@ -8,10 +8,13 @@
 //
 // Durability (docs/daemon.md "Durability"): a job is written to the jobs table before Submit
 // returns its id, and every state change is written as it happens. On start the manager recovers
-// the table: queued jobs are queued again in submission order; jobs that were running when the
-// daemon stopped are marked interrupted with a reason (they are not re-run: a job that crashed
-// the daemon would crash it again). Get answers for every id the table holds; event histories
-// are kept in memory for the jobs of this run only (the newest `max_retained` finished ones).
+// the table: queued jobs are queued again in submission order, and so are jobs that were running
+// when the daemon stopped (crash, kill, or a stop that ended them), each at most
+// kMaxInterruptions times: a job interrupted once more ends FAILED with the reason, since a job
+// that stops the daemon would keep stopping it. A row whose authentication code does not verify
+// (storage/job_table.h: the daemon did not write it) is never run: it ends FAILED saying so.
+// Get answers for every id the table holds; event histories are kept in memory for the jobs of
+// this run only (the newest `max_retained` finished ones).
 //
 // No gRPC in here: the AuditService adapter turns these events into stream messages, and tests
 // drive the manager directly. Thread-safe; in-memory state is guarded by mu_, the table by
@@ -40,6 +43,7 @@
 
 namespace ckpt::daemon {
 
+// kInterrupted only for rows of daemons before 2026-12-01, which did not re-run such jobs.
 enum class JobState { kQueued, kRunning, kSucceeded, kFailed, kCancelled, kInterrupted };
 
 struct JobSpec {
@@ -77,6 +81,7 @@ struct JobSnapshot {
   JobOutcome outcome;
   absl::Status error;  // set when failed, cancelled or interrupted
   std::string created_at, finished_at;
+  int64_t interruptions = 0;  // runs that a daemon stop or crash ended
 };
 
 struct JobEvent {
@@ -89,6 +94,8 @@ struct JobEvent {
 
 class JobManager {
  public:
+  // How often a restart may interrupt a job that then runs again.
+  static constexpr int kMaxInterruptions = 3;
   // `progress.Cancelled()` turns true when the job is cancelled or the daemon stops; the work
   // should then return absl::CancelledError without signing anything.
   using Work = std::function<absl::StatusOr<JobOutcome>(const JobSpec&, Progress&)>;
@@ -105,7 +112,8 @@ class JobManager {
                                                             unsigned workers, size_t max_queued,
                                                             size_t max_retained = 1024);
   // Stops taking jobs, asks running ones to stop and waits for them. Queued jobs stay queued in
-  // the table and run when the daemon starts again.
+  // the table and run when the daemon starts again, as do the running ones that stopped (each
+  // counts as an interruption).
   ~JobManager();
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
@@ -113,6 +121,9 @@ class JobManager {
   absl::StatusOr<std::string> Submit(JobSpec spec);
   absl::StatusOr<JobSnapshot> Get(const std::string& id) const;
   JobCounts Counts() const;
+  // One line per job that recovery at start did not simply queue again (queued again after an
+  // interruption, failed after too many, refused as not written by the daemon), for the log.
+  const std::vector<std::string>& recovery_notes() const { return recovery_notes_; }
 
   // A queued job is cancelled at once; a running one is asked to stop (its work polls
   // Progress::Cancelled) and ends kCancelled unless it had already finished. FAILED_PRECONDITION
@@ -145,6 +156,9 @@ class JobManager {
   void AddEvent(Job& job, JobEvent event);
   void Finish(Job& job, JobEvent last);  // requires mu_; records the job as finished
   absl::Status Store(const JobSnapshot& snapshot) const;
+  // Counts one more interruption of `s` (the daemon stopped while it ran): queued again, or
+  // failed once there were more than kMaxInterruptions. The message saying which.
+  static std::string Interrupted(JobSnapshot& s);
 
   const Work work_;
   storage::JobTable* const table_;
@@ -164,6 +178,7 @@ class JobManager {
   size_t reserved_ = 0;                               // guarded by mu_: Submits writing rows
   bool draining_ = false;                             // guarded by mu_: no new work
   bool stopping_ = false;                             // guarded by mu_: workers exit
+  std::vector<std::string> recovery_notes_;           // written by Recover only
   std::vector<std::thread> workers_;
 };
 

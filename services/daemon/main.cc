@@ -161,6 +161,9 @@ int main(int argc, char** argv) {
   if (absl::Status s = (*backend)->append_status(); !s.ok()) {
     LogJson("warn", {{"msg", "serving reads only: " + s.ToString()}});
   }
+  for (const std::string& note : (*backend)->jobs().recovery_notes()) {
+    LogJson("warn", {{"msg", "recovering jobs: " + note}});
+  }
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);

@@ -125,7 +125,7 @@ void ApplyServerLimits(grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 5 * 60'000);
   grpc::ResourceQuota quota("ckpt-auditd");
-  quota.SetMaxThreads(400);
+  quota.SetMaxThreads(kSyncThreads);
   builder.SetResourceQuota(quota);
 }
 

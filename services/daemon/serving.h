@@ -42,8 +42,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 // Limits every gRPC server of the daemon gets (docs/daemon.md, "Limits"), against peers that
 // hold connections, streams and memory without a token: requests of at most 256 KiB (the
 // largest valid one is about half that), 100 concurrent streams per connection, 10 s to finish
-// a handshake, idle connections closed after 5 minutes, and at most 400 threads for the
-// synchronous methods (WatchJob, reflection); beyond that gRPC answers RESOURCE_EXHAUSTED.
+// a handshake, idle connections closed after 5 minutes, and at most kSyncThreads threads for
+// the synchronous methods, which only server reflection uses (the daemon's own methods and
+// health are on the callback API): beyond that gRPC answers RESOURCE_EXHAUSTED to reflection
+// and to nothing else.
+inline constexpr int kSyncThreads = 32;
 void ApplyServerLimits(grpc::ServerBuilder& builder);
 
 // Process-wide settings for a daemon serving many concurrent calls (docs/daemon.md, "Threads

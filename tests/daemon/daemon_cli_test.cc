@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <set>
+#include <sstream>
 
 #include "ckpt_audit/v1/audit.grpc.pb.h"
 #include "core/evidence/dsse.h"
@@ -83,6 +84,51 @@ class DaemonCliTest : public ::testing::Test {
     grpc::Status s = stub.StartAudit(Ctx().get(), req, &job);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return job.id();
+  }
+  // A copy of the fixture with `files` sparse files of 1 GiB each (inside the engine's memory
+  // window) that its audit reads: an audit still running when the test kills the daemon.
+  fs::path SlowRoot(const std::string& name, int files) {
+    fs::path slow = dir_ / name;
+    fs::copy(dst_, slow, fs::copy_options::recursive);
+    for (int i = 0; i < files; ++i) {
+      int fd = ::open((slow / ("blob" + std::to_string(i) + ".bin")).c_str(),
+                      O_WRONLY | O_CREAT, 0644);
+      EXPECT_GE(fd, 0);
+      EXPECT_EQ(::ftruncate(fd, 1ll << 30), 0);
+      ::close(fd);
+    }
+    return slow;
+  }
+  // Polls until the job runs, then a little longer: its running state is stored just after.
+  void WaitRunning(pb::AuditService::Stub& stub, const std::string& id) {
+    for (int i = 0; i < 2000 && GetJob(stub, id).state() == pb::JOB_STATE_QUEUED; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(GetJob(stub, id).state(), pb::JOB_STATE_RUNNING) << id;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  // SIGKILL, as a crash or the OOM killer would stop it, and a start on the same database.
+  void KillAndRestart(std::unique_ptr<pb::AuditService::Stub>& stub, const std::string& log) {
+    daemon_.Kill();
+    stub.reset();
+    ASSERT_TRUE(daemon_.Start(DaemonArgs(), dir_ / log)) << daemon_.log();
+    stub = Stub();
+  }
+  // WatchJob to its end: the job its last event carries. The stream must end OK.
+  pb::Job WatchToEnd(pb::AuditService::Stub& stub, const std::string& id,
+                     std::string* last_message = nullptr) {
+    pb::WatchJobRequest watch;
+    watch.set_id(id);
+    auto ctx = Ctx();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto reader = stub.WatchJob(ctx.get(), watch);
+    pb::JobEvent e, last;
+    while (reader->Read(&e)) last = e;
+    grpc::Status s = reader->Finish();
+    EXPECT_TRUE(s.ok()) << id << ": " << s.error_message();
+    EXPECT_TRUE(last.done()) << id;
+    if (last_message != nullptr) *last_message = last.message();
+    return last.job();
   }
   std::vector<std::string> DaemonArgs() {
     return {"--listen", "127.0.0.1:0", "--tokens", tokens_.string(),
@@ -298,52 +344,105 @@ TEST_F(DaemonCliTest, OneWriterPerLog) {
   EXPECT_EQ(verify.rc, 0) << verify.out << verify.err;
 }
 
-// Finding 5: kill -9 with a job running and two queued. After a restart every id answers: the
-// running one as interrupted, with a reason; the queued ones run. New ids are new.
+// Finding 5: kill -9 with a job running and two queued. After a restart every id answers and
+// all three run to completion, the interrupted one again from its start (it was never silently
+// left INTERRUPTED: issue 21, item 7). New ids are new.
 TEST_F(DaemonCliTest, JobsSurviveKillDashNine) {
-  // A root whose audit reads a 1 GiB sparse file (inside the engine's memory window): still
-  // running when the daemon is killed. The two jobs behind it are queued first, so the kill
-  // follows the running state by one poll.
-  fs::path slow = dir_ / "slow";
-  fs::copy(dst_, slow, fs::copy_options::recursive);
-  {
-    int fd = ::open((slow / "blob.bin").c_str(), O_WRONLY | O_CREAT, 0644);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::ftruncate(fd, 1ll << 30), 0);
-    ::close(fd);
-  }
+  // The two jobs behind the slow one are queued first, so the kill follows the running state.
+  fs::path slow = SlowRoot("slow", 1);
   auto stub = Stub();
   std::string running = Start(*stub, slow, "");
   std::vector<std::string> queued = {Start(*stub, dst_, src_), Start(*stub, src_, "")};
-  for (int i = 0; i < 2000 && GetJob(*stub, running).state() == pb::JOB_STATE_QUEUED; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_EQ(GetJob(*stub, running).state(), pb::JOB_STATE_RUNNING);
+  WaitRunning(*stub, running);
   for (const auto& id : queued) ASSERT_EQ(GetJob(*stub, id).state(), pb::JOB_STATE_QUEUED);
 
-  daemon_.Kill();
-  stub.reset();
-  ASSERT_TRUE(daemon_.Start(DaemonArgs(), dir_ / "restarted.log")) << daemon_.log();
-  stub = Stub();
-  pb::Job interrupted = GetJob(*stub, running);
-  EXPECT_EQ(interrupted.state(), pb::JOB_STATE_INTERRUPTED);
-  EXPECT_THAT(interrupted.error_message(), HasSubstr("daemon stopped"));
+  KillAndRestart(stub, "restarted.log");
+  EXPECT_THAT(daemon_.log(), HasSubstr("job " + running + ": the daemon stopped while this job "
+                                       "ran (interruption 1 of at most 3)"));
+  pb::Job rerun = WatchToEnd(*stub, running);
+  EXPECT_EQ(rerun.state(), pb::JOB_STATE_SUCCEEDED) << rerun.error_message();
+  EXPECT_GE(rerun.record_id(), 0);
   for (const auto& id : queued) {
-    pb::WatchJobRequest watch;
-    watch.set_id(id);
-    auto ctx = Ctx();
-    auto reader = stub->WatchJob(ctx.get(), watch);
-    pb::JobEvent e;
-    while (reader->Read(&e)) {
-    }
-    EXPECT_TRUE(reader->Finish().ok());
-    pb::Job job = GetJob(*stub, id);
+    pb::Job job = WatchToEnd(*stub, id);
     EXPECT_EQ(job.state(), pb::JOB_STATE_SUCCEEDED) << id << " " << job.error_message();
     EXPECT_EQ(job.verdict(), "pass");
   }
   std::set<std::string> ids(queued.begin(), queued.end());
   ids.insert(running);
   EXPECT_TRUE(ids.insert(Start(*stub, dst_, src_)).second);
+}
+
+// A job that the daemon's stop keeps interrupting (here: killed while it runs, four times) is
+// re-run at most 3 times, then FAILED with the reason, which GetJob and WatchJob both carry.
+TEST_F(DaemonCliTest, AJobInterruptedFourTimesFailsWithTheReason) {
+  fs::path slow = SlowRoot("slow", 16);  // does not finish within the test
+  auto stub = Stub();
+  std::string id = Start(*stub, slow, "");
+  for (int kill = 1; kill <= 4; ++kill) {
+    WaitRunning(*stub, id);
+    if (HasFailure()) return;
+    KillAndRestart(stub, "restart-" + std::to_string(kill) + ".log");
+  }
+  pb::Job failed = GetJob(*stub, id);
+  EXPECT_EQ(failed.state(), pb::JOB_STATE_FAILED);
+  EXPECT_THAT(failed.error_message(), HasSubstr("interrupted 4 times"));
+  std::string said;
+  pb::Job watched = WatchToEnd(*stub, id, &said);
+  EXPECT_EQ(watched.state(), pb::JOB_STATE_FAILED);
+  EXPECT_THAT(said, HasSubstr("interrupted 4 times"));
+  EXPECT_THAT(daemon_.log(), HasSubstr("job " + id + ": interrupted 4 times"));
+}
+
+// Issue 21, item 8: whoever can write the database file inserts a job row naming an invoker
+// nobody authenticated as, while the daemon is stopped. At the next start that row is refused
+// (FAILED, a log line), never run, and its invoker is in no signed record; a genuine job queued
+// beside it still runs.
+TEST_F(DaemonCliTest, AForgedJobRowIsNeverRunNorSigned) {
+  fs::path slow = SlowRoot("slow", 1);
+  auto stub = Stub();
+  std::string running = Start(*stub, slow, "");
+  std::string genuine = Start(*stub, dst_, src_);
+  WaitRunning(*stub, running);
+  ASSERT_EQ(GetJob(*stub, genuine).state(), pb::JOB_STATE_QUEUED);
+  daemon_.Kill();
+  stub.reset();
+
+  const std::string db = (dir_ / "ev.db").string();
+  const std::string forged = "job-000900-0badc0de";
+  const std::string insert =
+      "INSERT INTO jobs(seq, id, root, source_root, policy, root_map, invoker, state, verdict,"
+      " record_id, error_code, error_message, created_at, finished_at) VALUES(900, '" + forged +
+      "', '" + dst_.string() + "', '" + src_.string() + "', '', '', 'admin:release-manager',"
+      " 'queued', '', -1, 0, '', '2026-12-01T00:00:00.000Z', '')";
+  ASSERT_EQ(std::system(("sqlite3 '" + db + "' \"" + insert + "\"").c_str()), 0);
+
+  ASSERT_TRUE(daemon_.Start(DaemonArgs(), dir_ / "restarted.log")) << daemon_.log();
+  stub = Stub();
+  EXPECT_THAT(daemon_.log(), HasSubstr("job " + forged + ": refused at start"));
+  pb::Job refused = GetJob(*stub, forged);
+  EXPECT_EQ(refused.state(), pb::JOB_STATE_FAILED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("not one the daemon wrote"));
+  EXPECT_EQ(refused.record_id(), -1);
+  for (const std::string& id : {running, genuine}) {
+    pb::Job job = WatchToEnd(*stub, id);
+    EXPECT_EQ(job.state(), pb::JOB_STATE_SUCCEEDED) << id << " " << job.error_message();
+  }
+  // Every signed statement in the log names the genuine caller, none the forged one.
+  const fs::path dump = dir_ / "envelopes.txt";
+  ASSERT_EQ(std::system(("sqlite3 '" + db + "' 'SELECT CAST(envelope AS TEXT) FROM entries' > '" +
+                         dump.string() + "'").c_str()),
+            0);
+  std::istringstream lines(ReadText(dump));
+  int signed_by_admin = 0, records = 0;
+  for (std::string line; std::getline(lines, line);) {
+    auto env = evidence::ParseEnvelope(line);
+    ASSERT_TRUE(env.ok()) << env.status();
+    ++records;
+    EXPECT_THAT(env->payload, Not(HasSubstr("release-manager")));
+    signed_by_admin += env->payload.find("admin:ci-admin") != std::string::npos;
+  }
+  EXPECT_GE(records, 2);
+  EXPECT_GE(signed_by_admin, 2);
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 // The shipped ckpt-auditd binary against an anonymous loopback peer that spends the daemon's
 // resources (docs/daemon.md, "Limits"): connections beyond the open-file limit, a half-sent
-// request to /metrics, and a 4 MiB request that would parse into ~120 MiB before its token is
-// looked at. Each failed on the daemon before its limits (an outside review, 2026-12-01).
+// request to /metrics, a 4 MiB request that would parse into ~120 MiB before its token is
+// looked at, and reflection streams held open by the hundred. Each failed on the daemon before
+// its limits (outside reviews, 2026-12-01).
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "ckpt_audit/v1/audit.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/daemon_process.h"
@@ -129,6 +132,113 @@ TEST_F(DaemonLimitsTest, ARequestOfTwoMillionEmptyEntriesIsNotParsedIntoHundreds
   const long grown = PeakRssKb(d.pid()) - before;
   EXPECT_LT(grown, 32 * 1024) << "peak RSS grew by " << grown << " kB for one request ("
                               << s.error_message() << ")";
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+// Issue 21, item 7: anonymous reflection streams, held open, used to take every thread of the
+// synchronous methods (400 of them), and WatchJob was one of those methods: an authenticated
+// caller could no longer follow its audit (RESOURCE_EXHAUSTED). Now reflection has those
+// threads to itself; the flooder is answered RESOURCE_EXHAUSTED, while an authenticated
+// StartAudit and WatchJob, and health checks, go through.
+TEST_F(DaemonLimitsTest, AReflectionFloodLeavesAuthenticatedAuditsAndWatchesAlone) {
+  namespace pb = ckpt_audit::v1;
+  const std::filesystem::path model = ::ckpt::testing::CopyFixture("mini-kimi-nvfp4", dir_);
+  const std::string tokens = (dir_ / "tokens").string();
+  CliResult token =
+      RunCli("tokens add --file " + tokens + " --role auditor --name ci", dir_.path());
+  ASSERT_EQ(token.rc, 0) << token.err;
+  std::vector<std::string> args = Args();
+  args[2] = "--tokens";
+  args.insert(args.begin() + 3, tokens);
+  DaemonProcess d;
+  ASSERT_TRUE(d.Start(args, dir_ / "d.log")) << d.log();
+
+  // 450 streams on 5 connections (at most 100 streams each), none of which ever sends a request.
+  constexpr int kConnections = 5, kStreamsEach = 90, kStreams = kConnections * kStreamsEach;
+  struct Stream {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call;
+    grpc::Status status;
+  };
+  grpc::CompletionQueue cq;
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
+  std::vector<std::unique_ptr<Stream>> flood;
+  for (int c = 0; c < kConnections; ++c) {
+    grpc::ChannelArguments channel_args;
+    channel_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+    stubs.push_back(std::make_unique<grpc::GenericStub>(grpc::CreateCustomChannel(
+        d.address(), grpc::InsecureChannelCredentials(), channel_args)));
+    for (int i = 0; i < kStreamsEach; ++i) {
+      auto& st = flood.emplace_back(std::make_unique<Stream>());
+      const uintptr_t n = flood.size() - 1;
+      st->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      st->call = stubs.back()->PrepareCall(
+          &st->ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+      st->call->StartCall(reinterpret_cast<void*>(2 * n));
+      st->call->Finish(&st->status, reinterpret_cast<void*>(2 * n + 1));
+    }
+  }
+  // Until the server has refused more streams than 400 threads would leave over.
+  int events = 0, exhausted = 0;
+  auto take = [&](std::chrono::milliseconds wait) {
+    void* tag = nullptr;
+    bool ok = false;
+    if (cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + wait) !=
+        grpc::CompletionQueue::GOT_EVENT) {
+      return false;
+    }
+    ++events;
+    const uintptr_t t = reinterpret_cast<uintptr_t>(tag);
+    if (t % 2 == 1 &&
+        flood[t / 2]->status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++exhausted;
+    }
+    return true;
+  };
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (exhausted < kStreams - 400 && std::chrono::steady_clock::now() < until) {
+    take(std::chrono::milliseconds(100));
+  }
+  EXPECT_GE(exhausted, kStreams - 400) << "the flood did not fill the synchronous threads";
+
+  // Meanwhile: health, and an authenticated audit followed to its end.
+  EXPECT_TRUE(RawUnaryCall(d.address(), "/grpc.health.v1.Health/Check", "", nullptr,
+                           std::chrono::seconds(10)).ok());
+  auto stub = pb::AuditService::NewStub(
+      grpc::CreateChannel(d.address(), grpc::InsecureChannelCredentials()));
+  const std::string bearer = "Bearer " + token.out.substr(0, token.out.find('\n'));
+  pb::StartAuditRequest start;
+  start.set_root(model.string());
+  pb::Job job;
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", bearer);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Status s = stub->StartAudit(&ctx, start, &job);
+    ASSERT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+  }
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", bearer);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  pb::WatchJobRequest watch;
+  watch.set_id(job.id());
+  auto reader = stub->WatchJob(&ctx, watch);
+  pb::JobEvent e, last;
+  while (reader->Read(&e)) last = e;
+  grpc::Status watched = reader->Finish();
+  EXPECT_TRUE(watched.ok()) << watched.error_code() << " " << watched.error_message();
+  EXPECT_TRUE(last.done());
+  EXPECT_EQ(last.job().state(), pb::JOB_STATE_SUCCEEDED) << last.job().error_message();
+
+  for (auto& st : flood) st->ctx.TryCancel();
+  while (events < 2 * kStreams && take(std::chrono::seconds(10))) {
+  }
+  EXPECT_EQ(events, 2 * kStreams);
+  cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq.Next(&tag, &ok)) {
+  }
   EXPECT_EQ(d.Stop(), 0);
 }
 

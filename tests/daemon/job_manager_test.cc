@@ -1,5 +1,6 @@
 // The job manager: event histories, bounded queue, cancellation, and durability through the
-// jobs table of a real evidence database (recovery after a stop, ids that never repeat).
+// jobs table of a real evidence database (recovery after a stop, re-runs of interrupted jobs at
+// most 3 times, rows the daemon did not write never run, ids that never repeat).
 #include "services/daemon/job_manager.h"
 
 #include <atomic>
@@ -46,7 +47,8 @@ class JobManagerTest : public ::testing::Test {
     lookup_ = OpenTable(/*read_only=*/true);
   }
   std::unique_ptr<storage::JobTable> OpenTable(bool read_only = false) {
-    auto t = storage::JobTable::Open(path_, "evidence log", read_only);
+    auto t = storage::JobTable::Open(path_, "evidence log",
+                                     read_only ? std::nullopt : std::optional(kKey));
     EXPECT_TRUE(t.ok()) << t.status();
     return t.ok() ? *std::move(t) : nullptr;
   }
@@ -63,6 +65,16 @@ class JobManagerTest : public ::testing::Test {
     ASSERT_TRUE(jobs.Watch(id, [](const JobEvent&) { return true; }).ok());
   }
 
+  // Rows as a killed daemon leaves them: the job `id` was running.
+  void MarkRunning(const std::string& id, int64_t interruptions = 0) {
+    auto row = table_->Get(id);
+    ASSERT_TRUE(row.ok()) << row.status();
+    row->state = "running";
+    row->interruptions = interruptions;
+    ASSERT_TRUE(table_->Update(*row).ok());
+  }
+
+  static constexpr storage::JobRowKey kKey = {7, 7, 7};
   TempDir dir_;
   std::string path_;
   std::unique_ptr<storage::JobTable> table_;
@@ -185,43 +197,138 @@ TEST_F(JobManagerTest, CancelQueuedAndRunningJobs) {
   EXPECT_EQ(table->Get(*running)->state, "cancelled");
 }
 
-// A stop with jobs in flight: the running one is recorded as running and the queued ones as
-// queued (what a crash leaves), then a new manager recovers them.
-TEST_F(JobManagerTest, RecoversQueuedAndInterruptedJobsAfterAStop) {
+// A kill with jobs in flight: the running one is recorded as running and the queued ones as
+// queued. A new manager runs all three again, the interrupted one first (submission order).
+TEST_F(JobManagerTest, RerunsInterruptedAndQueuedJobsAfterAKill) {
   std::vector<std::string> ids;
-  {
-    // Rows as a killed daemon leaves them: one running, two queued.
-    for (int i = 0; i < 3; ++i) {
-      storage::JobRow row;
-      row.root = absl::StrCat("root", i);
-      row.created_at = "2026-01-01T00:00:00.000Z";
-      ASSERT_TRUE(table_->Insert(row).ok());
-      ids.push_back(row.id);
-      if (i == 0) {
-        row.state = "running";
-        ASSERT_TRUE(table_->Update(row).ok());
-      }
-    }
+  for (int i = 0; i < 3; ++i) {
+    storage::JobRow row;
+    row.root = absl::StrCat("root", i);
+    row.created_at = "2026-01-01T00:00:00.000Z";
+    ASSERT_TRUE(table_->Insert(row).ok());
+    ids.push_back(row.id);
   }
+  MarkRunning(ids[0]);
   GatedWork work;
   work.release.set_value();
   auto jobs = Manager(work);
-  auto interrupted = jobs->Get(ids[0]);
-  ASSERT_TRUE(interrupted.ok());
-  EXPECT_EQ(interrupted->state, JobState::kInterrupted);
-  EXPECT_THAT(interrupted->error.message(), HasSubstr("stopped"));
-  for (int i = 1; i < 3; ++i) {
+  for (int i = 0; i < 3; ++i) {
     WaitDone(*jobs, ids[i]);
     auto snap = jobs->Get(ids[i]);
     ASSERT_TRUE(snap.ok());
-    EXPECT_EQ(snap->state, JobState::kSucceeded) << ids[i];
+    EXPECT_EQ(snap->state, JobState::kSucceeded) << ids[i] << " " << snap->error;
     EXPECT_EQ(snap->spec.root, absl::StrCat("root", i));
+    EXPECT_EQ(table_->Get(ids[i])->interruptions, i == 0 ? 1 : 0);
   }
+  ASSERT_EQ(jobs->recovery_notes().size(), 1u);
+  EXPECT_THAT(jobs->recovery_notes()[0], HasSubstr(ids[0]));
+  EXPECT_THAT(jobs->recovery_notes()[0], HasSubstr("interruption 1 of at most 3"));
   // Ids never repeat: a new table connection (a restart) issues fresh ones.
   auto fresh = jobs->Submit({"root", "", ""});
   ASSERT_TRUE(fresh.ok());
   std::set<std::string> all(ids.begin(), ids.end());
   EXPECT_TRUE(all.insert(*fresh).second) << *fresh;
+}
+
+// A job interrupted a fourth time (here: three stops that ended it, then a kill) is not run
+// again. It ends FAILED, and GetJob and WatchJob say why; never silently.
+TEST_F(JobManagerTest, AJobInterruptedAFourthTimeFailsWithTheReason) {
+  storage::JobRow row;
+  row.root = "root";
+  row.created_at = "2026-01-01T00:00:00.000Z";
+  ASSERT_TRUE(table_->Insert(row).ok());
+  for (int stops = 1; stops <= 3; ++stops) {
+    GatedWork blocked;  // runs until the stop asks it to stop
+    auto jobs = Manager(blocked);
+    jobs->Watch(row.id, [](const JobEvent& e) { return e.phase != "work"; }).IgnoreError();
+    ASSERT_EQ(jobs->Get(row.id)->state, JobState::kRunning) << "run " << stops;
+    EXPECT_TRUE(jobs->Drain(absl::Now()));
+    EXPECT_EQ(table_->Get(row.id)->state, "queued");
+    EXPECT_EQ(table_->Get(row.id)->interruptions, stops);
+  }
+  MarkRunning(row.id, 3);  // the fourth run, killed
+  GatedWork work;
+  work.release.set_value();
+  int runs = 0;
+  auto m = JobManager::Create(
+      [&](const JobSpec& s, Progress& p) {
+        ++runs;
+        return work(s, p);
+      },
+      table_.get(), lookup_.get(), absl::OkStatus(), 1, 4);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto failed = (*m)->Get(row.id);
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ(failed->state, JobState::kFailed);
+  EXPECT_EQ(failed->error.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(failed->error.message(), HasSubstr("interrupted 4 times"));
+  std::vector<JobEvent> replay;
+  ASSERT_TRUE((*m)->Watch(row.id, [&](const JobEvent& e) {
+    replay.push_back(e);
+    return true;
+  }).ok());
+  ASSERT_EQ(replay.size(), 1u);
+  EXPECT_EQ(replay[0].phase, "failed");
+  EXPECT_THAT(replay[0].message, HasSubstr("interrupted 4 times"));
+  EXPECT_EQ(runs, 0);
+  EXPECT_EQ(table_->Get(row.id)->state, "failed");
+  EXPECT_EQ(table_->Get(row.id)->interruptions, 4);
+}
+
+// Whoever can write the database file can insert a job row, or drop the triggers and change a
+// row's request. Neither runs: its invoker would be signed into a record. A genuine queued job
+// beside them still runs.
+TEST_F(JobManagerTest, RowsTheDaemonDidNotWriteAreNeverRun) {
+  storage::JobRow genuine, altered;
+  genuine.root = altered.root = "root";
+  genuine.invoker = altered.invoker = "auditor:ci";
+  genuine.created_at = altered.created_at = "2026-01-01T00:00:00.000Z";
+  ASSERT_TRUE(table_->Insert(genuine).ok());
+  ASSERT_TRUE(table_->Insert(altered).ok());
+  {
+    ::ckpt::testing::RawDb raw(path_);
+    ASSERT_EQ(raw.Exec("INSERT INTO jobs(seq, id, root, source_root, policy, root_map, invoker,"
+                       " state, verdict, record_id, error_code, error_message, created_at,"
+                       " finished_at, mac) VALUES(100, 'job-000100-forged00', 'root', '', '', '',"
+                       " 'admin:release-manager', 'queued', '', -1, 0, '',"
+                       " '2026-01-01T00:00:00.000Z', '', '" + genuine.mac + "')"),
+              0)
+        << raw.error();
+    ASSERT_EQ(raw.Exec("DROP TRIGGER jobs_request_fixed"), 0) << raw.error();
+    ASSERT_EQ(raw.Exec("UPDATE jobs SET invoker = 'admin:release-manager' WHERE id = '" +
+                       altered.id + "'"),
+              0)
+        << raw.error();
+  }
+  GatedWork work;
+  work.release.set_value();
+  std::mutex mu;
+  std::vector<std::string> ran;
+  auto m = JobManager::Create(
+      [&](const JobSpec& s, Progress& p) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          ran.push_back(s.invoker);
+        }
+        return work(s, p);
+      },
+      table_.get(), lookup_.get(), absl::OkStatus(), 1, 4);
+  ASSERT_TRUE(m.ok()) << m.status();
+  JobManager& jobs = **m;
+  WaitDone(jobs, genuine.id);
+  EXPECT_EQ(jobs.Get(genuine.id)->state, JobState::kSucceeded);
+  for (const std::string& id : {std::string("job-000100-forged00"), altered.id}) {
+    auto refused = jobs.Get(id);
+    ASSERT_TRUE(refused.ok()) << refused.status();
+    EXPECT_EQ(refused->state, JobState::kFailed) << id;
+    EXPECT_EQ(refused->error.code(), absl::StatusCode::kPermissionDenied) << id;
+    EXPECT_THAT(refused->error.message(), HasSubstr("not one the daemon wrote"));
+    EXPECT_EQ(table_->Get(id)->state, "failed");
+  }
+  EXPECT_THAT(ran, ::testing::ElementsAre("auditor:ci"));
+  ASSERT_EQ(jobs.recovery_notes().size(), 2u);
+  EXPECT_THAT(jobs.recovery_notes()[0], HasSubstr(altered.id));
+  EXPECT_THAT(jobs.recovery_notes()[1], HasSubstr("job-000100-forged00"));
 }
 
 // Looking up a job of an earlier run reads through its own read-only connection: while another
@@ -264,13 +371,17 @@ TEST_F(JobManagerTest, QueuedJobsSurviveAStopAndRunAfterIt) {
     // polls) does; the queued job is not started.
     EXPECT_TRUE(jobs->Drain(absl::Now()));
   }  // the queued job stays queued in the table
+  // The job the stop ended is queued again, one interruption counted.
   auto table = OpenTable();
-  EXPECT_EQ(table->Get(first)->state, "cancelled");
+  EXPECT_EQ(table->Get(first)->state, "queued");
+  EXPECT_EQ(table->Get(first)->interruptions, 1);
   EXPECT_EQ(table->Get(second)->state, "queued");
   GatedWork work;
   work.release.set_value();
   auto jobs = Manager(work, 4, 1024, table.get());
+  WaitDone(*jobs, first);
   WaitDone(*jobs, second);
+  EXPECT_EQ(jobs->Get(first)->state, JobState::kSucceeded);
   EXPECT_EQ(jobs->Get(second)->state, JobState::kSucceeded);
 }
 

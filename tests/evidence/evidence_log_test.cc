@@ -434,8 +434,11 @@ TEST_F(LogTest, IndexRowsForOldEntriesAreRefused) {
   EXPECT_NE(db.Exec("INSERT INTO checkpoints(size, note) VALUES(1, 'x')"), SQLITE_OK);
   // Jobs change state, but are never deleted and their requests never change.
   ASSERT_EQ(db.Exec("INSERT INTO jobs VALUES(1, 'job-1', '/m', '', 'scale-window', '', '',"
-                    " 'queued', '', -1, 0, '', '2026-01-01T00:00:00.000Z', '', 'all', 'cuda', '')"),
+                    " 'queued', '', -1, 0, '', '2026-01-01T00:00:00.000Z', '', 'all', 'cuda', '',"
+                    " 'c0de', 0)"),
             SQLITE_OK);
+  EXPECT_EQ(db.Exec("UPDATE jobs SET interruptions = 1 WHERE id = 'job-1'"), SQLITE_OK);
+  EXPECT_NE(db.Exec("UPDATE jobs SET mac = '' WHERE id = 'job-1'"), SQLITE_OK);
   EXPECT_EQ(db.Exec("UPDATE jobs SET state = 'running' WHERE id = 'job-1'"), SQLITE_OK);
   EXPECT_NE(db.Exec("UPDATE jobs SET root = '/etc' WHERE id = 'job-1'"), SQLITE_OK);
   EXPECT_NE(db.Exec("UPDATE jobs SET device = 'cpu' WHERE id = 'job-1'"), SQLITE_OK);
