@@ -10,12 +10,12 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "core/io/small_file.h"
 
 namespace ckpt::evidence {
 namespace {
 
-constexpr off_t kMaxKeyFile = 1 << 20;
+constexpr size_t kMaxKeyFile = 1 << 20;
 
 struct Fd {
   explicit Fd(int f) : fd(f) {}
@@ -44,36 +44,12 @@ std::string PemOf(EVP_PKEY* pkey, bool private_key) {
 }  // namespace
 
 absl::StatusOr<std::string> ReadPrivateKeyFile(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO planted at the path must not hang; it is refused below.
-  Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
-  if (f.fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(err)));
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::strerror(err)));
-  }
-  struct stat st;
-  if (::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
-  if ((st.st_mode & 077) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, ": private key is accessible by group/other (mode ",
-        absl::StrFormat("%04o", st.st_mode & 0777), "); run chmod 600 and consider it exposed"));
-  }
-  if (st.st_size > kMaxKeyFile) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", st.st_size, " bytes is too large for a key file"));
-  }
-  std::string pem(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
-  while (got < pem.size()) {
-    ssize_t n = ::pread(f.fd, pem.data() + got, pem.size() - got, static_cast<off_t>(got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  pem.resize(got);  // a file that shrank meanwhile gives a shorter PEM, which will not parse
-  return pem;
+  io::SmallFileRules rules;
+  rules.what = "private key";
+  rules.max_bytes = kMaxKeyFile;
+  rules.forbidden_mode = 077;
+  rules.follow_link = true;  // Kubernetes secret volumes mount each key as a link
+  return io::ReadSmallFile(path, rules);
 }
 
 absl::Status WritePrivateKeyFile(const std::string& path, const std::string& pem) {

@@ -14,8 +14,8 @@ namespace ckpt::evidence {
 
 // The PEM text of the private key file at `path`. The file is opened once and checked through
 // that descriptor (a link to it is followed, as Kubernetes secret mounts need): it must be a
-// regular file of at most 1 MiB that neither group nor others can access. NOT_FOUND,
-// FAILED_PRECONDITION (mode), INVALID_ARGUMENT (not a regular file, too large).
+// regular file of at most 1 MiB that neither group nor others can access (core/io/small_file.h).
+// NOT_FOUND, FAILED_PRECONDITION (mode), INVALID_ARGUMENT (not a regular file, too large).
 absl::StatusOr<std::string> ReadPrivateKeyFile(const std::string& path);
 
 // Writes `pem` to a new file at `path`, created with mode 0600 (O_EXCL: never visible with wider

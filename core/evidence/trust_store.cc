@@ -1,51 +1,25 @@
 #include "core/evidence/trust_store.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "core/evidence/base64.h"
+#include "core/io/small_file.h"
 
 namespace ckpt::evidence {
 
 absl::StatusOr<TrustStore> TrustStore::Load(const std::string& path) {
-  constexpr off_t kMaxTrustFile = 1 << 20;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": trust file not found"));
-  struct stat st;
-  absl::Status refused;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    refused = absl::InvalidArgumentError(absl::StrCat(path, ": trust file is not a regular file"));
-  } else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    // Whoever can write the trust file decides which signatures verify.
-    refused = absl::PermissionDeniedError(absl::StrFormat(
-        "%s: trust file is writable by group or others (mode %04o); chmod go-w it", path,
-        st.st_mode & 07777));
-  } else if (st.st_uid != 0 && st.st_uid != ::geteuid()) {
-    refused = absl::PermissionDeniedError(absl::StrCat(
-        path, ": trust file is owned by uid ", st.st_uid, ", neither root nor this user"));
-  } else if (st.st_size > kMaxTrustFile) {
-    refused = absl::InvalidArgumentError(absl::StrCat(path, ": trust file is over 1 MiB"));
-  }
-  std::string text;
-  if (refused.ok()) {
-    text.resize(static_cast<size_t>(st.st_size));
-    size_t got = 0;
-    while (got < text.size()) {
-      ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-      if (n <= 0) break;
-      got += static_cast<size_t>(n);
-    }
-    text.resize(got);
-  }
-  ::close(fd);
-  if (!refused.ok()) return refused;
-  return Parse(text, path);
+  io::SmallFileRules rules;
+  rules.what = "trust file";
+  rules.forbidden_mode = 022;  // whoever can write the trust file decides what verifies
+  rules.owner_root_or_self = true;
+  absl::StatusOr<std::string> text = io::ReadSmallFile(path, rules);
+  if (!text.ok()) return text.status();
+  return Parse(*text, path);
 }
 
 absl::StatusOr<TrustStore> TrustStore::Parse(const std::string& text, const std::string& label) {

@@ -18,8 +18,9 @@ namespace ckpt::evidence {
 class TrustStore {
  public:
   // INVALID_ARGUMENT naming the file and line for a malformed entry; NOT_FOUND if absent;
-  // PERMISSION_DENIED for a file that group or others can write, or that is owned by a user
-  // other than root and the caller (whoever can write it chooses which signatures verify).
+  // FAILED_PRECONDITION for a file that group or others can write, or that is owned by a user
+  // other than root and the caller (whoever can write it chooses which signatures verify);
+  // PERMISSION_DENIED for a symbolic link (core/io/small_file.h).
   static absl::StatusOr<TrustStore> Load(const std::string& path);
   static absl::StatusOr<TrustStore> Parse(const std::string& text, const std::string& label);
 

@@ -2,8 +2,6 @@
 
 #include <filesystem>
 #include <functional>
-#include <fstream>
-#include <iterator>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +10,7 @@
 #include "core/checkpoint.h"
 #include "core/evidence/dsse.h"
 #include "core/evidence/record.h"
+#include "core/io/small_file.h"
 #include "core/interop/transcode_provenance.h"
 #include "core/interop/tree_subjects.h"
 #include "storage/merkle.h"
@@ -47,14 +46,12 @@ struct SignedProvenance {
 // The provenance lines of an .intoto.jsonl file whose signatures a trusted key verifies.
 absl::StatusOr<SignedProvenance> ReadProvenanceFile(const std::string& path,
                                                     const evidence::TrustStore& trust) {
-  std::error_code ec;
-  uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) return absl::NotFoundError(absl::StrCat(path, ": ", ec.message()));
-  if (size > kMaxProvenanceFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": larger than 64 MiB"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  io::SmallFileRules rules;
+  rules.what = "provenance file";
+  rules.max_bytes = kMaxProvenanceFileBytes;
+  absl::StatusOr<std::string> read = io::ReadSmallFile(path, rules);
+  if (!read.ok()) return read.status();
+  const std::string& text = *read;
   std::string last_problem = "no SLSA provenance envelope in it";
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipWhitespace())) {
     auto env = evidence::ParseEnvelope(std::string(line));

@@ -42,12 +42,28 @@ absl::StatusOr<FileIdentity> FstatOf(int fd, const std::string& label) {
   return FileIdentity::Of(st);
 }
 
-// The label of an opened directory is where it actually is, not the name that led to it.
-std::string RealPathOf(int fd, const std::string& fallback) {
+// The label of an opened directory is where it actually is, not the name that led to it: the
+// path /proc/self/fd gives for the descriptor, checked to lead back to the same directory. A
+// directory whose real path cannot be established that way (deeper than PATH_MAX, moved or
+// removed meanwhile, /proc missing) is refused: naming it by the path it was asked for would
+// let "/allowed/../elsewhere" pass for a directory under /allowed (docs/daemon.md "Semantics").
+absl::StatusOr<std::string> RealPathOf(int fd, const std::string& asked) {
   char buf[PATH_MAX];
   const std::string link = absl::StrCat("/proc/self/fd/", fd);
   ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf));
-  return n > 0 ? std::string(buf, n) : fallback;
+  const int err = errno;
+  struct stat by_path, by_fd;
+  std::string real = n > 0 && static_cast<size_t>(n) < sizeof(buf) ? std::string(buf, n) : "";
+  if (real.empty() || real[0] != '/' || ::stat(real.c_str(), &by_path) != 0 ||
+      ::fstat(fd, &by_fd) != 0 || by_path.st_dev != by_fd.st_dev ||
+      by_path.st_ino != by_fd.st_ino) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        asked, ": the real path of this directory cannot be established (",
+        n < 0 ? std::strerror(err)
+              : real.empty() ? "longer than PATH_MAX" : "it has moved or is unreachable",
+        "); refused rather than named by the path given"));
+  }
+  return real;
 }
 
 class PosixFile final : public RandomAccessFile {
@@ -170,7 +186,12 @@ class PosixDirectory final : public Directory {
   absl::StatusOr<std::unique_ptr<Directory>> OpenParent() const override {
     int fd = ::openat(fd_.get(), "..", O_RDONLY | O_CLOEXEC | O_DIRECTORY);
     if (fd < 0) return ErrnoStatus("open parent", label_, errno);
-    return std::make_unique<PosixDirectory>(fd, RealPathOf(fd, absl::StrCat(label_, "/..")));
+    absl::StatusOr<std::string> real = RealPathOf(fd, absl::StrCat(label_, "/.."));
+    if (!real.ok()) {
+      ::close(fd);
+      return real.status();
+    }
+    return std::make_unique<PosixDirectory>(fd, *std::move(real));
   }
 
  private:
@@ -203,7 +224,12 @@ class PosixFileSystem final : public FileSystem {
     if (fd < 0) {
       return absl::NotFoundError(absl::StrCat(path, ": not a directory: ", std::strerror(errno)));
     }
-    return std::make_unique<PosixDirectory>(fd, RealPathOf(fd, path));
+    absl::StatusOr<std::string> real = RealPathOf(fd, path);
+    if (!real.ok()) {
+      ::close(fd);
+      return real.status();
+    }
+    return std::make_unique<PosixDirectory>(fd, *std::move(real));
   }
 };
 

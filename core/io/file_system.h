@@ -72,7 +72,7 @@ class Directory {
   // `name` is not a link. Links are resolved only under rules (core/io/confined_links.h).
   virtual absl::StatusOr<std::string> ReadLink(const std::string& name) const = 0;
   // The directory this one is in: openat(".."), the real parent whatever path led here,
-  // labelled with its real path.
+  // labelled with its real path (INVALID_ARGUMENT when that cannot be established).
   virtual absl::StatusOr<std::unique_ptr<Directory>> OpenParent() const = 0;
   // For messages and records: where the directory is (a root: its real path when opened).
   virtual const std::string& label() const = 0;
@@ -82,7 +82,9 @@ class FileSystem {
  public:
   virtual ~FileSystem() = default;
   // Opens `path` (absolute or relative to the working directory; symlinks in it are resolved
-  // here, once) as a directory. NOT_FOUND when it is not a directory.
+  // here, once) as a directory, labelled with its real path. NOT_FOUND when it is not a
+  // directory; INVALID_ARGUMENT naming `path` when its real path cannot be established (for
+  // one longer than PATH_MAX): a directory is never labelled with the path given.
   virtual absl::StatusOr<std::unique_ptr<Directory>> OpenRoot(const std::string& path) const = 0;
 };
 

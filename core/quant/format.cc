@@ -259,7 +259,8 @@ void CheckX4T(const Checkpoint& ckpt, const json& q, const std::string& method,
       }
     }
     char buf[PATH_MAX];
-    const std::string real = ::realpath(mapped.c_str(), buf) ? std::string(buf) : mapped;
+    // A path that does not resolve here never matches (docs/daemon.md "Semantics").
+    const std::string real = ::realpath(mapped.c_str(), buf) ? std::string(buf) : "";
     if (real != ckpt.root()) {
       Add(r, "checkpoint-root-mismatch", "",
           "checkpoint_root '" + declared + "' (as mapped: '" + mapped + "') is not the mounted root '" +

@@ -2,32 +2,41 @@
 //   ckpt-audit submit --server ADDR ROOT [--source S] [--policy P] [--json]
 //       queues an audit on the daemon and follows its progress stream to the verdict;
 //   ckpt-audit gate --server ADDR ROOT [--policy P] [--source-manifest-root HEX]
+//                   [--expect-root HEX | --verify-local] [--max-age D]
 //                   [--map-root /DECLARED=/ACTUAL] [--trust FILE] [--json]
 //       asks for a pass/fail decision on the root as it is on disk now, and believes a PASS only
-//       after verifying the signed decision and its inclusion in the log (docs/daemon.md).
-// Both take --token-file (or $CKPT_AUDIT_TOKEN), and --ca [--cert --key] for TLS / mutual TLS.
+//       after verifying the signed decision, its inclusion in the log, and that it is about what
+//       was asked, recently (docs/daemon.md "Gate clients").
+// Both take --token-file (or $CKPT_AUDIT_TOKEN), and --ca [--cert --key] for TLS / mutual TLS; a
+// token goes to a server without TLS only on loopback with --insecure-loopback.
 // Exit codes as everywhere: 0 pass, 1 fail, 2 error (including an unreachable daemon).
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <optional>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "ckpt_audit/v1/audit.grpc.pb.h"
-#include "core/text/json_dump.h"
-#include "core/text/json_parse.h"
+#include "core/audit/audit_checks.h"
+#include "core/checkpoint.h"
 #include "core/evidence/dsse.h"
+#include "core/evidence/hex_digest.h"
 #include "core/evidence/record.h"
+#include "core/fingerprint/fingerprint.h"
+#include "core/io/small_file.h"
+#include "core/text/json_dump.h"
+#include "core/text/name_encoding.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
+#include "services/cli/gate_state.h"
 #include "services/daemon/address.h"
 #include "storage/merkle.h"
 #include "storage/tlog_checkpoint.h"
@@ -41,6 +50,7 @@ struct ConnectArgs {
   std::string server = "127.0.0.1:7433";
   std::string token_file;
   std::string ca, cert, key;  // PEM files: TLS when ca is set, mutual TLS with cert and key
+  bool insecure_loopback = false;  // a token may go to a loopback server without TLS
 };
 
 struct RemoteArgs {
@@ -48,6 +58,9 @@ struct RemoteArgs {
   std::string root, source, policy, trust;
   std::string source_manifest_root;   // gate: only records against this source decide
   std::vector<std::string> map_root;  // gate: "/DECLARED=/ACTUAL"
+  std::string expect_root;            // gate: the content ROOT the decision must be about
+  bool verify_local = false;          // gate: ... and the content of ROOT as fingerprinted here
+  std::string max_age = "10m";        // gate: how old a decision may be
   bool json = false;
 };
 
@@ -82,29 +95,19 @@ int ReportRpcError(const grpc::Status& s) {
                                   s.error_message()));
 }
 
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path, bool secret) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  struct stat st;
-  bool exposed = ::fstat(fd, &st) == 0 && (st.st_mode & 007) != 0;
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; text.size() < (1 << 20) && (n = ::read(fd, buf, sizeof buf)) > 0;) {
-    text.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  if (secret && exposed) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, ": token file is accessible by others; run chmod 600 and consider it exposed"));
-  }
-  return text;
+// A token or a TLS client key is a secret: group and others may not read its file.
+absl::StatusOr<std::string> ReadClientFile(const std::string& path, bool secret) {
+  io::SmallFileRules rules;
+  rules.what = secret ? "secret file" : "certificate file";
+  rules.forbidden_mode = secret ? 077 : 0;
+  return io::ReadSmallFile(path, rules);
 }
 
 // --token-file's first line, else $CKPT_AUDIT_TOKEN, else no token.
 absl::StatusOr<std::string> LoadToken(const ConnectArgs& a) {
   std::string token;
   if (!a.token_file.empty()) {
-    auto text = ReadSmallFile(a.token_file, /*secret=*/true);
+    auto text = ReadClientFile(a.token_file, /*secret=*/true);
     if (!text.ok()) return text.status();
     token = std::string(absl::StripAsciiWhitespace(text->substr(0, text->find('\n'))));
     if (token.empty()) return absl::InvalidArgumentError(a.token_file + ": no token");
@@ -129,21 +132,27 @@ absl::StatusOr<Remote> Connect(const ConnectArgs& a) {
   }
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (a.ca.empty()) {
-    if (!r.token.empty() && !daemon::IsLoopbackAddress(a.server)) {
+    // Without TLS nothing says who listens on the port: a token goes there only where no other
+    // host can listen (loopback), and only when the user accepts that any local process could.
+    if (!r.token.empty() && (!daemon::IsLoopbackAddress(a.server) || !a.insecure_loopback)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "refusing to send a token to ", a.server,
-          " without TLS; give --ca (the CA that signed the daemon's certificate)"));
+          " without TLS: nothing verifies who is listening there; give --ca (the CA that signed "
+          "the daemon's certificate)",
+          daemon::IsLoopbackAddress(a.server)
+              ? ", or --insecure-loopback to trust any local process on that port"
+              : ""));
     }
     creds = grpc::InsecureChannelCredentials();
   } else {
     grpc::SslCredentialsOptions ssl;
-    auto ca = ReadSmallFile(a.ca, /*secret=*/false);
+    auto ca = ReadClientFile(a.ca, /*secret=*/false);
     if (!ca.ok()) return ca.status();
     ssl.pem_root_certs = *ca;
     if (!a.cert.empty()) {
-      auto cert = ReadSmallFile(a.cert, /*secret=*/false);
+      auto cert = ReadClientFile(a.cert, /*secret=*/false);
       if (!cert.ok()) return cert.status();
-      auto key = ReadSmallFile(a.key, /*secret=*/true);
+      auto key = ReadClientFile(a.key, /*secret=*/true);
       if (!key.ok()) return key.status();
       ssl.pem_cert_chain = *cert;
       ssl.pem_private_key = *key;
@@ -209,46 +218,77 @@ int Submit(const RemoteArgs& a) {
   return job.verdict() == "pass" ? kExitOk : kExitCheckFailed;
 }
 
-// A PASS counts only when the decision the server returned (its exact envelope, an inclusion
-// proof and the signed checkpoint, all in the answer) is a verification summary signed by a
-// trusted key that says PASSED for exactly the content digest and gate policy the server
-// reported, and is a leaf of the log under a tree head signed by a trusted key. A server that
-// merely says `pass` (or replays a decision about other content, or relabels a FAILED one)
-// proves nothing.
-absl::Status VerifyPass(const pb::GateResponse& resp, const evidence::TrustStore& trust) {
+// What the caller asked about, that a decision must be about.
+struct Asked {
+  std::vector<std::string> roots;  // name-encoded: the root as given (made absolute, normalised)
+                                   // and, where it resolves here, its real path
+  std::string policy;              // scale-window policy name
+  std::string source;              // the pinned source ROOT, or empty
+  std::vector<std::pair<std::string, std::string>> contents;  // (content ROOT, where it came from)
+  absl::Duration max_age;
+};
+
+// 64 lower-case hex characters from a digest given with an optional "sha256:" prefix, any case.
+absl::StatusOr<std::string> DigestArg(const std::string& flag, const std::string& value) {
+  std::string hex = absl::AsciiStrToLower(value);
+  if (absl::StartsWith(hex, "sha256:")) hex = hex.substr(7);
+  if (!evidence::IsSha256Hex(hex)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " '", value, "': expected 64 hex characters"));
+  }
+  return hex;
+}
+
+absl::StatusOr<Asked> AskedOf(const RemoteArgs& a) {
+  Asked q;
+  std::error_code ec;
+  std::string given = std::filesystem::absolute(a.root, ec).lexically_normal().string();
+  while (given.size() > 1 && given.back() == '/') given.pop_back();
+  q.roots.push_back(EncodeName(given));
+  if (auto real = RealPath(a.root); real.ok() && EncodeName(*real) != q.roots[0]) {
+    q.roots.push_back(EncodeName(*real));
+  }
+  q.policy = a.policy.empty() ? audit::kDefaultPolicy : a.policy;
+  if (!a.source_manifest_root.empty()) {
+    auto pin = DigestArg("--source-manifest-root", a.source_manifest_root);
+    if (!pin.ok()) return pin.status();
+    q.source = *pin;
+  }
+  if (!a.expect_root.empty()) {
+    auto root = DigestArg("--expect-root", a.expect_root);
+    if (!root.ok()) return root.status();
+    q.contents.emplace_back(*root, "--expect-root");
+  }
+  if (a.verify_local) {
+    FingerprintOptions options;
+    options.tensor_digests = false;  // the ROOT is over file digests
+    TerminalProgress progress;
+    auto fp = FingerprintTree(a.root, options, progress);
+    if (!fp.ok()) return fp.status();
+    q.contents.emplace_back(fp->manifest.RootHex(), "the local fingerprint");
+  }
+  if (!absl::ParseDuration(a.max_age, &q.max_age) || q.max_age < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-age '", a.max_age, "': expected a duration such as 10m or 90s"));
+  }
+  return q;
+}
+
+// The server's decision as signed: a verification summary signed by a trusted key, whose exact
+// envelope is a leaf of the log under a tree head signed by a trusted key. A server that merely
+// says `pass`, or relabels a FAILED decision, proves nothing.
+absl::StatusOr<evidence::RecordIndex> VerifiedDecision(const pb::GateResponse& resp,
+                                                       const evidence::TrustStore& trust) {
   if (resp.decision_envelope().empty()) {
     return absl::FailedPreconditionError("the answer carries no signed decision");
   }
   auto env = evidence::ParseEnvelope(resp.decision_envelope());
   if (!env.ok()) return env.status();
   if (auto signer = evidence::VerifyEnvelope(*env, trust); !signer.ok()) return signer.status();
-  auto parsed = ParseBoundedJson(env->payload, "the signed decision");
-  if (!parsed.ok()) return parsed.status();
-  const nlohmann::json& j = *parsed;
-  if (!j.is_object() || j.value("predicateType", "") != evidence::kVerificationSummaryType ||
-      !j.contains("predicate") || !j["predicate"].is_object()) {
+  auto decision = evidence::IndexPayload(env->payload);
+  if (!decision.ok()) return decision.status();
+  if (decision->predicate_type != evidence::kVerificationSummaryType) {
     return absl::FailedPreconditionError("the signed statement is not a gate decision");
-  }
-  const auto& pred = j["predicate"];
-  if (pred.value("verificationResult", "") != "PASSED") {
-    return absl::FailedPreconditionError("the signed decision says FAILED");
-  }
-  if (!pred.contains("policy") || !pred["policy"].is_object() ||
-      pred["policy"].value("uri", "") != resp.gate_policy()) {
-    return absl::FailedPreconditionError("the signed decision states another gate policy");
-  }
-  bool content_matches = false;
-  if (j.contains("subject") && j["subject"].is_array()) {
-    for (const auto& s : j["subject"]) {
-      content_matches |= s.is_object() &&
-                         s.value("name", "") == evidence::kManifestRootSubject &&
-                         s.contains("digest") && s["digest"].is_object() &&
-                         s["digest"].value("sha256", "") == resp.manifest_root();
-    }
-  }
-  if (!content_matches) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the signed decision is not about content ", resp.manifest_root()));
   }
 
   const pb::InclusionProof& proof = resp.decision_proof();
@@ -266,14 +306,108 @@ absl::Status VerifyPass(const pb::GateResponse& resp, const evidence::TrustStore
     std::copy(h.begin(), h.end(), x.begin());
     hashes.push_back(x);
   }
-  return storage::VerifyInclusion(storage::LeafHash(evidence::AsBytes(resp.decision_envelope())),
-                                  static_cast<uint64_t>(proof.leaf_index()), head->size, hashes,
-                                  head->root);
+  absl::Status included = storage::VerifyInclusion(
+      storage::LeafHash(evidence::AsBytes(resp.decision_envelope())),
+      static_cast<uint64_t>(proof.leaf_index()), head->size, hashes, head->root);
+  if (!included.ok()) return included;
+  return decision;
+}
+
+// The query parameter `name` of a gate policy URI
+// ("ckpt-audit:gate/NAME@1?policy=P[&source=HEX]", services/daemon/gate_policy.h); empty if none.
+std::string UriParam(const std::string& uri, const std::string& name) {
+  const size_t q = uri.find('?');
+  if (q == std::string::npos) return "";
+  for (absl::string_view kv : absl::StrSplit(absl::string_view(uri).substr(q + 1), '&')) {
+    if (absl::ConsumePrefix(&kv, name + "=")) return std::string(kv);
+  }
+  return "";
+}
+
+// The decision is about the root, policy and source asked; both sides named when not.
+absl::Status CheckQuestion(const evidence::RecordIndex& d, const Asked& q) {
+  if (std::find(q.roots.begin(), q.roots.end(), d.root) == q.roots.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the signed decision is about root ", d.root, ", not the requested ", q.roots[0],
+        q.roots.size() > 1 ? absl::StrCat(" (", q.roots[1], " here)") : ""));
+  }
+  if (std::string policy = UriParam(d.policy, "policy"); policy != q.policy) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the signed decision is under policy '", policy, "' (", d.policy,
+        "), not the requested '", q.policy, "'"));
+  }
+  if (std::string source = UriParam(d.policy, "source"); !q.source.empty() && source != q.source) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the signed decision rests on ", source.empty() ? "no pinned source" : "source " + source,
+        ", not the requested --source-manifest-root ", q.source));
+  }
+  return absl::OkStatus();
+}
+
+// When the decision was signed; a time more than a minute ahead of this clock is refused, so a
+// server cannot make its decisions outrank every later one in the gate state.
+absl::StatusOr<absl::Time> DecisionTime(const evidence::RecordIndex& d, absl::Time now) {
+  absl::Time t;
+  std::string err;
+  if (!absl::ParseTime(absl::RFC3339_full, d.time, &t, &err)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the signed decision's time '", d.time, "' is not RFC 3339: ", err));
+  }
+  if (t > now + absl::Minutes(1)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the signed decision is dated ", d.time, ", ahead of this clock (",
+        absl::FormatTime(absl::RFC3339_sec, now, absl::UTCTimeZone()), ")"));
+  }
+  return t;
+}
+
+// A PASS the caller may rely on: a verified decision that says PASSED about the content the
+// server fingerprinted and any the caller expects, about what was asked, made within --max-age
+// and not before the newest decision this user has seen for the same question.
+absl::Status CheckPass(const evidence::RecordIndex& d, const pb::GateResponse& resp,
+                       const Asked& q, absl::Time t, absl::Time now,
+                       std::optional<absl::Time> newest) {
+  if (d.verdict != "pass") return absl::FailedPreconditionError("the signed decision says FAILED");
+  if (UriParam(d.policy, "policy").empty() || d.policy != resp.gate_policy()) {
+    return absl::FailedPreconditionError("the signed decision states another gate policy");
+  }
+  std::vector<std::string> contents;
+  for (const evidence::Subject& s : d.subjects) {
+    if (s.name == evidence::kManifestRootSubject) contents.push_back(s.sha256);
+  }
+  if (contents.size() != 1 || contents[0] != resp.manifest_root()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the signed decision is not about content ", resp.manifest_root()));
+  }
+  const std::string& content = contents[0];
+  for (const auto& [expected, where] : q.contents) {
+    if (content != expected) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the signed decision is about content ", content, ", not ", expected, " (", where,
+          ")"));
+    }
+  }
+  if (now - t > q.max_age) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the signed decision was made at ", d.time, ", more than --max-age ",
+        absl::FormatDuration(q.max_age), " ago"));
+  }
+  if (newest && t < *newest) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the signed decision was made at ", d.time, ", before the newest decision already seen "
+        "for this root, policy and source (",
+        absl::FormatTime(absl::RFC3339_full, *newest, absl::UTCTimeZone()), ")"));
+  }
+  return absl::OkStatus();
 }
 
 int Gate(const RemoteArgs& a) {
+  auto asked = AskedOf(a);
+  if (!asked.ok()) return ReportError(asked.status());
   auto trust = LoadTrust(a.trust);
   if (!trust.ok()) return ReportError(trust.status());
+  auto state = GateState::Load();
+  if (!state.ok()) return ReportError(state.status());
   auto remote = Connect(a.connect);
   if (!remote.ok()) return ReportError(remote.status());
   pb::GateRequest req;
@@ -285,14 +419,32 @@ int Gate(const RemoteArgs& a) {
   if (grpc::Status s = remote->stub->Gate(remote->Context().get(), req, &resp); !s.ok()) {
     return ReportRpcError(s);
   }
-  bool pass = resp.pass();
+  // Any verified decision about this question, PASS or FAIL, is remembered: an older PASS
+  // replayed after it is then refused.
+  const absl::Time now = absl::Now();
+  absl::Status checked = absl::OkStatus();
+  std::string decided_at;
+  absl::StatusOr<evidence::RecordIndex> d = VerifiedDecision(resp, *trust);
+  if (!d.ok()) checked = d.status();
+  if (checked.ok()) checked = CheckQuestion(*d, *asked);
+  absl::StatusOr<absl::Time> t = checked.ok() ? DecisionTime(*d, now) : checked;
+  if (checked.ok()) checked = t.status();
+  const GateQuestion question{checked.ok() ? d->root : "", asked->policy, asked->source};
+  if (checked.ok() && resp.pass()) {
+    checked = CheckPass(*d, resp, *asked, *t, now, state->Newest(question));
+  }
+  if (checked.ok()) {
+    decided_at = d->time;
+    if (absl::Status s = state->Remember(question, *t); !s.ok()) return ReportError(s);
+  }
+  const bool pass = resp.pass() && checked.ok();
   std::string verified;
-  if (pass) {
-    absl::Status v = VerifyPass(resp, *trust);
-    pass = v.ok();
-    verified = v.ok() ? "decision signature and log inclusion verified"
-                      : absl::StrCat("the server said PASS but its decision does not verify: ",
-                                     v.ToString());
+  if (resp.pass()) {
+    verified = checked.ok()
+                   ? absl::StrCat("decision signature and log inclusion verified; about ",
+                                  d->root, " under ", d->policy, ", made at ", d->time)
+                   : absl::StrCat("the server said PASS but its decision does not verify: ",
+                                  checked.message());
   }
   if (a.json) {
     nlohmann::json j = {{"pass", pass},
@@ -304,6 +456,7 @@ int Gate(const RemoteArgs& a) {
                         {"gate_policy", resp.gate_policy()},
                         {"manifest_root", resp.manifest_root()}};
     if (!verified.empty()) j["verification"] = verified;
+    if (!decided_at.empty()) j["decision_time"] = decided_at;
     std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
     std::printf("gate %s for %s (content %s)\n", pass ? "PASS" : "FAIL", a.root.c_str(),
@@ -323,6 +476,9 @@ void AddCommon(CLI::App* cmd, RemoteArgs* a) {
   cmd->add_option("--ca", a->connect.ca, "CA certificate(s) to verify the daemon: use TLS");
   cmd->add_option("--cert", a->connect.cert, "client certificate for mutual TLS (with --key)");
   cmd->add_option("--key", a->connect.key, "client private key for mutual TLS");
+  cmd->add_flag("--insecure-loopback", a->connect.insecure_loopback,
+                "send the token to a loopback server without TLS (any local process could be "
+                "listening on that port)");
   cmd->add_option("--policy", a->policy, "policy name (default: the daemon's)");
   cmd->add_flag("--json", a->json, "machine-readable output");
 }
@@ -345,6 +501,13 @@ void AddRemoteCommands(CLI::App& app, int* exit_code) {
                 "only a pair audit against the source with this OMS ROOT may decide");
   g->add_option("--map-root", gate->map_root,
                 "/DECLARED=/ACTUAL: where an X4T container's declared root is (repeatable)");
+  g->add_option("--expect-root", gate->expect_root,
+                "a PASS must be about the content with this OMS ROOT (e.g. from the transcode "
+                "provenance)");
+  g->add_flag("--verify-local", gate->verify_local,
+              "fingerprint ROOT here: a PASS must be about the content on this disk");
+  g->add_option("--max-age", gate->max_age,
+                "a PASS must have been decided within this long (default 10m)");
   g->callback([=] { *exit_code = Gate(*gate); });
 }
 

@@ -4,8 +4,6 @@
 // (storage/log_verifier.h). Both exit 0 only when everything verifies, 1 when something does
 // not, 2 when the inputs cannot be read.
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <memory>
 
@@ -20,6 +18,7 @@
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
+#include "services/cli/read_file.h"
 #include "storage/evidence_log.h"
 #include "storage/log_verifier.h"
 #include "storage/tlog_checkpoint.h"
@@ -131,9 +130,9 @@ int Verify(const VerifyArgs& a) {
   std::string envelope;
   int64_t seq = a.id;
   if (!a.record.empty()) {
-    std::ifstream in(a.record, std::ios::binary);
-    if (!in) return ReportError(absl::NotFoundError(absl::StrCat(a.record, ": cannot read")));
-    envelope.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    auto read = ReadSmallFile(a.record);
+    if (!read.ok()) return ReportError(read.status());
+    envelope = *std::move(read);
     while (!envelope.empty() && (envelope.back() == '\n' || envelope.back() == '\r')) {
       envelope.pop_back();
     }

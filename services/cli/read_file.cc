@@ -9,37 +9,23 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/small_file.h"
 
 namespace ckpt::cli {
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot read: ", std::strerror(errno)));
-  }
-  std::string out;
-  char buf[65536];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) {
-    if (out.size() + n > max_bytes) {
-      std::fclose(f);
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": larger than ", max_bytes, " bytes; not a file this command reads"));
-    }
-    out.append(buf, n);
-  }
-  bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return out;
+  io::SmallFileRules rules;
+  rules.max_bytes = max_bytes;
+  return io::ReadSmallFile(path, rules);
 }
 
-absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
+absl::Status WriteFileAtomically(const std::string& path, const std::string& text, mode_t mode) {
   std::string tmp = absl::StrCat(path, ".tmp-XXXXXX");
   int fd = ::mkstemp(tmp.data());
   if (fd < 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot create: ", std::strerror(errno)));
   }
-  ::fchmod(fd, 0644);
+  ::fchmod(fd, mode);
   bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
             ::fsync(fd) == 0;
   ok = ::close(fd) == 0 && ok;

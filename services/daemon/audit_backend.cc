@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "core/audit/audit_checks.h"
 #include "core/checkpoint.h"
 #include "core/evidence/dsse.h"
@@ -25,6 +26,13 @@ constexpr char kLogLabel[] = "evidence log";  // error messages never show the d
 constexpr size_t kMaxReaders = 8;
 constexpr size_t kMaxCachedFormats = 4096;
 constexpr size_t kMaxCachedEnvelopeBytes = 16 << 20;
+
+// Whether an RFC 3339 time lies less than `age` ago.
+bool Within(const std::string& rfc3339, absl::Duration age) {
+  absl::Time t;
+  std::string err;
+  return absl::ParseTime(absl::RFC3339_full, rfc3339, &t, &err) && absl::Now() - t < age;
+}
 
 // Reasons a stored record failed: each failing check with its first finding.
 std::vector<std::string> FailureReasons(const std::string& payload) {
@@ -503,7 +511,8 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Prog
   const std::string resource_uri = absl::StrCat("file://", EncodeName(real));
   std::unique_lock<std::mutex> lock(decision_mu_);
   std::optional<DecisionFacts> last = index_.LatestDecision(key, d.policy_uri, resource_uri);
-  if (last && last->pass == d.pass && last->input_seq == d.record_id) {
+  if (last && last->pass == d.pass && last->input_seq == d.record_id &&
+      Within(last->time, options_.decision_reuse)) {
     lock.unlock();  // the decision exists; reading it back needs no exclusion
     d.reused = true;
     d.decision_id = static_cast<int64_t>(last->seq);

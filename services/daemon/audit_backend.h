@@ -42,6 +42,9 @@ struct BackendOptions {
   unsigned threads_per_audit = 0;          // 0: all cores
   // How old a file's ctime must be before a gate reuses its digest (content_fingerprint.h).
   absl::Duration gate_stable_age = ContentFingerprinter::kStableAge;
+  // How long an identical gate decision is returned again before a fresh one is signed: clients
+  // refuse old decisions (docs/daemon.md "Gate clients").
+  absl::Duration decision_reuse = absl::Minutes(1);
   AuditObserver* observer = nullptr;  // not owned; outlives the backend
 };
 

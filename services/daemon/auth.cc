@@ -13,8 +13,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "core/io/small_file.h"
 #include "core/sha256.h"
 #include "openssl/crypto.h"
 #include "openssl/rand.h"
@@ -63,45 +63,15 @@ std::string Errno(const std::string& path, absl::string_view what) {
   return absl::StrCat(path, ": cannot ", what, ": ", std::strerror(errno));
 }
 
-// The checks every open of a token file makes on the descriptor (not the name, which may be
-// replaced meanwhile).
-absl::Status CheckTokenFile(int fd, const std::string& path) {
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return absl::InternalError(Errno(path, "stat"));
-  if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(path, ": token file is not a regular file"));
-  }
-  if ((st.st_mode & 022) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, ": token file is writable by group/other (mode ",
-        absl::StrFormat("%04o", st.st_mode & 0777),
-        "); anyone who can write it can add an admin token: run chmod 600"));
-  }
-  if (st.st_uid != 0 && st.st_uid != ::geteuid()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, ": token file is owned by uid ", st.st_uid,
-        ", neither root nor this process's user; its owner could add an admin token"));
-  }
-  if (st.st_size > static_cast<off_t>(kMaxTokenFileBytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": token file is larger than ", kMaxTokenFileBytes, " bytes"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadFd(int fd, const std::string& path) {
-  std::string text;
-  char buf[8192];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return absl::InternalError(Errno(path, "read"));
-    if (n == 0) return text;
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > kMaxTokenFileBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": token file grew while read"));
-    }
-  }
+// What every read of a token file checks, on the descriptor read (core/io/small_file.h): whoever
+// can write the file can add an admin token.
+io::SmallFileRules TokenFileRules() {
+  io::SmallFileRules rules;
+  rules.what = "token file";
+  rules.max_bytes = kMaxTokenFileBytes;
+  rules.forbidden_mode = 022;
+  rules.owner_root_or_self = true;
+  return rules;
 }
 
 }  // namespace
@@ -224,12 +194,7 @@ absl::StatusOr<TokenStore> TokenStore::Parse(absl::string_view text, absl::strin
 }
 
 absl::StatusOr<TokenStore> TokenStore::Load(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(Errno(path, "open token file"));
-  absl::Status checked = CheckTokenFile(fd, path);
-  absl::StatusOr<std::string> text =
-      checked.ok() ? ReadFd(fd, path) : absl::StatusOr<std::string>(checked);
-  ::close(fd);
+  absl::StatusOr<std::string> text = io::ReadSmallFile(path, TokenFileRules());
   if (!text.ok()) return text.status();
   return Parse(*text, path);
 }
@@ -264,8 +229,7 @@ absl::Status AppendToken(const std::string& path, absl::string_view token, Role 
   if (created && ::fchmod(fd, 0600) != 0) return fail(absl::InternalError(Errno(path, "chmod")));
   // Two concurrent `tokens add` must not both pass the name check and append the same name.
   if (::flock(fd, LOCK_EX) != 0) return fail(absl::InternalError(Errno(path, "lock")));
-  if (absl::Status s = CheckTokenFile(fd, path); !s.ok()) return fail(s);
-  auto text = ReadFd(fd, path);
+  auto text = io::ReadSmallFile(fd, path, TokenFileRules());
   if (!text.ok()) return fail(text.status());
   auto store = TokenStore::Parse(*text, path);
   if (!store.ok()) return fail(store.status());

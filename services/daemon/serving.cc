@@ -18,6 +18,7 @@
 #include "grpc/grpc.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
+#include "core/io/small_file.h"
 #include "services/daemon/address.h"
 
 namespace ckpt::daemon {
@@ -25,37 +26,15 @@ namespace {
 
 constexpr size_t kMaxPemBytes = 1 << 20;
 
-// Reads a PEM file, checking the mode first when it holds a private key.
+// Reads a PEM file (core/io/small_file.h), checking the mode when it holds a private key.
 absl::StatusOr<std::string> ReadPem(const std::string& path, bool private_key) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  }
-  struct stat st;
-  absl::Status s;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    s = absl::FailedPreconditionError(absl::StrCat(path, ": not a regular file"));
-  } else if (st.st_size > static_cast<off_t>(kMaxPemBytes)) {
-    s = absl::InvalidArgumentError(absl::StrCat(path, ": larger than ", kMaxPemBytes, " bytes"));
-  } else if (private_key && (st.st_mode & 026) != 0) {
-    s = absl::FailedPreconditionError(absl::StrCat(
-        path, ": TLS private key is readable by others or writable by group (mode ",
-        absl::StrFormat("%04o", st.st_mode & 0777), "); run chmod 600"));
-  }
-  std::string text;
-  if (s.ok()) {
-    text.resize(static_cast<size_t>(st.st_size));
-    size_t got = 0;
-    while (got < text.size()) {
-      ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      got += static_cast<size_t>(n);
-    }
-    text.resize(got);
-  }
-  ::close(fd);
-  if (!s.ok()) return s;
+  io::SmallFileRules rules;
+  rules.what = private_key ? "TLS private key" : "certificate";
+  rules.max_bytes = kMaxPemBytes;
+  rules.forbidden_mode = private_key ? 026 : 0;  // not readable by others or writable by group
+  absl::StatusOr<std::string> read = io::ReadSmallFile(path, rules);
+  if (!read.ok()) return read.status();
+  const std::string& text = *read;
   if (!absl::StrContains(text, "-----BEGIN ")) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a PEM file"));
   }

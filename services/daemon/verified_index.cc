@@ -84,6 +84,7 @@ void VerifiedLogIndex::Index(uint64_t seq, const std::string& envelope, Facts& f
       DecisionFacts d;
       d.seq = seq;
       d.pass = p.at("verificationResult").get<std::string>() == "PASSED";
+      d.time = p.at("timeVerified").get<std::string>();
       const auto& inputs = p.at("inputAttestations");
       if (!inputs.empty()) {
         std::string uri = inputs.at(0).at("uri").get<std::string>();

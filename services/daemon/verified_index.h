@@ -56,6 +56,7 @@ struct DecisionFacts {
   uint64_t seq = 0;
   bool pass = false;
   int64_t input_seq = -1;  // the record it rests on; -1 for none
+  std::string time;        // timeVerified (RFC 3339)
 };
 
 struct EntryProof {

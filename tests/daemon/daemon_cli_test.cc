@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -15,6 +16,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/core/deep_tree.h"
 #include "tests/daemon/daemon_process.h"
 #include "tests/test_util.h"
 
@@ -51,11 +53,14 @@ class DaemonCliTest : public ::testing::Test {
   }
   void TearDown() override { EXPECT_EQ(daemon_.Stop(), 0) << "daemon did not stop cleanly"; }
 
+  // The CLI against the daemon with the admin token (plaintext loopback, as the test daemon
+  // listens) and a gate state file of its own.
   CliResult Cli(const std::string& args) {
-    return RunCli(args + " --server " + daemon_.address() + " --token-file " +
+    return RunCli(args + " --server " + daemon_.address() + " --insecure-loopback --token-file " +
                       token_file_.string(),
-                  dir_.path());
+                  dir_.path(), StateEnv());
   }
+  std::string StateEnv() const { return "XDG_STATE_HOME='" + (dir_ / "state").string() + "'"; }
 
   // A gRPC stub to the daemon and a context carrying the admin token.
   std::unique_ptr<pb::AuditService::Stub> Stub() {
@@ -178,7 +183,7 @@ TEST_F(DaemonCliTest, ErrorsExitTwo) {
   EXPECT_EQ(missing.rc, 2);
   CliResult unreachable = RunCli("gate " + dst_.string() + " --server 127.0.0.1:1 --trust " +
                                      trust_.string(),
-                                 dir_.path());
+                                 dir_.path(), StateEnv());
   EXPECT_EQ(unreachable.rc, 2);
   EXPECT_THAT(unreachable.err, HasSubstr("UNAVAILABLE"));
 }
@@ -210,12 +215,13 @@ TEST_F(DaemonCliTest, TokensAddPrintsATokenThatWorksAndStoresOnlyItsHash) {
                             "--allow-root", dir_.path().string()},
                            dir_ / "daemon2.log"))
       << second.log();
-  std::string server = " --server " + second.address() + " --trust " + trust_.string();
-  CliResult with_token =
-      RunCli("gate " + dst_.string() + server, dir_.path(), "CKPT_AUDIT_TOKEN=" + token);
+  std::string server = " --server " + second.address() + " --insecure-loopback --trust " +
+                       trust_.string();
+  CliResult with_token = RunCli("gate " + dst_.string() + server, dir_.path(),
+                                StateEnv() + " CKPT_AUDIT_TOKEN=" + token);
   EXPECT_EQ(with_token.rc, 2);  // a reader may not call Gate ...
   EXPECT_THAT(with_token.err, HasSubstr("PERMISSION_DENIED"));
-  CliResult no_token = RunCli("gate " + dst_.string() + server, dir_.path());
+  CliResult no_token = RunCli("gate " + dst_.string() + server, dir_.path(), StateEnv());
   EXPECT_EQ(no_token.rc, 2);  // ... and without a token nobody is known at all
   EXPECT_THAT(no_token.err, HasSubstr("UNAUTHENTICATED"));
   EXPECT_EQ(second.Stop(), 0);
@@ -263,8 +269,9 @@ TEST(DaemonCliGate, FakeServerSayingPassDoesNotPass) {
   auto server = builder.BuildAndStart();
   ASSERT_NE(port, 0);
   CliResult gate = RunCli("gate /models/x --server 127.0.0.1:" + std::to_string(port) +
-                              " --trust " + (dir / "trust.txt").string(),
-                          dir.path(), "CKPT_AUDIT_TOKEN=anything");
+                              " --insecure-loopback --trust " + (dir / "trust.txt").string(),
+                          dir.path(),
+                          "XDG_STATE_HOME='" + dir.path().string() + "' CKPT_AUDIT_TOKEN=anything");
   EXPECT_NE(gate.rc, 0) << gate.out;
   EXPECT_EQ(gate.rc, 1) << gate.err;
   EXPECT_THAT(gate.out, HasSubstr("gate FAIL"));
@@ -272,18 +279,50 @@ TEST(DaemonCliGate, FakeServerSayingPassDoesNotPass) {
   server->Shutdown();
 }
 
-// A server that answers every Gate with a canned response.
+// A server that answers every Gate with a canned response, and notes the authorization
+// metadata of every call it received.
 class CannedGateServer final : public pb::AuditService::Service {
  public:
   explicit CannedGateServer(pb::GateResponse answer) : answer_(std::move(answer)) {}
-  grpc::Status Gate(grpc::ServerContext*, const pb::GateRequest*,
+  grpc::Status Gate(grpc::ServerContext* ctx, const pb::GateRequest*,
                     pb::GateResponse* out) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++calls_;
+    for (const auto& [key, value] : ctx->client_metadata()) {
+      if (key == "authorization") authorization_.emplace_back(value.data(), value.size());
+    }
     *out = answer_;
     return grpc::Status::OK;
+  }
+  int calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+  std::vector<std::string> authorization() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return authorization_;
   }
 
  private:
   const pb::GateResponse answer_;
+  std::mutex mu_;
+  int calls_ = 0;
+  std::vector<std::string> authorization_;
+};
+
+// The fake on a loopback port of its own.
+struct FakeGate {
+  explicit FakeGate(pb::GateResponse answer) : service(std::move(answer)) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+  }
+  ~FakeGate() { server->Shutdown(); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+  CannedGateServer service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
 };
 
 // Finding 1 (the CLI half), with real decisions: a genuine FAILED decision relabelled pass, and
@@ -319,11 +358,137 @@ TEST_F(DaemonCliTest, GateBelievesOnlyTheSignedVerdict) {
     ASSERT_NE(port, 0);
     CliResult r = RunCli("gate " + dst_.string() + " --trust " + trust_.string() +
                              " --server 127.0.0.1:" + std::to_string(port),
-                         dir_.path());
+                         dir_.path(), StateEnv());
     EXPECT_EQ(r.rc, 1) << r.out << r.err;
     EXPECT_THAT(r.out, HasSubstr("does not verify"));
     server->Shutdown();
   }
+}
+
+// Issue 21 item 3: a genuine PASS the real daemon signed for this content, replayed by a fake
+// server on the loopback port, is believed only for exactly what was asked: the same root,
+// policy and source pin, the content the caller expects or finds on disk, within --max-age and
+// not older than the newest decision this user already saw.
+TEST_F(DaemonCliTest, GateBindsAReplayedPassToWhatWasAsked) {
+  CliResult submit = Cli("submit " + dst_.string() + " --source " + src_.string() + " --json");
+  ASSERT_EQ(submit.rc, 0) << submit.err;
+  auto stub = Stub();
+  pb::GateRequest req;
+  req.set_root(dst_.string());
+  pb::GateResponse good;
+  ASSERT_TRUE(stub->Gate(Ctx().get(), req, &good).ok());
+  ASSERT_TRUE(good.pass());
+
+  FakeGate fake(good);
+  ASSERT_NE(fake.port, 0);
+  auto ask = [&](const std::string& root, const std::string& flags) {
+    return RunCli("gate " + root + " --trust " + trust_.string() + " --server " +
+                      fake.address() + " " + flags,
+                  dir_.path(), StateEnv());
+  };
+  // Asked exactly what the decision is about: believed (the fake itself is sound).
+  CliResult same = ask(dst_.string(), "");
+  EXPECT_EQ(same.rc, 0) << same.out << same.err;
+  CliResult local = ask(dst_.string(), "--verify-local --expect-root " + good.manifest_root());
+  EXPECT_EQ(local.rc, 0) << local.out << local.err;
+
+  struct Case {
+    std::string root, flags;
+    std::vector<std::string> named;  // both sides of the mismatch
+  };
+  const std::string other_content(64, 'c'), pin(64, 'd');
+  const std::vector<Case> cases = {
+      {src_.string(), "", {"about root " + dst_.string(), "not the requested " + src_.string()}},
+      {dst_.string(), "--policy marlin-safe",
+       {"under policy 'scale-window'", "not the requested 'marlin-safe'"}},
+      {dst_.string(), "--source-manifest-root sha256:" + pin,
+       {"rests on no pinned source", "not the requested --source-manifest-root " + pin}},
+      {dst_.string(), "--expect-root " + other_content,
+       {"about content " + good.manifest_root(), "not " + other_content + " (--expect-root)"}},
+      {dst_.string(), "--max-age 0s", {"made at ", "more than --max-age 0 ago"}},
+  };
+  for (const Case& c : cases) {
+    CliResult r = ask(c.root, c.flags);
+    EXPECT_EQ(r.rc, 1) << c.root << " " << c.flags << "\n" << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("gate FAIL")) << c.flags;
+    for (const std::string& n : c.named) EXPECT_THAT(r.out, HasSubstr(n)) << c.flags;
+  }
+
+  // The content changes on disk: the replayed PASS is about what was there before.
+  std::string config = ReadText(dst_ / "config.json");
+  ::ckpt::testing::WriteAll(dst_ / "config.json", config + " ");
+  CliResult changed = ask(dst_.string(), "--verify-local");
+  EXPECT_EQ(changed.rc, 1) << changed.out << changed.err;
+  EXPECT_THAT(changed.out, HasSubstr("about content " + good.manifest_root()));
+  EXPECT_THAT(changed.out, HasSubstr("(the local fingerprint)"));
+
+  // The real daemon now signs a FAIL for the changed content; this user has seen it, so the
+  // older PASS replayed afterwards is refused even without --verify-local.
+  CliResult real = Cli("gate " + dst_.string() + " --trust " + trust_.string());
+  EXPECT_EQ(real.rc, 1) << real.out << real.err;
+  CliResult replayed = ask(dst_.string(), "");
+  EXPECT_EQ(replayed.rc, 1) << replayed.out << replayed.err;
+  EXPECT_THAT(replayed.out, HasSubstr("before the newest decision already seen"));
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ / "state/ckpt-audit/gate-decisions.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+// Issue 21 item 3: without TLS the CLI cannot know who listens on the port, so the token is not
+// sent unless the user accepts that for a loopback address.
+TEST(DaemonCliGate, TokenGoesToAnUnverifiedServerOnlyWithInsecureLoopback) {
+  TempDir dir;
+  CliResult key = RunCli("keys generate --out " + (dir / "key.pem").string() + " --trust " +
+                             (dir / "trust.txt").string(),
+                         dir.path());
+  ASSERT_EQ(key.rc, 0) << key.err;
+  FakeGate fake(pb::GateResponse{});
+  ASSERT_NE(fake.port, 0);
+  const std::string gate = "gate /models/x --server " + fake.address() + " --trust " +
+                           (dir / "trust.txt").string();
+  const std::string env =
+      "XDG_STATE_HOME='" + dir.path().string() + "' CKPT_AUDIT_TOKEN=ckpt_secret-token";
+  CliResult refused = RunCli(gate, dir.path(), env);
+  EXPECT_EQ(refused.rc, 2) << refused.out;
+  EXPECT_THAT(refused.err, HasSubstr("refusing to send a token to " + fake.address()));
+  EXPECT_THAT(refused.err, HasSubstr("--insecure-loopback"));
+  EXPECT_EQ(fake.service.calls(), 0);
+  EXPECT_TRUE(fake.service.authorization().empty());
+
+  CliResult accepted = RunCli(gate + " --insecure-loopback", dir.path(), env);
+  EXPECT_EQ(accepted.rc, 1) << accepted.err;  // answered: an empty answer is a FAIL
+  EXPECT_THAT(fake.service.authorization(),
+              ::testing::ElementsAre("Bearer ckpt_secret-token"));
+}
+
+// Issue 21 item 5: a root under an allowed directory by name only ("<allowed>/../elsewhere/..."),
+// whose real path is longer than PATH_MAX, is refused naming it: never audited, gated or signed
+// under the name it was given.
+TEST_F(DaemonCliTest, RootWhoseRealPathCannotBeEstablishedIsRefused) {
+  TempDir outside;
+  ::ckpt::testing::DeepTree tree(outside.path());
+  fs::copy(::ckpt::testing::Fixture("mini-kimi-nvfp4"), tree.deep() / "M",
+           fs::copy_options::recursive);
+  const std::string asked =
+      (dir_ / ".." / outside.path().filename() / "h5" / "M").string();
+  ASSERT_EQ(asked.rfind(dir_.path().string() + "/", 0), 0u);  // looks allowed by its name
+  auto stub = Stub();
+  pb::GateRequest gate;
+  gate.set_root(asked);
+  pb::GateResponse resp;
+  grpc::Status g = stub->Gate(Ctx().get(), gate, &resp);
+  EXPECT_THAT(g.error_code(), ::testing::AnyOf(grpc::StatusCode::INVALID_ARGUMENT,
+                                               grpc::StatusCode::PERMISSION_DENIED))
+      << g.error_message() << " pass=" << resp.pass();
+  EXPECT_THAT(g.error_message(), HasSubstr(asked));
+  pb::StartAuditRequest start;
+  start.set_root(asked);
+  pb::Job job;
+  grpc::Status s = stub->StartAudit(Ctx().get(), start, &job);
+  EXPECT_THAT(s.error_code(), ::testing::AnyOf(grpc::StatusCode::INVALID_ARGUMENT,
+                                               grpc::StatusCode::PERMISSION_DENIED))
+      << s.error_message() << " job " << job.id();
+  EXPECT_THAT(s.error_message(), HasSubstr(asked));
 }
 
 // Finding 9: a second daemon, or a CLI writer, on a log a daemon holds is refused clearly;

@@ -146,6 +146,7 @@ class DaemonTest : public ::testing::Test {
     options.db_path = db_;
     options.allowed_roots = {dir_.path().string()};
     options.gate_stable_age = absl::ZeroDuration();
+    options.decision_reuse = decision_reuse_;
     options.observer = observer_;
     auto backend = AuditBackend::Create(options, *key_, trust_);
     ASSERT_TRUE(backend.ok()) << backend.status();
@@ -270,6 +271,7 @@ class DaemonTest : public ::testing::Test {
   TempDir dir_;
   fs::path src_, dst_;
   AuditObserver* observer_ = nullptr;
+  absl::Duration decision_reuse_ = absl::Minutes(1);
   HoldFirstAudit hold_;  // installed as observer_ by the tests that need a busy worker
   std::string db_;
   std::optional<evidence::SigningKey> key_;
@@ -613,6 +615,26 @@ TEST_F(DaemonTest, RepeatedGateReusesItsDecision) {
   pb::GateResponse fourth = Gate(dst_);
   EXPECT_FALSE(fourth.reused());
   EXPECT_GT(fourth.decision_id(), third.decision_id());
+}
+
+// Issue 21 item 3: clients refuse old decisions (`ckpt-audit gate --max-age`), so an identical
+// decision is returned again only while it is recent; after that a gate signs a fresh one.
+TEST_F(DaemonTest, GateReusesADecisionOnlyWhileItIsRecent) {
+  Stop();
+  decision_reuse_ = absl::Seconds(1);
+  Start();
+  ASSERT_EQ(AuditAndWait(dst_, src_).verdict(), "pass");
+  pb::GateResponse first = Gate(dst_);
+  ASSERT_TRUE(first.pass());
+  pb::GateResponse again = Gate(dst_);
+  EXPECT_TRUE(again.reused());
+  EXPECT_EQ(again.decision_id(), first.decision_id());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  pb::GateResponse later = Gate(dst_);
+  EXPECT_TRUE(later.pass());
+  EXPECT_FALSE(later.reused());
+  EXPECT_GT(later.decision_id(), first.decision_id());
+  ExpectDecisionVerifies(later);
 }
 
 // Finding 6: a gate stops when its caller's deadline passes (a 1 TiB sparse file would keep a

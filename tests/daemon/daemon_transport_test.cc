@@ -68,7 +68,8 @@ class DaemonTransportTest : public ::testing::Test {
   CliResult Gate(const DaemonProcess& d, const std::string& flags, bool with_token = true) {
     return RunCli("gate " + dst_.string() + " --server " + d.address() + " --trust " +
                       (dir_ / "trust.txt").string() + " " + flags,
-                  dir_.path(), with_token ? "CKPT_AUDIT_TOKEN=" + token_ : "");
+                  dir_.path(), "XDG_STATE_HOME='" + (dir_ / "state").string() + "' " +
+                                   (with_token ? "CKPT_AUDIT_TOKEN=" + token_ : ""));
   }
 
   TempDir dir_;
@@ -96,7 +97,7 @@ TEST_F(DaemonTransportTest, RefusesUnsafeSetupsAtStart) {
   // A token file others can write.
   ::chmod(tokens_.c_str(), 0666);
   EXPECT_THAT(Refused(With(Base(), {"--tokens", tokens_.string()})),
-              HasSubstr("writable by group/other"));
+              HasSubstr("writable by group and others"));
   ::chmod(tokens_.c_str(), 0600);
   // A TLS key others can read.
   ::chmod(pki.server_key.c_str(), 0644);
@@ -222,7 +223,7 @@ TEST_F(DaemonTransportTest, HealthWithoutTokenAndMetricsOverLoopback) {
 
   CliResult denied = Gate(d, "", /*with_token=*/false);
   EXPECT_EQ(denied.rc, 2);
-  CliResult answered = Gate(d, "");
+  CliResult answered = Gate(d, "--insecure-loopback");
   EXPECT_EQ(answered.rc, 1) << answered.err;
 
   std::string body = ScrapeMetrics(d.metrics_port());
