@@ -24,7 +24,7 @@ constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
 // A read chunk: small windows get small chunks, so that the scratch buffers stay small next
 // to what they bound.
 uint64_t ChunkFor(uint64_t window) {
-  return std::clamp<uint64_t>(window / 16, 64ull << 10, 8ull << 20);
+  return std::clamp<uint64_t>(window / 16, kMinReadChunk, 8ull << 20);
 }
 
 // One tensor some work needs, from its admission to when its buffer is freed.

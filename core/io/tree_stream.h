@@ -43,6 +43,10 @@
 
 namespace ckpt {
 
+// The smallest read chunk (one per thread; the window / 16, between this and 8 MiB): a memory
+// window below it is refused (services/cli ParseByteSize).
+inline constexpr uint64_t kMinReadChunk = 64ull << 10;
+
 // Work on tensor bytes: `run` is called once, on a stream thread, when every listed tensor's
 // bytes are available through its SafetensorsFile (tensors of files kept whole always are).
 struct StreamWork {

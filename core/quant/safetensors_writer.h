@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/safetensors.h"
 
 namespace ckpt::quant {
@@ -28,6 +28,26 @@ struct TensorToWrite {
                              std::vector<uint8_t> bytes);
   std::span<const uint8_t> data() const { return owned.empty() ? bytes : std::span(owned); }
 };
+
+// Where WriteSafetensors puts every byte, from names, dtypes and shapes alone: a streaming
+// writer (core/quant/transcode.h) places each tensor at its offset as it arrives.
+struct TensorEntry {
+  std::string name;
+  DType dtype;
+  std::vector<uint64_t> shape;
+};
+struct SafetensorsLayout {
+  std::vector<uint8_t> prefix;       // the 8-byte header length and the padded JSON header
+  std::vector<TensorEntry> tensors;  // in file order
+  std::vector<uint64_t> offsets;     // absolute offset in the file, parallel to `tensors`
+  std::vector<uint64_t> sizes;       // bytes, parallel to `tensors`
+  uint64_t file_size = 0;
+};
+// INVALID_ARGUMENT (naming `path`) for duplicate names or a shape that is no whole number of
+// bytes.
+absl::StatusOr<SafetensorsLayout> LayOutSafetensors(
+    const std::string& path, std::vector<TensorEntry> tensors,
+    const std::map<std::string, std::string>& metadata);
 
 // INVALID_ARGUMENT for duplicate names or a byte count that disagrees with dtype and shape;
 // DATA_LOSS for I/O errors. The file is fsync'ed before returning.

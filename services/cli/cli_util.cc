@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <limits>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/text/name_encoding.h"
 #include "services/cli/commands.h"
@@ -27,6 +30,49 @@ std::string HumanBytes(uint64_t bytes) {
     ++u;
   }
   return u == 0 ? absl::StrFormat("%d B", bytes) : absl::StrFormat("%.2f %s", v, kUnits[u]);
+}
+
+absl::StatusOr<uint64_t> ParseByteSize(std::string_view text, std::string_view flag,
+                                       uint64_t minimum) {
+  auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", text, "': ", why));
+  };
+  size_t i = 0;
+  unsigned __int128 whole = 0, frac = 0, frac_scale = 1;
+  const unsigned __int128 kMax = std::numeric_limits<uint64_t>::max();
+  for (; i < text.size() && absl::ascii_isdigit(text[i]); ++i) {
+    whole = whole * 10 + (text[i] - '0');
+    if (whole > kMax) return bad("too large (at most 2^64 - 1 bytes)");
+  }
+  if (i == 0) return bad("expected a byte count or a size such as 256M, 1.5G or 2GiB");
+  if (i < text.size() && text[i] == '.') {
+    const size_t start = ++i;
+    for (; i < text.size() && absl::ascii_isdigit(text[i]); ++i) {
+      if (i - start >= 18) return bad("too many decimals");
+      frac = frac * 10 + (text[i] - '0');
+      frac_scale *= 10;
+    }
+    if (i == start) return bad("expected digits after '.'");
+  }
+  std::string unit = absl::AsciiStrToUpper(text.substr(i));
+  int shift = 0;
+  if (!unit.empty() && unit != "B") {
+    static constexpr std::string_view kUnits = "KMGT";
+    const size_t at = kUnits.find(unit[0]);
+    if (at == std::string_view::npos || (unit.size() > 1 && unit.substr(1) != "I" &&
+                                         unit.substr(1) != "IB")) {
+      return bad("unknown unit (use K, M, G or T: binary, 1K = 1024 bytes)");
+    }
+    shift = 10 * static_cast<int>(at + 1);
+  }
+  const unsigned __int128 scaled_frac = frac << shift;
+  if (scaled_frac % frac_scale != 0) return bad("not a whole number of bytes");
+  if (whole > (kMax >> shift)) return bad("too large (at most 2^64 - 1 bytes)");
+  const unsigned __int128 value = (whole << shift) + scaled_frac / frac_scale;
+  if (value > kMax) return bad("too large (at most 2^64 - 1 bytes)");
+  if (value == 0) return bad("must be positive");
+  if (value < minimum) return bad(absl::StrCat("below the minimum of ", minimum, " bytes"));
+  return static_cast<uint64_t>(value);
 }
 
 TerminalProgress::TerminalProgress() : tty_(::isatty(STDERR_FILENO) == 1) {}

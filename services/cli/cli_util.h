@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/progress.h"
 
 namespace ckpt::cli {
@@ -41,6 +42,13 @@ class TerminalProgress final : public Progress {
 };
 
 std::string HumanBytes(uint64_t bytes);
+
+// A size given on the command line: a byte count ("1048576") or a binary size, optionally
+// fractional ("256M" = 256 MiB, "1.5G", "2GiB"; K, M, G, T with or without "i"/"iB", any case).
+// INVALID_ARGUMENT naming `flag` for anything else, 0, a value below `minimum`, a fraction that
+// is no whole number of bytes, or a value over 2^64 - 1.
+absl::StatusOr<uint64_t> ParseByteSize(std::string_view text, std::string_view flag,
+                                       uint64_t minimum);
 
 }  // namespace ckpt::cli
 
