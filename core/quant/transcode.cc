@@ -261,11 +261,10 @@ class DstLock {
     for (int attempt = 0; attempt < 100; ++attempt) {
       Fd fd(::openat(parent, name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
       if (!fd.ok()) {
-        return absl::FailedPreconditionError(absl::StrCat(label, ": cannot open the lock file: ",
-                                                          Errno()));
+        return absl::AbortedError(absl::StrCat(label, ": cannot open the lock file: ", Errno()));
       }
       if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-        return absl::FailedPreconditionError(absl::StrCat(
+        return absl::AbortedError(absl::StrCat(
             "another transcode to the same destination is running (it holds ", label, ")"));
       }
       // The file may have been removed by the holder we waited for: lock the one the name
@@ -276,7 +275,7 @@ class DstLock {
         return std::unique_ptr<DstLock>(new DstLock(parent, name, std::move(fd)));
       }
     }
-    return absl::FailedPreconditionError(absl::StrCat(label, ": lock file keeps changing"));
+    return absl::AbortedError(absl::StrCat(label, ": lock file keeps changing"));
   }
   ~DstLock() { ::unlinkat(parent_, name_.c_str(), 0); }
 
@@ -298,47 +297,55 @@ nlohmann::json RunRecord(const TreeImage& source, const ScaleWindowConfig& polic
                      {"inode", id.inode}, {"mtime_ns", id.mtime_ns}, {"ctime_ns", id.ctime_ns}});
   }
   return {{"version", 1}, {"target", "nvfp4"}, {"policy", policy.id()},
-          {"source", source.root}, {"files", files}};
+          {"source", EncodeName(source.root)}, {"files", files}};
 }
 
-// Why `stored` (an interrupted run's record) is not this run's, or "" when it is.
-std::string RecordDifference(const nlohmann::json& stored, const nlohmann::json& now) {
+// OK when `stored` (an interrupted run's record in `tmp_label`) is this run's; ALREADY_EXISTS
+// when it is another run's, ABORTED when the source changed since.
+absl::Status MatchRecord(const nlohmann::json& stored, const nlohmann::json& now,
+                         const std::string& tmp_label) {
   for (const char* key : {"version", "target", "policy", "source"}) {
     if (!stored.contains(key) || stored[key] != now[key]) {
-      return absl::StrCat("it belongs to another run (", key, " ",
-                          stored.contains(key) ? DumpJson(stored[key]) : "missing", ", this run: ",
-                          DumpJson(now[key]), ")");
+      return absl::AlreadyExistsError(absl::StrCat(
+          tmp_label, ": it belongs to another run (", key, " ",
+          stored.contains(key) ? DumpJson(stored[key]) : "missing", ", this run: ",
+          DumpJson(now[key]), ")"));
     }
   }
   std::map<std::string, nlohmann::json> before;
   if (stored.contains("files") && stored["files"].is_array()) {
     for (const nlohmann::json& f : stored["files"]) {
-      if (f.is_object() && f.contains("name") && f["name"].is_string()) before[f["name"]] = f;
+      if (f.is_object() && f.contains("name") && f["name"].is_string()) {
+        before[f["name"].get<std::string>()] = f;
+      }
     }
   }
   for (const nlohmann::json& f : now["files"]) {
-    auto it = before.find(f["name"]);
+    const std::string name = f["name"].get<std::string>();
+    auto it = before.find(name);
     if (it == before.end()) {
-      return absl::StrCat("the source changed since the interrupted run: ",
-                          f["name"].get<std::string>(), " was added");
+      return absl::AbortedError(absl::StrCat(
+          tmp_label, ": the source changed since the interrupted run: ", name, " was added"));
     }
     if (it->second != f) {
-      return absl::StrCat("the source changed since the interrupted run: ",
-                          f["name"].get<std::string>(), " was modified (size, inode or times)");
+      return absl::AbortedError(absl::StrCat(tmp_label,
+                                             ": the source changed since the interrupted run: ",
+                                             name, " was modified (size, inode or times)"));
     }
     before.erase(it);
   }
   if (!before.empty()) {
-    return absl::StrCat("the source changed since the interrupted run: ", before.begin()->first,
-                        " was removed");
+    return absl::AbortedError(absl::StrCat(tmp_label,
+                                           ": the source changed since the interrupted run: ",
+                                           before.begin()->first, " was removed"));
   }
-  return "";
+  return absl::OkStatus();
 }
 
 absl::StatusOr<nlohmann::json> ReadRunRecord(int tmp, const std::string& tmp_label) {
   Fd fd(::openat(tmp, kRunRecord, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    return absl::AlreadyExistsError(absl::StrCat(
         tmp_label, ": it belongs to another run (no readable ", kRunRecord, ": ", Errno(), ")"));
   }
   std::vector<uint8_t> bytes(1 << 20);
@@ -347,7 +354,7 @@ absl::StatusOr<nlohmann::json> ReadRunRecord(int tmp, const std::string& tmp_lab
   bytes.resize(*got);
   absl::StatusOr<nlohmann::json> j = ParseJsonDocument(bytes, tmp_label + "/" + kRunRecord);
   if (!j.ok() || !j->is_object()) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    return absl::AlreadyExistsError(absl::StrCat(
         tmp_label, ": it belongs to another run (", kRunRecord, " does not parse)"));
   }
   return *std::move(j);
@@ -409,11 +416,11 @@ absl::Status OpenStaging(Staging& st, const nlohmann::json& record, bool resume)
   struct stat s;
   const bool exists = ::fstatat(st.parent.get(), st.tmp_name.c_str(), &s, AT_SYMLINK_NOFOLLOW) == 0;
   if (exists && S_ISLNK(s.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    return absl::AlreadyExistsError(absl::StrCat(
         st.tmp_label, ": the temporary name is a symbolic link; not following it"));
   }
   if (exists && !S_ISDIR(s.st_mode)) {
-    return absl::FailedPreconditionError(
+    return absl::AlreadyExistsError(
         absl::StrCat(st.tmp_label, ": the temporary name exists and is not a directory"));
   }
   if (!resume && exists) {
@@ -421,12 +428,12 @@ absl::Status OpenStaging(Staging& st, const nlohmann::json& record, bool resume)
     Fd dir(::openat(st.parent.get(), st.tmp_name.c_str(),
                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (dir.ok()) stored = ReadRunRecord(dir.get(), st.tmp_label);
-    if (dir.ok() && stored.ok() && RecordDifference(*stored, record).empty()) {
+    if (dir.ok() && stored.ok() && MatchRecord(*stored, record, st.tmp_label).ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           st.tmp_label, ": an interrupted transcode of this source left it; continue it with "
                         "--resume, or remove it"));
     }
-    return absl::FailedPreconditionError(absl::StrCat(
+    return absl::AlreadyExistsError(absl::StrCat(
         st.tmp_label, ": the temporary name exists and belongs to another run; not touching it"));
   }
   if (resume && !exists) {
@@ -445,9 +452,9 @@ absl::Status OpenStaging(Staging& st, const nlohmann::json& record, bool resume)
       st.tmp.Reset();
       return stored.status();
     }
-    if (std::string why = RecordDifference(*stored, record); !why.empty()) {
+    if (absl::Status m = MatchRecord(*stored, record, st.tmp_label); !m.ok()) {
       st.tmp.Reset();  // not ours: never removed
-      return absl::FailedPreconditionError(absl::StrCat("--resume: ", st.tmp_label, ": ", why));
+      return absl::Status(m.code(), absl::StrCat("--resume: ", m.message()));
     }
     return absl::OkStatus();
   }
@@ -523,7 +530,7 @@ absl::Status OpenShards(Staging& st, Plan& plan, bool resume) {
       s->fd = Fd(::openat(st.tmp.get(), s->rel.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
       struct stat info;
       if (s->fd.ok() && (::fstat(s->fd.get(), &info) != 0 || !S_ISREG(info.st_mode))) {
-        return absl::FailedPreconditionError(absl::StrCat(s->label, ": not a regular file"));
+        return absl::AlreadyExistsError(absl::StrCat(s->label, ": not a regular file"));
       }
       s->existed = s->fd.ok();
     }
@@ -543,7 +550,7 @@ absl::Status CheckStagingEntries(const Staging& st, const Plan& plan,
   for (const auto& e : fs::directory_iterator(st.tmp_label, ec)) {
     const std::string name = e.path().filename().string();
     if (!expected.count(name)) {
-      return absl::FailedPreconditionError(absl::StrCat(
+      return absl::AlreadyExistsError(absl::StrCat(
           "--resume: ", st.tmp_label, " holds ", EncodeName(name),
           ", which this transcode does not write; it belongs to another run"));
     }

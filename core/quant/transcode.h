@@ -61,12 +61,13 @@ struct TranscodeResult {
 // The NVFP4 form of a compressed-tensors MXFP4 quantization_config (group 16, tensor_group).
 nlohmann::json Nvfp4QuantizationConfig(const nlohmann::json& mxfp4_config);
 
-// Errors: INVALID_ARGUMENT (source not compressed-tensors MXFP4, DST exists, a bad DST name, a
-// leftover temporary directory without `resume`), NOT_FOUND (DST's parent is missing; resume
-// without a temporary directory), FAILED_PRECONDITION (policy: over-span or NaN scale; the
-// temporary directory is a link, belongs to another run or the source changed since; another
-// transcode to DST holds the lock), RESOURCE_EXHAUSTED (a unit over the window), DATA_LOSS
-// (I/O, naming file and offset; the temporary directory is kept for `resume`).
+// Errors: INVALID_ARGUMENT (source not compressed-tensors MXFP4, DST exists, a bad DST name, an
+// interrupted run's temporary directory without `resume`), NOT_FOUND (DST's parent is missing;
+// `resume` without a temporary directory), FAILED_PRECONDITION (only the policy: over-span or
+// NaN scale), ALREADY_EXISTS (the temporary name is a link, not a directory, or another run's),
+// ABORTED (another transcode to DST holds the lock; `resume` after the source changed),
+// RESOURCE_EXHAUSTED (a unit over the window), DATA_LOSS (I/O, naming file and offset; the
+// temporary directory is kept for `resume`).
 absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src, const std::string& dst,
                                                  const TranscodeOptions& options,
                                                  Progress& progress);

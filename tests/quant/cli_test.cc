@@ -38,7 +38,7 @@ const std::string kSrc = Fixture("mini-kimi-mxfp4").string();
 // Every file of a directory by name.
 std::map<std::string, std::vector<uint8_t>> Files(const fs::path& root) {
   std::map<std::string, std::vector<uint8_t>> out;
-  for (const auto& e : fs::directory_iterator(root)) out[e.path().filename()] = ReadAll(e.path());
+  for (const auto& e : fs::directory_iterator(root)) out[e.path().filename().string()] = ReadAll(e.path());
   return out;
 }
 

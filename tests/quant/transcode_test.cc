@@ -235,7 +235,7 @@ TEST(Transcode, ResumeRefusesWhatIsNotThisRunsTemporaryDirectory) {
     TranscodeOptions o;
     o.resume = r;
     auto linked = Transcode(Fixture("mini-kimi-mxfp4"), dir / "out", o);
-    EXPECT_EQ(linked.status().code(), absl::StatusCode::kFailedPrecondition) << linked.status();
+    EXPECT_EQ(linked.status().code(), absl::StatusCode::kAlreadyExists) << linked.status();
     EXPECT_THAT(std::string(linked.status().message()), HasSubstr("symbolic link"));
   }
   EXPECT_TRUE(fs::is_empty(dir / "elsewhere"));
@@ -248,7 +248,7 @@ TEST(Transcode, ResumeRefusesWhatIsNotThisRunsTemporaryDirectory) {
     TranscodeOptions o;
     o.resume = r;
     auto other = Transcode(Fixture("mini-kimi-mxfp4"), dir / "out", o);
-    EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition) << other.status();
+    EXPECT_EQ(other.status().code(), absl::StatusCode::kAlreadyExists) << other.status();
     EXPECT_THAT(std::string(other.status().message()), HasSubstr("another run"));
   }
   EXPECT_EQ(ReadAll(dir / ".out.transcode-tmp" / "theirs").size(), 1u);
@@ -261,11 +261,11 @@ TEST(Transcode, ResumeRefusesWhatIsNotThisRunsTemporaryDirectory) {
     ASSERT_FALSE(Transcode(src, dir / "out").ok());
   }
   auto other_source = Transcode(Fixture("mini-kimi-mxfp4"), dir / "out", resume);
-  EXPECT_EQ(other_source.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(other_source.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(std::string(other_source.status().message()), HasSubstr("another run (source"));
   MutateTensor(src, kExpert + "0.w2.weight_packed", [](uint8_t* p, size_t) { p[0] ^= 0x10; });
   auto changed = Transcode(src, dir / "out", resume);
-  EXPECT_EQ(changed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(changed.status().code(), absl::StatusCode::kAborted);
   EXPECT_THAT(std::string(changed.status().message()),
               HasSubstr("the source changed since the interrupted run: model-0000"));
   EXPECT_TRUE(fs::is_directory(dir / ".out.transcode-tmp"));
@@ -280,7 +280,7 @@ TEST(Transcode, SecondTranscodeToTheSameDestinationIsRefused) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::flock(fd, LOCK_EX), 0);  // what a running transcode holds
   auto r = Transcode(Fixture("mini-kimi-mxfp4"), dir / "out");
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAborted) << r.status();
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("another transcode"));
   EXPECT_FALSE(fs::exists(dir / ".out.transcode-tmp"));
   ::close(fd);
