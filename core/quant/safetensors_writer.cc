@@ -86,7 +86,9 @@ absl::StatusOr<SafetensorsLayout> LayOutSafetensors(
   }
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');
-  for (int i = 0; i < 8; ++i) layout.prefix.push_back(static_cast<uint8_t>(header.size() >> (8 * i)));
+  for (int i = 0; i < 8; ++i) {
+    layout.prefix.push_back(static_cast<uint8_t>(header.size() >> (8 * i)));
+  }
   layout.prefix.insert(layout.prefix.end(), header.begin(), header.end());
   for (uint64_t& o : layout.offsets) o += layout.prefix.size();
   layout.file_size = layout.prefix.size() + offset;

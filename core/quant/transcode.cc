@@ -222,7 +222,9 @@ struct OutShard {
   // file front to back.
   absl::Status Finish() {
     struct stat st;
-    if (::fstat(fd.get(), &st) != 0) return absl::DataLossError(absl::StrCat(label, ": fstat: ", Errno()));
+    if (::fstat(fd.get(), &st) != 0) {
+      return absl::DataLossError(absl::StrCat(label, ": fstat: ", Errno()));
+    }
     if (static_cast<uint64_t>(st.st_size) != layout.file_size) {
       differed = true;
       if (::ftruncate(fd.get(), static_cast<off_t>(layout.file_size)) != 0) {
@@ -243,7 +245,8 @@ struct OutShard {
       if (!got.ok()) return got.status();
       if (*got != n) return absl::DataLossError(absl::StrCat(label, ": ends at ", pos + *got));
       h.Update(std::span<const uint8_t>(buf.data(), n));
-      ::posix_fadvise(fd.get(), static_cast<off_t>(pos), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
+      ::posix_fadvise(fd.get(), static_cast<off_t>(pos), static_cast<off_t>(n),
+                      POSIX_FADV_DONTNEED);
       pos += n;
     }
     sha256 = h.Finish();
@@ -255,7 +258,8 @@ struct OutShard {
 // flock on ".DST.transcode.lock" in the parent; the file is removed on release.
 class DstLock {
  public:
-  static absl::StatusOr<std::unique_ptr<DstLock>> Acquire(int parent, const std::string& parent_label,
+  static absl::StatusOr<std::unique_ptr<DstLock>> Acquire(int parent,
+                                                          const std::string& parent_label,
                                                           const std::string& name) {
     const std::string label = absl::StrCat(parent_label, "/", name);
     for (int attempt = 0; attempt < 100; ++attempt) {
@@ -270,7 +274,8 @@ class DstLock {
       // The file may have been removed by the holder we waited for: lock the one the name
       // leads to now.
       struct stat held, now;
-      if (::fstat(fd.get(), &held) == 0 && ::fstatat(parent, name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+      if (::fstat(fd.get(), &held) == 0 &&
+          ::fstatat(parent, name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 &&
           held.st_dev == now.st_dev && held.st_ino == now.st_ino) {
         return std::unique_ptr<DstLock>(new DstLock(parent, name, std::move(fd)));
       }
@@ -280,7 +285,8 @@ class DstLock {
   ~DstLock() { ::unlinkat(parent_, name_.c_str(), 0); }
 
  private:
-  DstLock(int parent, std::string name, Fd fd) : parent_(parent), name_(std::move(name)), fd_(std::move(fd)) {}
+  DstLock(int parent, std::string name, Fd fd)
+      : parent_(parent), name_(std::move(name)), fd_(std::move(fd)) {}
   int parent_;
   std::string name_;
   Fd fd_;
@@ -445,7 +451,9 @@ absl::Status OpenStaging(Staging& st, const nlohmann::json& record, bool resume)
   }
   st.tmp = Fd(::openat(st.parent.get(), st.tmp_name.c_str(),
                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!st.tmp.ok()) return absl::DataLossError(absl::StrCat(st.tmp_label, ": cannot open: ", Errno()));
+  if (!st.tmp.ok()) {
+    return absl::DataLossError(absl::StrCat(st.tmp_label, ": cannot open: ", Errno()));
+  }
   if (exists) {
     absl::StatusOr<nlohmann::json> stored = ReadRunRecord(st.tmp.get(), st.tmp_label);
     if (!stored.ok()) {
@@ -458,7 +466,8 @@ absl::Status OpenStaging(Staging& st, const nlohmann::json& record, bool resume)
     }
     return absl::OkStatus();
   }
-  if (absl::Status w = WriteSmallFile(st.tmp.get(), st.tmp_label, kRunRecord, AsBytes(DumpJson(record, 2)));
+  if (absl::Status w =
+          WriteSmallFile(st.tmp.get(), st.tmp_label, kRunRecord, AsBytes(DumpJson(record, 2)));
       !w.ok()) {
     return w;
   }
@@ -515,7 +524,9 @@ absl::StatusOr<Plan> PlanOutput(const Checkpoint& src, const std::string& tmp_la
         LayOutSafetensors(out->label, std::move(entries), shard->metadata());
     if (!layout.ok()) return layout.status();
     out->layout = *std::move(layout);
-    for (size_t i = 0; i < out->layout.tensors.size(); ++i) out->index[out->layout.tensors[i].name] = i;
+    for (size_t i = 0; i < out->layout.tensors.size(); ++i) {
+      out->index[out->layout.tensors[i].name] = i;
+    }
     plan.shards.push_back(std::move(out));
   }
   return plan;
@@ -638,7 +649,9 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
   // Other top-level files of the root (tokenizer, generation config) are carried over
   // unchanged, from the bytes that were read; config and index are rewritten.
   std::set<std::string> small_files = {"config.json"};
-  if (src.layout() == CheckpointLayout::kSharded) small_files.insert("model.safetensors.index.json");
+  if (src.layout() == CheckpointLayout::kSharded) {
+    small_files.insert("model.safetensors.index.json");
+  }
   for (const ImageFile& f : src.image().files) {
     if (f.path.find('/') == std::string::npos && !absl::EndsWith(f.path, ".safetensors")) {
       small_files.insert(f.path);

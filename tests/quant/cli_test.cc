@@ -38,7 +38,9 @@ const std::string kSrc = Fixture("mini-kimi-mxfp4").string();
 // Every file of a directory by name.
 std::map<std::string, std::vector<uint8_t>> Files(const fs::path& root) {
   std::map<std::string, std::vector<uint8_t>> out;
-  for (const auto& e : fs::directory_iterator(root)) out[e.path().filename().string()] = ReadAll(e.path());
+  for (const auto& e : fs::directory_iterator(root)) {
+    out[e.path().filename().string()] = ReadAll(e.path());
+  }
   return out;
 }
 
@@ -109,8 +111,10 @@ TEST(QuantCli, TranscodeKilledMidShardThenResumeIsByteIdentical) {
   EXPECT_NE(killed.rc, 0);
   EXPECT_EQ(killed.out, "");
   ASSERT_FALSE(fs::exists(dir / "out"));
-  for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
-    EXPECT_NE(ReadAll(dir / ".out.transcode-tmp" / shard), ReadAll(dir / "want" / shard)) << shard;
+  for (const char* shard :
+       {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
+    EXPECT_NE(ReadAll(dir / ".out.transcode-tmp" / shard), ReadAll(dir / "want" / shard))
+        << shard;
   }
   // A plain rerun refuses the leftover; --resume finishes it.
   CliRun plain = Cli("transcode --to nvfp4 " + kSrc + " " + (dir / "out").string());

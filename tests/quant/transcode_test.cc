@@ -104,7 +104,8 @@ TEST(Transcode, OutputEqualsTheNvfp4FixtureTensorForTensor) {
   EXPECT_EQ((*got)->text_config().at("quantization_config"),
             (*want)->text_config().at("quantization_config"));
   // Shards are laid out as the reference writer lays them out: byte-identical files.
-  for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
+  for (const char* shard :
+       {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
     EXPECT_EQ(::ckpt::testing::ReadAll(dir / "out" / shard),
               ::ckpt::testing::ReadAll(Fixture("mini-kimi-nvfp4") / shard)) << shard;
   }
@@ -119,7 +120,8 @@ TEST(Transcode, OverSpanSourceFailsNamingTheGroupAndWritesNothing) {
   TempDir dir;
   auto root = CopyFixture("mini-kimi-mxfp4", dir);
   const std::string m = kExpert + "9.w2";
-  MutateTensor(root, m + ".weight_packed", [](uint8_t* p, size_t) { p[7 * 96 + 4 * 16 + 3] = 0x70; });
+  MutateTensor(root, m + ".weight_packed",
+               [](uint8_t* p, size_t) { p[7 * 96 + 4 * 16 + 3] = 0x70; });
   MutateTensor(root, m + ".weight_scale", [](uint8_t* p, size_t) { p[7 * 6 + 4] = 90; });
   auto r = Transcode(root, dir / "out");
   ASSERT_FALSE(r.ok());
