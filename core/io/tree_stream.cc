@@ -66,7 +66,9 @@ struct FileStream {
   size_t path_next = 0;
   uint64_t storage_bytes = 0;  // read from storage by this stream
   bool busy = false, done = false;
+  std::vector<StreamSink> sinks;  // by offset
   // Touched only by the thread that holds `busy`.
+  size_t sink_next = 0;  // sinks before it lie before the cursor
   std::unique_ptr<io::RandomAccessFile> file;
   std::unique_ptr<io_internal::FileHashers> hashers;
 };
@@ -102,7 +104,7 @@ class Streamer {
   }
 
   absl::StatusOr<StreamResult> Run(const std::vector<std::shared_ptr<const TreeImage>>& images,
-                                   std::vector<StreamWork> work) {
+                                   std::vector<StreamWork> work, std::vector<StreamSink> sinks) {
     work_ = std::move(work);
     for (const auto& image : images) {
       auto copy = std::make_shared<TreeImage>(*image);
@@ -128,6 +130,17 @@ class Streamer {
           options_.memory_window, " bytes (raise it with --memory-window)"));
     }
     peak_ = kept_;
+    for (StreamSink& sink : sinks) {
+      auto it = by_file_.find(sink.file);
+      if (it == by_file_.end() || sink.begin < streams_[it->second].pos) {
+        return absl::InvalidArgumentError("a stream sink lies outside the streamed bytes");
+      }
+      streams_[it->second].sinks.push_back(std::move(sink));
+    }
+    for (FileStream& s : streams_) {
+      std::sort(s.sinks.begin(), s.sinks.end(),
+                [](const StreamSink& a, const StreamSink& b) { return a.begin < b.begin; });
+    }
     if (absl::Status s = Plan(); !s.ok()) return s;
     uint64_t total = 0;
     for (const FileStream& s : streams_) total += s.size - s.pos;
@@ -498,7 +511,10 @@ class Streamer {
       }
       // The digests are of the bytes in memory, the ones every check reads: a range read
       // ahead is hashed from its buffer when the cursor reaches it.
-      if (step.kind != Step::Kind::kReadAhead) s.hashers->Update(step.offset, bytes);
+      if (step.kind != Step::Kind::kReadAhead) {
+        s.hashers->Update(step.offset, bytes);
+        if (absl::Status st = Feed(s, step.offset, bytes); !st.ok()) return st;
+      }
       // The kernel may drop what the cursor has passed. A range read ahead stays in its page
       // cache until then: the kernel's own readahead for the cursor may reach it first, and
       // would read it from storage again had it been dropped.
@@ -521,6 +537,20 @@ class Streamer {
     s.out->stream_from.reset();
     s.file.reset();
     s.hashers.reset();
+    return absl::OkStatus();
+  }
+
+  // The part of `bytes` (at `offset`, just hashed by the cursor) each sink covers.
+  static absl::Status Feed(FileStream& s, uint64_t offset, std::span<const uint8_t> bytes) {
+    const uint64_t end = offset + bytes.size();
+    while (s.sink_next < s.sinks.size() && s.sinks[s.sink_next].end <= offset) ++s.sink_next;
+    for (size_t k = s.sink_next; k < s.sinks.size() && s.sinks[k].begin < end; ++k) {
+      const StreamSink& sink = s.sinks[k];
+      const uint64_t from = std::max(offset, sink.begin), to = std::min(end, sink.end);
+      if (from >= to) continue;
+      absl::Status st = sink.consume(from - sink.begin, bytes.subspan(from - offset, to - from));
+      if (!st.ok()) return st;
+    }
     return absl::OkStatus();
   }
 
@@ -649,9 +679,9 @@ class Streamer {
 
 absl::StatusOr<StreamResult> StreamTrees(
     const std::vector<std::shared_ptr<const TreeImage>>& images, std::vector<StreamWork> work,
-    const ReadOptions& options, Progress& progress) {
+    const ReadOptions& options, Progress& progress, std::vector<StreamSink> sinks) {
   Streamer streamer(options, progress);
-  return streamer.Run(images, std::move(work));
+  return streamer.Run(images, std::move(work), std::move(sinks));
 }
 
 }  // namespace ckpt

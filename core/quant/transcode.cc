@@ -164,8 +164,8 @@ std::vector<uint8_t> F32Bytes(float f) {
   return b;
 }
 
-// Test hook (tests/quant/transcode_cli_test.cc): the process kills itself with SIGKILL right
-// after its N-th tensor write, to leave what a crash mid-shard leaves.
+// Test hook (tests/quant/cli_test.cc): the process kills itself with SIGKILL right after its
+// N-th tensor (or header) write, to leave what a crash mid-shard leaves.
 void MaybeKillForTest() {
   static const uint64_t after = [] {
     const char* v = std::getenv("CKPT_AUDIT_TEST_KILL_AFTER_WRITES");
@@ -187,8 +187,9 @@ struct OutShard {
   Digest sha256{};
 
   // Writes `bytes` at `offset`; for a file the interrupted run left, only the chunks that
-  // differ from what it holds (a chunk it did not reach reads short and is written).
-  absl::Status Place(uint64_t offset, std::span<const uint8_t> bytes) {
+  // differ from what it holds (a chunk it did not reach reads short and is written). `last`:
+  // the end of a tensor (or the header).
+  absl::Status Place(uint64_t offset, std::span<const uint8_t> bytes, bool last) {
     if (existed) {
       thread_local std::vector<uint8_t> buf;
       buf.resize(std::min<uint64_t>(kIoChunk, std::max<size_t>(bytes.size(), 1)));
@@ -206,7 +207,7 @@ struct OutShard {
     } else if (absl::Status s = WriteAt(fd.get(), label, offset, bytes); !s.ok()) {
       return s;
     }
-    MaybeKillForTest();
+    if (last) MaybeKillForTest();
     return absl::OkStatus();
   }
 
@@ -215,7 +216,7 @@ struct OutShard {
     if (it == index.end() || layout.sizes[it->second] != bytes.size()) {
       return absl::InternalError(absl::StrCat(label, ": ", tensor, " does not fit its layout"));
     }
-    return Place(layout.offsets[it->second], bytes);
+    return Place(layout.offsets[it->second], bytes, /*last=*/true);
   }
 
   // Every tensor is in: cut what an interrupted run left beyond the end, fsync, and hash the
@@ -484,7 +485,7 @@ struct Plan {
     const SafetensorsFile* file;
     const TensorInfo* info;
   };
-  std::vector<Copy> copies;  // tensors carried over unchanged
+  std::vector<Copy> copies;  // tensors carried over unchanged, written as they stream past
 };
 
 absl::StatusOr<Plan> PlanOutput(const Checkpoint& src, const std::string& tmp_label) {
@@ -546,7 +547,7 @@ absl::Status OpenShards(Staging& st, Plan& plan, bool resume) {
       s->existed = s->fd.ok();
     }
     if (!s->fd.ok()) return absl::DataLossError(absl::StrCat(s->label, ": cannot open: ", Errno()));
-    if (absl::Status w = s->Place(0, s->layout.prefix); !w.ok()) return w;
+    if (absl::Status w = s->Place(0, s->layout.prefix, /*last=*/true); !w.ok()) return w;
   }
   return absl::OkStatus();
 }
@@ -713,15 +714,21 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
     };
     work.push_back(std::move(w));
   }
+  // Tensors carried over unchanged are written as the cursor passes them, never held.
+  std::vector<StreamSink> sinks;
   for (const Plan::Copy& c : plan.copies) {
-    StreamWork w{absl::StrCat("transcode ", c.info->name), {{c.file, c.info}}, {}};
-    w.run = [&, c]() -> absl::Status {
-      if (refused) return absl::OkStatus();
-      return plan.shards[c.shard]->Put(c.info->name, c.file->Bytes(*c.info));
-    };
-    work.push_back(std::move(w));
+    OutShard* out = plan.shards[c.shard].get();
+    const uint64_t at = out->layout.offsets[out->index.at(c.info->name)];
+    const uint64_t begin = c.file->data_start() + c.info->begin;
+    sinks.push_back({c.file, begin, begin + c.info->num_bytes(),
+                     [&refused, out, at, size = c.info->num_bytes()](
+                         uint64_t offset, std::span<const uint8_t> bytes) -> absl::Status {
+                       if (refused) return absl::OkStatus();
+                       return out->Place(at + offset, bytes, offset + bytes.size() == size);
+                     }});
   }
-  absl::StatusOr<StreamResult> streamed = StreamTrees({*image}, std::move(work), read, progress);
+  absl::StatusOr<StreamResult> streamed =
+      StreamTrees({*image}, std::move(work), read, progress, std::move(sinks));
   if (!streamed.ok()) {
     st.remove_on_failure = streamed.status().code() == absl::StatusCode::kInvalidArgument;
     return st.Fail(streamed.status());

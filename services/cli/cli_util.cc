@@ -35,7 +35,8 @@ std::string HumanBytes(uint64_t bytes) {
 absl::StatusOr<uint64_t> ParseByteSize(std::string_view text, std::string_view flag,
                                        uint64_t minimum) {
   auto bad = [&](std::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " '", text, "': ", why));
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(flag), " '", std::string(text), "': ", std::string(why)));
   };
   size_t i = 0;
   unsigned __int128 whole = 0, frac = 0, frac_scale = 1;
@@ -54,7 +55,7 @@ absl::StatusOr<uint64_t> ParseByteSize(std::string_view text, std::string_view f
     }
     if (i == start) return bad("expected digits after '.'");
   }
-  std::string unit = absl::AsciiStrToUpper(text.substr(i));
+  const std::string unit = absl::AsciiStrToUpper(std::string(text.substr(i)));
   int shift = 0;
   if (!unit.empty() && unit != "B") {
     static constexpr std::string_view kUnits = "KMGT";
