@@ -28,11 +28,12 @@ TEST(ParseByteSize, CountsAndBinarySizes) {
   EXPECT_EQ(Parse("0.5K"), 512u);
   EXPECT_EQ(Parse("12B"), 12u);
   EXPECT_EQ(Parse("18446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(Parse("16777215T"), 16777215ull << 40);  // 2^64 - 2^40
 }
 
 TEST(ParseByteSize, RefusesWithTheFlagNamed) {
   for (const char* bad : {"0", "0G", "", "M", "-1", "1.5", "1.3K", "1.", ".5G", "12Q", "1GB",
-                          "1 G", "1e9", "18446744073709551616", "16384T", "99999999999999999999999",
+                          "1 G", "1e9", "18446744073709551616", "16777216T", "99999999999999999999999",
                           "1K", "65535"}) {
     absl::StatusOr<uint64_t> v = ParseByteSize(bad, "--memory-window", 64 << 10);
     ASSERT_FALSE(v.ok()) << bad << " = " << *v;
