@@ -103,12 +103,16 @@ TEST(Transcode, OutputEqualsTheNvfp4FixtureTensorForTensor) {
             (*want)->config().at("quantization_config"));
   EXPECT_EQ((*got)->text_config().at("quantization_config"),
             (*want)->text_config().at("quantization_config"));
-  // Shards are laid out as the reference writer lays them out: byte-identical files.
-  for (const char* shard :
-       {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
-    EXPECT_EQ(::ckpt::testing::ReadAll(dir / "out" / shard),
-              ::ckpt::testing::ReadAll(Fixture("mini-kimi-nvfp4") / shard)) << shard;
+  // Shards are laid out as the reference writer lays them out: byte-identical files, and so is
+  // the index.
+  for (const char* f : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                        "model.safetensors.index.json"}) {
+    EXPECT_EQ(ReadAll(dir / "out" / f), ReadAll(Fixture("mini-kimi-nvfp4") / f)) << f;
   }
+  // config.json as the transcoder that held the whole tree wrote it (eb7f65a; the fixture's own
+  // config comes from another writer): the streamed transcode writes the same bytes.
+  EXPECT_EQ(ToHex(Sha256Of(ReadAll(dir / "out" / "config.json"))),
+            "934bb31cf2c83d7559e43f1b437f6000797a94b13206a3b958cf1647c1819e12");
   // And it passes pair verification against its source.
   auto src = Checkpoint::Open(Fixture("mini-kimi-mxfp4").string());
   auto v = VerifyPair(**src, **got, {}, NoProgress());
