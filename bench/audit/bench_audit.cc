@@ -142,13 +142,10 @@ int Main(int argc, char** argv) {
   const bool reuse = fs::exists(root / "src") && fs::exists(root / "nvfp4");
   if (!reuse) {
     if (absl::Status s = bench::WriteSyntheticSource(root / "src", bench::LayersFor(size_gib)); !s.ok()) Die(s);
-    ReadOptions read = Checkpoint::ReadOnly();
-    read.memory_window = ~0ull;
-    auto src = Checkpoint::Open((root / "src").string(), read);
-    if (!src.ok()) Die(src.status());
     quant::TranscodeOptions topt;
     topt.threads = threads;
-    auto tr = quant::TranscodeToNvfp4(**src, (root / "nvfp4").string(), topt, NoProgress());
+    auto tr = quant::TranscodeToNvfp4((root / "src").string(), (root / "nvfp4").string(), topt,
+                                      NoProgress());
     if (!tr.ok()) Die(tr.status());
   }
   const std::vector<fs::path> files = FilesOf({root / "src", root / "nvfp4"});

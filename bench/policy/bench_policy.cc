@@ -120,7 +120,8 @@ int Main(int argc, char** argv) {
   TranscodeOptions topt;
   topt.threads = threads;
   if (!reuse) {
-    auto tr = TranscodeToNvfp4(**src, (root / "nvfp4").string(), topt, NoProgress());
+    auto tr = TranscodeToNvfp4((root / "src").string(), (root / "nvfp4").string(), topt,
+                               NoProgress());
     if (!tr.ok()) Die(tr.status());
   }
   const double transcode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

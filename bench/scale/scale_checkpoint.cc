@@ -493,14 +493,16 @@ absl::StatusOr<ScaleResult> WriteScaleCheckpoint(const std::string& dir,
         tensors.push_back(&t->source);
       }
     }
-    std::vector<quant::TensorSlot> slots;
-    for (size_t j = 0; j < tensors.size(); ++j) {
-      slots.push_back({tensors[j]->name, tensors[j]->dtype, tensors[j]->shape, j});
-      weight_map[tensors[j]->name] = name;
+    std::vector<quant::TensorEntry> entries;
+    std::map<std::string, const PlannedTensor*> by_name;
+    for (const PlannedTensor* t : tensors) {
+      entries.push_back({t->name, t->dtype, t->shape});
+      by_name[t->name] = t;
+      weight_map[t->name] = name;
     }
     const std::string path = (fs::path(dir) / name).string();
     absl::StatusOr<quant::SafetensorsLayout> layout =
-        quant::LayOutSafetensors(path, std::move(slots), {{"format", "pt"}});
+        quant::LayOutSafetensors(path, std::move(entries), {{"format", "pt"}});
     if (!layout.ok()) {
       close_all();
       return layout.status();
@@ -512,21 +514,19 @@ absl::StatusOr<ScaleResult> WriteScaleCheckpoint(const std::string& dir,
     }
     fds.push_back(fd);
     paths.push_back(path);
-    const uint64_t base = layout->preamble.size();
-    uint64_t end = base;
-    for (const quant::TensorSlot& s : layout->slots) {
-      const PlannedTensor* t = tensors[s.index];
-      const uint64_t rows = t->Rows(), row_bytes = s.size / rows;
+    for (size_t k = 0; k < layout->tensors.size(); ++k) {
+      const PlannedTensor* t = by_name.at(layout->tensors[k].name);
+      const uint64_t size = layout->sizes[k];
+      const uint64_t rows = t->Rows(), row_bytes = size / rows;
       const uint64_t step = std::max<uint64_t>(1, kPieceBytes / std::max<uint64_t>(row_bytes, 1));
       for (uint64_t r = 0; r < rows; r += step) {
-        pieces.push_back({i, t, r, std::min(rows, r + step), base + s.offset + r * row_bytes});
+        pieces.push_back({i, t, r, std::min(rows, r + step), layout->offsets[k] + r * row_bytes});
       }
-      end = base + s.offset + s.size;
-      total_size += s.size;
+      total_size += size;
       ++result.tensors;
     }
-    absl::Status st = PWriteFully(fd, reinterpret_cast<const uint8_t*>(layout->preamble.data()),
-                                  layout->preamble.size(), 0, path);
+    const uint64_t end = layout->file_size;
+    absl::Status st = PWriteFully(fd, layout->prefix.data(), layout->prefix.size(), 0, path);
     if (st.ok() && ::ftruncate(fd, static_cast<off_t>(end)) != 0) {
       st = absl::DataLossError(absl::StrCat(path, ": ftruncate: ", std::strerror(errno)));
     }

@@ -41,13 +41,14 @@ void WorkPlan::Need(const Checkpoint& ckpt, const std::vector<std::string>& name
   }
 }
 
-std::vector<StreamWork> WorkPlan::Take() && {
+WorkPlan::Planned WorkPlan::Take() && {
   std::stable_sort(keyed_.begin(), keyed_.end(),
                    [](const Keyed& a, const Keyed& b) { return a.key < b.key; });
-  std::vector<StreamWork> out;
-  out.reserve(keyed_.size() + last_.size());
-  for (Keyed& k : keyed_) out.push_back(std::move(k.work));
-  for (StreamWork& w : last_) out.push_back(std::move(w));
+  Planned out;
+  out.work.reserve(keyed_.size() + last_.size());
+  for (Keyed& k : keyed_) out.work.push_back(std::move(k.work));
+  for (StreamWork& w : last_) out.work.push_back(std::move(w));
+  out.sinks = std::move(sinks_);
   return out;
 }
 
@@ -81,7 +82,8 @@ absl::StatusOr<StreamResult> Engine::Run(const std::vector<Check*>& checks, Prog
   }
   std::vector<std::shared_ptr<const TreeImage>> images = {root_.image};
   if (source_) images.push_back(source_->image);
-  return StreamTrees(images, std::move(plan).Take(), read_, progress);
+  WorkPlan::Planned planned = std::move(plan).Take();
+  return StreamTrees(images, std::move(planned.work), read_, progress, std::move(planned.sinks));
 }
 
 absl::Status Engine::CheckUnchanged(const StreamResult& streamed) const {

@@ -53,20 +53,26 @@ struct TreeHeaders {
   absl::Status checkpoint_status;
 };
 
-// The units a set of checks asks the stream to run. `key` orders ties in the stream's
-// admission (docs/audit-engine.md, "Admission"): units of different checks on the same module
-// share a key, so they run side by side; `last` units sort after every keyed one.
+// The units a set of checks asks the stream to run, and the tensors they only need to see pass
+// (sinks: hashed, never held). `key` orders ties in the stream's admission
+// (docs/audit-engine.md, "Admission"): units of different checks on the same module share a
+// key, so they run side by side; `last` units sort after every keyed one.
 class WorkPlan {
  public:
   void Add(std::string key, StreamWork work) {
     keyed_.push_back({std::move(key), std::move(work)});
   }
   void AddLast(StreamWork work) { last_.push_back(std::move(work)); }
+  void AddSink(StreamSink sink) { sinks_.push_back(std::move(sink)); }
   // Adds to `work` the tensors of `ckpt` named in `names` (names it does not hold are skipped).
   static void Need(const Checkpoint& ckpt, const std::vector<std::string>& names,
                    StreamWork* work);
 
-  std::vector<StreamWork> Take() &&;
+  struct Planned {
+    std::vector<StreamWork> work;
+    std::vector<StreamSink> sinks;
+  };
+  Planned Take() &&;
 
  private:
   struct Keyed {
@@ -75,6 +81,7 @@ class WorkPlan {
   };
   std::vector<Keyed> keyed_;
   std::vector<StreamWork> last_;
+  std::vector<StreamSink> sinks_;
 };
 
 // What a check plans from: both trees' checkpoints (null when absent or unreadable).

@@ -4,6 +4,7 @@
 #ifndef CKPT_CORE_AUDIT_PAIR_CHECK_H_
 #define CKPT_CORE_AUDIT_PAIR_CHECK_H_
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -28,6 +29,13 @@ class PairCheck : public Check {
   Checkpoints trees_;
   std::optional<quant::PairPlan> plan_;
   std::vector<quant::PairUnitOutcome> outcomes_;  // parallel to plan_->units
+  // A non-quantized unit whose tensors are streamed is compared by the SHA-256 of each side,
+  // taken as the cursor passes (never held: an embedding or head larger than the window).
+  struct Hashed {
+    size_t unit = 0;
+    Sha256 source, derived;
+  };
+  std::vector<std::unique_ptr<Hashed>> hashed_;
 };
 
 // The record's pair_verify check, and its pair_audit (also `verify-pair --json`).

@@ -34,8 +34,6 @@
 namespace ckpt {
 
 inline constexpr uint64_t kDefaultMemoryWindow = 1536ull << 20;
-// The smallest window: one read chunk (core/io/tree_stream.h).
-inline constexpr uint64_t kMinMemoryWindow = 64ull << 10;
 
 struct ReadOptions {
   enum class Keep {

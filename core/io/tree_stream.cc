@@ -24,7 +24,7 @@ constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
 // A read chunk: small windows get small chunks, so that the scratch buffers stay small next
 // to what they bound.
 uint64_t ChunkFor(uint64_t window) {
-  return std::clamp<uint64_t>(window / 16, kMinMemoryWindow, 8ull << 20);
+  return std::clamp<uint64_t>(window / 16, kMinReadChunk, 8ull << 20);
 }
 
 // One tensor some work needs, from its admission to when its buffer is freed.
@@ -75,7 +75,9 @@ struct FileStream {
   size_t path_next = 0;
   uint64_t storage_bytes = 0;  // read from storage by this stream
   bool busy = false, done = false;
+  std::vector<StreamSink> sinks;  // by offset
   // Touched only by the thread that holds `busy`.
+  size_t sink_next = 0;  // sinks before it lie before the cursor
   std::unique_ptr<io::RandomAccessFile> file;
   std::unique_ptr<io_internal::FileHashers> hashers;
 };
@@ -111,7 +113,7 @@ class Streamer {
   }
 
   absl::StatusOr<StreamResult> Run(const std::vector<std::shared_ptr<const TreeImage>>& images,
-                                   std::vector<StreamWork> work) {
+                                   std::vector<StreamWork> work, std::vector<StreamSink> sinks) {
     work_ = std::move(work);
     for (const auto& image : images) {
       auto copy = std::make_shared<TreeImage>(*image);
@@ -137,6 +139,17 @@ class Streamer {
           options_.memory_window, " bytes (raise it with --memory-window)"));
     }
     peak_ = kept_;
+    for (StreamSink& sink : sinks) {
+      auto it = by_file_.find(sink.file);
+      if (it == by_file_.end() || sink.begin < streams_[it->second].pos) {
+        return absl::InvalidArgumentError("a stream sink lies outside the streamed bytes");
+      }
+      streams_[it->second].sinks.push_back(std::move(sink));
+    }
+    for (FileStream& s : streams_) {
+      std::sort(s.sinks.begin(), s.sinks.end(),
+                [](const StreamSink& a, const StreamSink& b) { return a.begin < b.begin; });
+    }
     if (absl::Status s = Plan(); !s.ok()) return s;
     uint64_t total = 0;
     for (const FileStream& s : streams_) total += s.size - s.pos;
@@ -553,7 +566,10 @@ class Streamer {
       // The digests are of the bytes in memory, the ones every check reads: a range read
       // ahead is hashed from its buffer when the cursor reaches it, and one read behind the
       // cursor must have the hash of the bytes the cursor hashed.
-      if (step.kind != Step::Kind::kReadAhead) s.hashers->Update(step.offset, bytes);
+      if (step.kind != Step::Kind::kReadAhead) {
+        s.hashers->Update(step.offset, bytes);
+        if (absl::Status st = Feed(s, step.offset, bytes); !st.ok()) return st;
+      }
       if (step.slot != kNone && slots_[step.slot].revisit) {
         if (absl::Status st = Revisit(s, slots_[step.slot], step, bytes); !st.ok()) return st;
       }
@@ -602,6 +618,20 @@ class Streamer {
       return absl::DataLossError(absl::StrCat(
           s.label, ": tensor '", slot.info->name, "' at offset ", slot.begin,
           " changed between the hash of the file and its second read"));
+    }
+    return absl::OkStatus();
+  }
+
+  // The part of `bytes` (at `offset`, just hashed by the cursor) each sink covers.
+  static absl::Status Feed(FileStream& s, uint64_t offset, std::span<const uint8_t> bytes) {
+    const uint64_t end = offset + bytes.size();
+    while (s.sink_next < s.sinks.size() && s.sinks[s.sink_next].end <= offset) ++s.sink_next;
+    for (size_t k = s.sink_next; k < s.sinks.size() && s.sinks[k].begin < end; ++k) {
+      const StreamSink& sink = s.sinks[k];
+      const uint64_t from = std::max(offset, sink.begin), to = std::min(end, sink.end);
+      if (from >= to) continue;
+      absl::Status st = sink.consume(from - sink.begin, bytes.subspan(from - offset, to - from));
+      if (!st.ok()) return st;
     }
     return absl::OkStatus();
   }
@@ -733,9 +763,9 @@ class Streamer {
 
 absl::StatusOr<StreamResult> StreamTrees(
     const std::vector<std::shared_ptr<const TreeImage>>& images, std::vector<StreamWork> work,
-    const ReadOptions& options, Progress& progress) {
+    const ReadOptions& options, Progress& progress, std::vector<StreamSink> sinks) {
   Streamer streamer(options, progress);
-  return streamer.Run(images, std::move(work));
+  return streamer.Run(images, std::move(work), std::move(sinks));
 }
 
 }  // namespace ckpt

@@ -32,6 +32,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,12 +44,27 @@
 
 namespace ckpt {
 
+// The smallest read chunk (one per thread; the window / 16, between this and 8 MiB): a memory
+// window below it is refused (services/cli ParseByteSize).
+inline constexpr uint64_t kMinReadChunk = 64ull << 10;
+
 // Work on tensor bytes: `run` is called once, on a stream thread, when every listed tensor's
 // bytes are available through its SafetensorsFile (tensors of files kept whole always are).
 struct StreamWork {
   std::string label;  // names the item in messages
   std::vector<std::pair<const SafetensorsFile*, const TensorInfo*>> tensors;
   std::function<absl::Status()> run;
+};
+
+// Bytes of a file that no work item holds, handed over as the file's cursor hashes them (a copy
+// written straight through, never counted against the window): `consume` runs on a stream
+// thread, outside the stream's lock, once per piece of [begin, end) in file order, with the
+// piece's offset from `begin`; the bytes are valid during the call only. Sinks of one file must
+// not overlap.
+struct StreamSink {
+  const SafetensorsFile* file = nullptr;
+  uint64_t begin = 0, end = 0;  // absolute offsets in the file
+  std::function<absl::Status(uint64_t offset, std::span<const uint8_t> bytes)> consume;
 };
 
 struct StreamResult {
@@ -63,10 +79,11 @@ struct StreamResult {
 // threads). Errors: RESOURCE_EXHAUSTED (see above; also before reading when one work item
 // alone does not fit), DATA_LOSS naming the file and offset (a file changed, shrank or grew
 // since ReadTree read its header, or during this read), CANCELLED, or the first error a work
-// item returned. Nothing is lent after return.
+// item or sink returned (INVALID_ARGUMENT for a sink on a file that is not streamed). Nothing is
+// lent after return.
 absl::StatusOr<StreamResult> StreamTrees(
     const std::vector<std::shared_ptr<const TreeImage>>& images, std::vector<StreamWork> work,
-    const ReadOptions& options, Progress& progress);
+    const ReadOptions& options, Progress& progress, std::vector<StreamSink> sinks = {});
 
 }  // namespace ckpt
 

@@ -179,18 +179,6 @@ absl::Status CompareModule(const Checkpoint& src, const Checkpoint& dst, const s
   return absl::OkStatus();
 }
 
-void CompareIgnored(const TensorRef& a, const TensorRef& b, const std::string& name, PairUnitOutcome* o) {
-  if (a.info->dtype != b.info->dtype || a.info->shape != b.info->shape) {
-    o->found.Add({"ignored-tensor-differs", name, -1, -1, "dtype or shape differs", {}});
-    return;
-  }
-  const Digest da = Sha256Of(a.bytes()), db = Sha256Of(b.bytes());
-  if (da != db) {
-    o->found.Add({"ignored-tensor-differs", name, -1, -1,
-                  "sha256 " + ToHex(da) + " (source) != " + ToHex(db) + " (derived)", {}});
-  }
-  o->ignored_bytes = a.bytes().size();
-}
 
 // The tensor names that belong to a quantized module (`.weight_packed` and its companions).
 std::set<std::string> ModuleTensorNames(const Checkpoint& c, const std::vector<std::string>& mods) {
@@ -277,13 +265,33 @@ absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& de
 absl::StatusOr<PairUnitOutcome> CompareUnit(const Checkpoint& source, const Checkpoint& derived,
                                             const PairUnit& unit,
                                             const PairVerifyOptions& options) {
+  if (!unit.module) {
+    return CompareDigests(source, derived, unit, Sha256Of(source.Find(unit.name)->bytes()),
+                          Sha256Of(derived.Find(unit.name)->bytes()), options);
+  }
   PairUnitOutcome o;
   o.found = FindingList(options.max_findings);
-  if (unit.module) {
-    if (absl::Status s = CompareModule(source, derived, unit.name, &o); !s.ok()) return s;
-  } else {
-    CompareIgnored(*source.Find(unit.name), *derived.Find(unit.name), unit.name, &o);
+  if (absl::Status s = CompareModule(source, derived, unit.name, &o); !s.ok()) return s;
+  return o;
+}
+
+PairUnitOutcome CompareDigests(const Checkpoint& source, const Checkpoint& derived,
+                               const PairUnit& unit, const Digest& source_sha256,
+                               const Digest& derived_sha256, const PairVerifyOptions& options) {
+  PairUnitOutcome o;
+  o.found = FindingList(options.max_findings);
+  const TensorInfo& a = *source.Find(unit.name)->info;
+  const TensorInfo& b = *derived.Find(unit.name)->info;
+  if (a.dtype != b.dtype || a.shape != b.shape) {
+    o.found.Add({"ignored-tensor-differs", unit.name, -1, -1, "dtype or shape differs", {}});
+    return o;
   }
+  if (source_sha256 != derived_sha256) {
+    o.found.Add({"ignored-tensor-differs", unit.name, -1, -1,
+                 "sha256 " + ToHex(source_sha256) + " (source) != " + ToHex(derived_sha256) +
+                     " (derived)", {}});
+  }
+  o.ignored_bytes = a.num_bytes();
   return o;
 }
 

@@ -19,6 +19,7 @@
 #include "core/progress.h"
 #include "core/quant/finding.h"
 #include "core/quant/format.h"
+#include "core/sha256.h"
 
 namespace ckpt::quant {
 
@@ -63,6 +64,11 @@ absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& de
                                   const PairVerifyOptions& options);
 absl::StatusOr<PairUnitOutcome> CompareUnit(const Checkpoint& source, const Checkpoint& derived,
                                             const PairUnit& unit, const PairVerifyOptions& options);
+// A non-quantized unit (`!unit.module`) from its two tensors' SHA-256 alone, as CompareUnit
+// gives it: a stream may hash such tensors as they pass instead of holding them.
+PairUnitOutcome CompareDigests(const Checkpoint& source, const Checkpoint& derived,
+                               const PairUnit& unit, const Digest& source_sha256,
+                               const Digest& derived_sha256, const PairVerifyOptions& options);
 PairVerifyResult FinishPair(PairPlan plan, const std::vector<PairUnitOutcome>& outcomes);
 
 // Contract findings of either side (DetectFormat) are mismatches too, coded "source:<code>" and

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "core/text/json_dump.h"
@@ -52,9 +53,9 @@ TensorToWrite TensorToWrite::Owned(std::string name, DType dtype, std::vector<ui
 }
 
 absl::StatusOr<SafetensorsLayout> LayOutSafetensors(
-    const std::string& path, std::vector<TensorSlot> slots,
+    const std::string& path, std::vector<TensorEntry> tensors,
     const std::map<std::string, std::string>& metadata) {
-  std::sort(slots.begin(), slots.end(), [](const TensorSlot& a, const TensorSlot& b) {
+  std::sort(tensors.begin(), tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
     const int ra = DTypeRank(a.dtype), rb = DTypeRank(b.dtype);
     return ra != rb ? ra > rb : a.name < b.name;
   });
@@ -62,54 +63,61 @@ absl::StatusOr<SafetensorsLayout> LayOutSafetensors(
   // nlohmann would sort the keys.
   std::string header = "{";
   if (!metadata.empty()) header += "\"__metadata__\":" + DumpJson(nlohmann::json(metadata)) + ",";
+  SafetensorsLayout layout;
   uint64_t offset = 0;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    TensorSlot& t = slots[i];
-    if (i > 0 && t.name == slots[i - 1].name) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorEntry& t = tensors[i];
+    if (i > 0 && t.name == tensors[i - 1].name) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": duplicate tensor ", t.name));
     }
     uint64_t elements = 1;
     for (uint64_t d : t.shape) elements *= d;
-    t.offset = offset;
-    t.size = elements * DTypeBits(t.dtype) / 8;
+    const uint64_t bits = elements * DTypeBits(t.dtype);
+    if (bits % 8 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", t.name, " is not a whole number of bytes"));
+    }
     absl::StrAppend(&header, i ? "," : "", DumpJson(nlohmann::json(t.name)), ":{\"dtype\":\"",
                     DTypeName(t.dtype), "\",\"shape\":", DumpJson(nlohmann::json(t.shape)),
-                    ",\"data_offsets\":[", offset, ",", offset + t.size, "]}");
-    offset += t.size;
+                    ",\"data_offsets\":[", offset, ",", offset + bits / 8, "]}");
+    layout.offsets.push_back(offset);
+    layout.sizes.push_back(bits / 8);
+    offset += bits / 8;
   }
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');
-  SafetensorsLayout layout;
-  layout.preamble.resize(8);
-  for (int i = 0; i < 8; ++i) layout.preamble[i] = static_cast<char>(header.size() >> (8 * i));
-  layout.preamble += header;
-  layout.slots = std::move(slots);
+  for (int i = 0; i < 8; ++i) {
+    layout.prefix.push_back(static_cast<uint8_t>(header.size() >> (8 * i)));
+  }
+  layout.prefix.insert(layout.prefix.end(), header.begin(), header.end());
+  for (uint64_t& o : layout.offsets) o += layout.prefix.size();
+  layout.file_size = layout.prefix.size() + offset;
+  layout.tensors = std::move(tensors);
   return layout;
 }
 
 absl::Status WriteSafetensors(const std::string& path, std::vector<TensorToWrite> tensors,
                               const std::map<std::string, std::string>& metadata) {
-  std::vector<TensorSlot> slots;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const TensorToWrite& t = tensors[i];
-    uint64_t elements = 1;
-    for (uint64_t d : t.shape) elements *= d;
-    if (elements * DTypeBits(t.dtype) != t.data().size() * 8) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": ", t.name, " has ",
-                                                     t.data().size(), " bytes for its shape"));
-    }
-    slots.push_back({t.name, t.dtype, t.shape, i});
+  std::vector<TensorEntry> entries;
+  std::map<std::string, std::span<const uint8_t>> data;
+  for (const TensorToWrite& t : tensors) {
+    entries.push_back({t.name, t.dtype, t.shape});
+    data[t.name] = t.data();
   }
-  absl::StatusOr<SafetensorsLayout> layout = LayOutSafetensors(path, std::move(slots), metadata);
+  absl::StatusOr<SafetensorsLayout> layout = LayOutSafetensors(path, std::move(entries), metadata);
   if (!layout.ok()) return layout.status();
-
+  for (size_t i = 0; i < layout->tensors.size(); ++i) {
+    const std::string& name = layout->tensors[i].name;
+    if (data[name].size() != layout->sizes[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", name, " has ", data[name].size(), " bytes for its shape"));
+    }
+  }
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return absl::DataLossError(absl::StrCat(path, ": open: ", std::strerror(errno)));
-  absl::Status s = WriteFully(fd, reinterpret_cast<const uint8_t*>(layout->preamble.data()),
-                              layout->preamble.size(), path);
-  for (const TensorSlot& slot : layout->slots) {
-    const std::span<const uint8_t> bytes = tensors[slot.index].data();
-    if (s.ok()) s = WriteFully(fd, bytes.data(), bytes.size(), path);
+  absl::Status s = WriteFully(fd, layout->prefix.data(), layout->prefix.size(), path);
+  for (const TensorEntry& t : layout->tensors) {
+    if (s.ok()) s = WriteFully(fd, data[t.name].data(), data[t.name].size(), path);
   }
   if (s.ok() && ::fsync(fd) != 0) {
     s = absl::DataLossError(absl::StrCat(path, ": fsync: ", std::strerror(errno)));

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/safetensors.h"
 
@@ -30,26 +29,24 @@ struct TensorToWrite {
   std::span<const uint8_t> data() const { return owned.empty() ? bytes : std::span(owned); }
 };
 
-// One tensor's place in a file: `offset` (from the end of the header) and `size` in bytes are
-// filled in by LayOutSafetensors; `index` is the caller's, carried along.
-struct TensorSlot {
+// Where WriteSafetensors puts every byte, from names, dtypes and shapes alone: a streaming
+// writer (core/quant/transcode.h) places each tensor at its offset as it arrives.
+struct TensorEntry {
   std::string name;
   DType dtype;
   std::vector<uint64_t> shape;
-  size_t index = 0;
-  uint64_t offset = 0, size = 0;
 };
-
-// The layout WriteSafetensors writes: `slots` sorted into file order with offsets and sizes
-// (from dtype and shape), and the file's first bytes (8-byte length, padded JSON header), so a
-// caller can write the tensor bytes itself (bench/scale writes them in parallel).
-// INVALID_ARGUMENT for duplicate names.
 struct SafetensorsLayout {
-  std::string preamble;
-  std::vector<TensorSlot> slots;
+  std::vector<uint8_t> prefix;       // the 8-byte header length and the padded JSON header
+  std::vector<TensorEntry> tensors;  // in file order
+  std::vector<uint64_t> offsets;     // absolute offset in the file, parallel to `tensors`
+  std::vector<uint64_t> sizes;       // bytes, parallel to `tensors`
+  uint64_t file_size = 0;
 };
+// INVALID_ARGUMENT (naming `path`) for duplicate names or a shape that is no whole number of
+// bytes.
 absl::StatusOr<SafetensorsLayout> LayOutSafetensors(
-    const std::string& path, std::vector<TensorSlot> slots,
+    const std::string& path, std::vector<TensorEntry> tensors,
     const std::map<std::string, std::string>& metadata);
 
 // INVALID_ARGUMENT for duplicate names or a byte count that disagrees with dtype and shape;

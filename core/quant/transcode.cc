@@ -1,33 +1,116 @@
 #include "core/quant/transcode.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/checkpoint.h"
+#include "core/io/tree_stream.h"
 #include "core/parallel.h"
 #include "core/quant/codecs.h"
 #include "core/quant/quant_weight.h"
 #include "core/quant/safetensors_writer.h"
+#include "core/sha256.h"
 #include "core/text/json_dump.h"
+#include "core/text/name_encoding.h"
 
 namespace ckpt::quant {
 namespace {
 
 namespace fs = std::filesystem;
 
-absl::Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return absl::DataLossError(absl::StrCat(path, ": write failed"));
+constexpr char kRunRecord[] = ".transcode-run.json";
+constexpr uint64_t kIoChunk = 8ull << 20;  // compare and hash buffers, one per thread
+
+std::string Errno() { return std::strerror(errno); }
+
+// An owned file descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    Reset();
+    fd_ = std::exchange(o.fd_, -1);
+    return *this;
+  }
+  ~Fd() { Reset(); }
+  int get() const { return fd_; }
+  bool ok() const { return fd_ >= 0; }
+  void Reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+};
+
+absl::Status WriteAt(int fd, const std::string& label, uint64_t offset,
+                     std::span<const uint8_t> bytes) {
+  while (!bytes.empty()) {
+    const ssize_t w = ::pwrite(fd, bytes.data(), std::min<size_t>(bytes.size(), 1u << 30), offset);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      return absl::DataLossError(absl::StrCat(label, ": cannot write ", bytes.size(),
+                                              " bytes at offset ", offset, ": ",
+                                              w < 0 ? Errno() : "nothing written"));
+    }
+    bytes = bytes.subspan(static_cast<size_t>(w));
+    offset += static_cast<uint64_t>(w);
+  }
   return absl::OkStatus();
+}
+
+// Up to out.size() bytes at `offset` (fewer at end of file).
+absl::StatusOr<size_t> ReadAt(int fd, const std::string& label, uint64_t offset,
+                              std::span<uint8_t> out) {
+  size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t r = ::pread(fd, out.data() + got, out.size() - got, offset + got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      return absl::DataLossError(
+          absl::StrCat(label, ": cannot read at offset ", offset + got, ": ", Errno()));
+    }
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  return got;
+}
+
+absl::Status Fsync(int fd, const std::string& label) {
+  if (::fsync(fd) != 0) return absl::DataLossError(absl::StrCat(label, ": fsync: ", Errno()));
+  return absl::OkStatus();
+}
+
+// A small file written whole into `dir` (replacing one an interrupted run left), fsynced.
+absl::Status WriteSmallFile(int dir, const std::string& dir_label, const std::string& name,
+                            std::span<const uint8_t> bytes) {
+  const std::string label = absl::StrCat(dir_label, "/", name);
+  Fd fd(::openat(dir, name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!fd.ok()) return absl::DataLossError(absl::StrCat(label, ": cannot create: ", Errno()));
+  if (absl::Status s = WriteAt(fd.get(), label, 0, bytes); !s.ok()) return s;
+  return Fsync(fd.get(), label);
+}
+
+std::span<const uint8_t> AsBytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
 std::string PolicyFailure(const ScaleWindowResult& r) {
@@ -81,6 +164,413 @@ std::vector<uint8_t> F32Bytes(float f) {
   return b;
 }
 
+// Test hook (tests/quant/cli_test.cc): the process kills itself with SIGKILL right after its
+// N-th tensor (or header) write, to leave what a crash mid-shard leaves.
+void MaybeKillForTest() {
+  static const uint64_t after = [] {
+    const char* v = std::getenv("CKPT_AUDIT_TEST_KILL_AFTER_WRITES");
+    return v == nullptr ? 0 : std::strtoull(v, nullptr, 10);
+  }();
+  static std::atomic<uint64_t> writes{0};
+  if (after != 0 && ++writes == after) std::raise(SIGKILL);
+}
+
+// One output shard: laid out from its source header, written tensor by tensor at its offsets.
+struct OutShard {
+  std::string rel;    // relative to DST, the source shard's name
+  std::string label;  // the temporary path, for messages
+  SafetensorsLayout layout;
+  std::map<std::string, size_t> index;  // tensor name -> position in layout
+  Fd fd;
+  bool existed = false;  // resume: left by the interrupted run; compared before written
+  std::atomic<bool> differed{false};
+  Digest sha256{};
+
+  // Writes `bytes` at `offset`; for a file the interrupted run left, only the chunks that
+  // differ from what it holds (a chunk it did not reach reads short and is written). `last`:
+  // the end of a tensor (or the header).
+  absl::Status Place(uint64_t offset, std::span<const uint8_t> bytes, bool last) {
+    if (existed) {
+      thread_local std::vector<uint8_t> buf;
+      buf.resize(std::min<uint64_t>(kIoChunk, std::max<size_t>(bytes.size(), 1)));
+      for (uint64_t done = 0; done < bytes.size();) {
+        const auto want = bytes.subspan(done, std::min<uint64_t>(buf.size(), bytes.size() - done));
+        absl::StatusOr<size_t> got = ReadAt(fd.get(), label, offset + done,
+                                            std::span<uint8_t>(buf.data(), want.size()));
+        if (!got.ok()) return got.status();
+        if (*got != want.size() || !std::equal(want.begin(), want.end(), buf.begin())) {
+          differed = true;
+          if (absl::Status s = WriteAt(fd.get(), label, offset + done, want); !s.ok()) return s;
+        }
+        done += want.size();
+      }
+    } else if (absl::Status s = WriteAt(fd.get(), label, offset, bytes); !s.ok()) {
+      return s;
+    }
+    if (last) MaybeKillForTest();
+    return absl::OkStatus();
+  }
+
+  absl::Status Put(const std::string& tensor, std::span<const uint8_t> bytes) {
+    auto it = index.find(tensor);
+    if (it == index.end() || layout.sizes[it->second] != bytes.size()) {
+      return absl::InternalError(absl::StrCat(label, ": ", tensor, " does not fit its layout"));
+    }
+    return Place(layout.offsets[it->second], bytes, /*last=*/true);
+  }
+
+  // Every tensor is in: cut what an interrupted run left beyond the end, fsync, and hash the
+  // file front to back.
+  absl::Status Finish() {
+    struct stat st;
+    if (::fstat(fd.get(), &st) != 0) {
+      return absl::DataLossError(absl::StrCat(label, ": fstat: ", Errno()));
+    }
+    if (static_cast<uint64_t>(st.st_size) != layout.file_size) {
+      differed = true;
+      if (::ftruncate(fd.get(), static_cast<off_t>(layout.file_size)) != 0) {
+        return absl::DataLossError(absl::StrCat(label, ": cannot truncate to ", layout.file_size,
+                                                " bytes: ", Errno()));
+      }
+    }
+    if (absl::Status s = Fsync(fd.get(), label); !s.ok()) return s;
+    // SHA-256 is sequential and the layout puts the global scales first: they depend on every
+    // packed byte of their fused group, so the digest cannot be taken in order while writing
+    // without holding the shard; it is taken here, from the file this process wrote and
+    // fsynced, through the same descriptor, before the directory is published.
+    Sha256 h;
+    std::vector<uint8_t> buf(std::min<uint64_t>(kIoChunk, std::max<uint64_t>(layout.file_size, 1)));
+    for (uint64_t pos = 0; pos < layout.file_size;) {
+      const size_t n = std::min<uint64_t>(buf.size(), layout.file_size - pos);
+      absl::StatusOr<size_t> got = ReadAt(fd.get(), label, pos, std::span<uint8_t>(buf.data(), n));
+      if (!got.ok()) return got.status();
+      if (*got != n) return absl::DataLossError(absl::StrCat(label, ": ends at ", pos + *got));
+      h.Update(std::span<const uint8_t>(buf.data(), n));
+      ::posix_fadvise(fd.get(), static_cast<off_t>(pos), static_cast<off_t>(n),
+                      POSIX_FADV_DONTNEED);
+      pos += n;
+    }
+    sha256 = h.Finish();
+    fd.Reset();
+    return absl::OkStatus();
+  }
+};
+
+// flock on ".DST.transcode.lock" in the parent; the file is removed on release.
+class DstLock {
+ public:
+  static absl::StatusOr<std::unique_ptr<DstLock>> Acquire(int parent,
+                                                          const std::string& parent_label,
+                                                          const std::string& name) {
+    const std::string label = absl::StrCat(parent_label, "/", name);
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      Fd fd(::openat(parent, name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+      if (!fd.ok()) {
+        return absl::AbortedError(absl::StrCat(label, ": cannot open the lock file: ", Errno()));
+      }
+      if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+        return absl::AbortedError(absl::StrCat(
+            "another transcode to the same destination is running (it holds ", label, ")"));
+      }
+      // The file may have been removed by the holder we waited for: lock the one the name
+      // leads to now.
+      struct stat held, now;
+      if (::fstat(fd.get(), &held) == 0 &&
+          ::fstatat(parent, name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+          held.st_dev == now.st_dev && held.st_ino == now.st_ino) {
+        return std::unique_ptr<DstLock>(new DstLock(parent, name, std::move(fd)));
+      }
+    }
+    return absl::AbortedError(absl::StrCat(label, ": lock file keeps changing"));
+  }
+  ~DstLock() { ::unlinkat(parent_, name_.c_str(), 0); }
+
+ private:
+  DstLock(int parent, std::string name, Fd fd)
+      : parent_(parent), name_(std::move(name)), fd_(std::move(fd)) {}
+  int parent_;
+  std::string name_;
+  Fd fd_;
+};
+
+// What identifies a run: its target, policy and the source as read (every file's identity).
+// Written into the temporary directory when it is made; --resume continues only a directory
+// whose record equals the current one.
+nlohmann::json RunRecord(const TreeImage& source, const ScaleWindowConfig& policy) {
+  nlohmann::json files = nlohmann::json::array();
+  for (const ImageFile& f : source.files) {
+    const io::FileIdentity& id = f.identity;
+    files.push_back({{"name", f.name}, {"size", id.size}, {"device", id.device},
+                     {"inode", id.inode}, {"mtime_ns", id.mtime_ns}, {"ctime_ns", id.ctime_ns}});
+  }
+  return {{"version", 1}, {"target", "nvfp4"}, {"policy", policy.id()},
+          {"source", EncodeName(source.root)}, {"files", files}};
+}
+
+// OK when `stored` (an interrupted run's record in `tmp_label`) is this run's; ALREADY_EXISTS
+// when it is another run's, ABORTED when the source changed since.
+absl::Status MatchRecord(const nlohmann::json& stored, const nlohmann::json& now,
+                         const std::string& tmp_label) {
+  for (const char* key : {"version", "target", "policy", "source"}) {
+    if (!stored.contains(key) || stored[key] != now[key]) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          tmp_label, ": it belongs to another run (", key, " ",
+          stored.contains(key) ? DumpJson(stored[key]) : "missing", ", this run: ",
+          DumpJson(now[key]), ")"));
+    }
+  }
+  std::map<std::string, nlohmann::json> before;
+  if (stored.contains("files") && stored["files"].is_array()) {
+    for (const nlohmann::json& f : stored["files"]) {
+      if (f.is_object() && f.contains("name") && f["name"].is_string()) {
+        before[f["name"].get<std::string>()] = f;
+      }
+    }
+  }
+  for (const nlohmann::json& f : now["files"]) {
+    const std::string name = f["name"].get<std::string>();
+    auto it = before.find(name);
+    if (it == before.end()) {
+      return absl::AbortedError(absl::StrCat(
+          tmp_label, ": the source changed since the interrupted run: ", name, " was added"));
+    }
+    if (it->second != f) {
+      return absl::AbortedError(absl::StrCat(tmp_label,
+                                             ": the source changed since the interrupted run: ",
+                                             name, " was modified (size, inode or times)"));
+    }
+    before.erase(it);
+  }
+  if (!before.empty()) {
+    return absl::AbortedError(absl::StrCat(tmp_label,
+                                           ": the source changed since the interrupted run: ",
+                                           before.begin()->first, " was removed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<nlohmann::json> ReadRunRecord(int tmp, const std::string& tmp_label) {
+  Fd fd(::openat(tmp, kRunRecord, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.ok()) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        tmp_label, ": it belongs to another run (no readable ", kRunRecord, ": ", Errno(), ")"));
+  }
+  std::vector<uint8_t> bytes(1 << 20);
+  absl::StatusOr<size_t> got = ReadAt(fd.get(), tmp_label, 0, bytes);
+  if (!got.ok()) return got.status();
+  bytes.resize(*got);
+  absl::StatusOr<nlohmann::json> j = ParseJsonDocument(bytes, tmp_label + "/" + kRunRecord);
+  if (!j.ok() || !j->is_object()) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        tmp_label, ": it belongs to another run (", kRunRecord, " does not parse)"));
+  }
+  return *std::move(j);
+}
+
+// The output directory being built, its lock and whether a failure removes it.
+struct Staging {
+  Fd parent;
+  std::string parent_label, dst_name, tmp_name, tmp_label;
+  std::unique_ptr<DstLock> lock;
+  Fd tmp;
+  bool remove_on_failure = false;  // a run the policy refused can never be continued
+
+  absl::Status Fail(absl::Status s) {
+    if (!tmp.ok()) return s;
+    if (remove_on_failure) {
+      std::error_code ec;
+      fs::remove_all(tmp_label, ec);
+    } else if (s.code() != absl::StatusCode::kInvalidArgument &&
+               s.code() != absl::StatusCode::kFailedPrecondition) {
+      s = absl::Status(s.code(), absl::StrCat(s.message(), "; nothing was published, ", tmp_label,
+                                              " is kept: `transcode --resume` continues"));
+    }
+    return s;
+  }
+};
+
+absl::StatusOr<Staging> OpenParent(const std::string& dst) {
+  Staging st;
+  const fs::path path = fs::absolute(dst).lexically_normal();
+  fs::path name = path.filename();
+  fs::path parent = path.parent_path();
+  if (name.empty()) {  // "out/" normalizes to "out/" with an empty filename
+    name = parent.filename();
+    parent = parent.parent_path();
+  }
+  if (name.empty() || name == "." || name == "..") {
+    return absl::InvalidArgumentError(absl::StrCat(dst, ": not a directory name to create"));
+  }
+  st.dst_name = name.string();
+  st.parent.Reset();
+  st.parent = Fd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!st.parent.ok()) {
+    const int err = errno;
+    const std::string msg = absl::StrCat(parent.string(), ": the parent of ", dst,
+                                         " cannot be opened: ", std::strerror(err));
+    return err == ENOENT ? absl::NotFoundError(msg) : absl::InvalidArgumentError(msg);
+  }
+  absl::StatusOr<std::string> real = RealPath(parent.string());
+  st.parent_label = real.ok() ? *real : parent.string();
+  st.tmp_name = "." + st.dst_name + ".transcode-tmp";
+  st.tmp_label = absl::StrCat(st.parent_label, "/", st.tmp_name);
+  return st;
+}
+
+// Makes (fresh) or opens (resume) the temporary directory, refusing one that is a link, that
+// is not a directory, that belongs to another run or, without resume, that exists at all.
+absl::Status OpenStaging(Staging& st, const nlohmann::json& record, bool resume) {
+  struct stat s;
+  const bool exists = ::fstatat(st.parent.get(), st.tmp_name.c_str(), &s, AT_SYMLINK_NOFOLLOW) == 0;
+  if (exists && S_ISLNK(s.st_mode)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        st.tmp_label, ": the temporary name is a symbolic link; not following it"));
+  }
+  if (exists && !S_ISDIR(s.st_mode)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(st.tmp_label, ": the temporary name exists and is not a directory"));
+  }
+  if (!resume && exists) {
+    absl::StatusOr<nlohmann::json> stored;
+    Fd dir(::openat(st.parent.get(), st.tmp_name.c_str(),
+                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (dir.ok()) stored = ReadRunRecord(dir.get(), st.tmp_label);
+    if (dir.ok() && stored.ok() && MatchRecord(*stored, record, st.tmp_label).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          st.tmp_label, ": an interrupted transcode of this source left it; continue it with "
+                        "--resume, or remove it"));
+    }
+    return absl::AlreadyExistsError(absl::StrCat(
+        st.tmp_label, ": the temporary name exists and belongs to another run; not touching it"));
+  }
+  if (resume && !exists) {
+    return absl::NotFoundError(absl::StrCat(
+        "--resume: no temporary directory ", st.tmp_label, " from an interrupted run"));
+  }
+  if (!exists && ::mkdirat(st.parent.get(), st.tmp_name.c_str(), 0700) != 0) {
+    return absl::DataLossError(absl::StrCat(st.tmp_label, ": cannot create: ", Errno()));
+  }
+  st.tmp = Fd(::openat(st.parent.get(), st.tmp_name.c_str(),
+                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!st.tmp.ok()) {
+    return absl::DataLossError(absl::StrCat(st.tmp_label, ": cannot open: ", Errno()));
+  }
+  if (exists) {
+    absl::StatusOr<nlohmann::json> stored = ReadRunRecord(st.tmp.get(), st.tmp_label);
+    if (!stored.ok()) {
+      st.tmp.Reset();
+      return stored.status();
+    }
+    if (absl::Status m = MatchRecord(*stored, record, st.tmp_label); !m.ok()) {
+      st.tmp.Reset();  // not ours: never removed
+      return absl::Status(m.code(), absl::StrCat("--resume: ", m.message()));
+    }
+    return absl::OkStatus();
+  }
+  if (absl::Status w =
+          WriteSmallFile(st.tmp.get(), st.tmp_label, kRunRecord, AsBytes(DumpJson(record, 2)));
+      !w.ok()) {
+    return w;
+  }
+  if (absl::Status f = Fsync(st.tmp.get(), st.tmp_label); !f.ok()) return f;
+  return Fsync(st.parent.get(), st.parent_label);
+}
+
+// What the transcode writes, planned from the source headers.
+struct Plan {
+  std::vector<std::unique_ptr<OutShard>> shards;
+  std::map<std::string, size_t> module_shard;  // MXFP4 module -> output shard
+  struct Copy {
+    size_t shard;
+    const SafetensorsFile* file;
+    const TensorInfo* info;
+  };
+  std::vector<Copy> copies;  // tensors carried over unchanged, written as they stream past
+};
+
+absl::StatusOr<Plan> PlanOutput(const Checkpoint& src, const std::string& tmp_label) {
+  Plan plan;
+  std::set<std::string> modules;
+  for (const std::string& m : PackedModules(src)) modules.insert(m);
+  for (const auto& shard : src.shards()) {
+    auto out = std::make_unique<OutShard>();
+    out->rel = src.RelativePath(*shard);
+    if (out->rel.find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(src.root(), "/", out->rel,
+                                                     ": transcode writes top-level shards only"));
+    }
+    out->label = absl::StrCat(tmp_label, "/", out->rel);
+    std::vector<TensorEntry> entries;
+    for (const TensorInfo& t : shard->tensors()) {
+      if (absl::EndsWith(t.name, kPackedSuffix)) {
+        const std::string m = t.name.substr(0, t.name.size() - strlen(kPackedSuffix));
+        if (t.shape.size() != 2 || (t.shape[1] * 2) % 32 != 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(t.name, ": not an MXFP4 packed weight (rows x 16k bytes)"));
+        }
+        entries.push_back({t.name, t.dtype, t.shape});
+        entries.push_back({m + kScaleSuffix, DType::kF8_E4M3, {t.shape[0], t.shape[1] * 2 / 16}});
+        entries.push_back({m + kGlobalScaleSuffix, DType::kF32, {1}});
+        plan.module_shard[m] = plan.shards.size();
+        continue;
+      }
+      if (absl::EndsWith(t.name, kScaleSuffix) &&
+          modules.count(t.name.substr(0, t.name.size() - strlen(kScaleSuffix)))) {
+        continue;  // replaced by the derived E4M3 scales
+      }
+      entries.push_back({t.name, t.dtype, t.shape});
+      plan.copies.push_back({plan.shards.size(), shard.get(), &t});
+    }
+    absl::StatusOr<SafetensorsLayout> layout =
+        LayOutSafetensors(out->label, std::move(entries), shard->metadata());
+    if (!layout.ok()) return layout.status();
+    out->layout = *std::move(layout);
+    for (size_t i = 0; i < out->layout.tensors.size(); ++i) {
+      out->index[out->layout.tensors[i].name] = i;
+    }
+    plan.shards.push_back(std::move(out));
+  }
+  return plan;
+}
+
+// Opens every output shard: created, or (resume) the interrupted run's file, compared first.
+absl::Status OpenShards(Staging& st, Plan& plan, bool resume) {
+  for (auto& s : plan.shards) {
+    s->fd = Fd(::openat(st.tmp.get(), s->rel.c_str(),
+                        O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!s->fd.ok() && errno == EEXIST && resume) {
+      s->fd = Fd(::openat(st.tmp.get(), s->rel.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+      struct stat info;
+      if (s->fd.ok() && (::fstat(s->fd.get(), &info) != 0 || !S_ISREG(info.st_mode))) {
+        return absl::AlreadyExistsError(absl::StrCat(s->label, ": not a regular file"));
+      }
+      s->existed = s->fd.ok();
+    }
+    if (!s->fd.ok()) return absl::DataLossError(absl::StrCat(s->label, ": cannot open: ", Errno()));
+    if (absl::Status w = s->Place(0, s->layout.prefix, /*last=*/true); !w.ok()) return w;
+  }
+  return absl::OkStatus();
+}
+
+// resume: everything in the temporary directory must be something this run writes.
+absl::Status CheckStagingEntries(const Staging& st, const Plan& plan,
+                                 const std::set<std::string>& small_files) {
+  std::error_code ec;
+  std::set<std::string> expected = small_files;
+  expected.insert(kRunRecord);
+  for (const auto& s : plan.shards) expected.insert(s->rel);
+  for (const auto& e : fs::directory_iterator(st.tmp_label, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!expected.count(name)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "--resume: ", st.tmp_label, " holds ", EncodeName(name),
+          ", which this transcode does not write; it belongs to another run"));
+    }
+  }
+  if (ec) return absl::DataLossError(absl::StrCat(st.tmp_label, ": cannot list: ", ec.message()));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 nlohmann::json TranscodeResult::ToJson() const {
@@ -89,7 +579,9 @@ nlohmann::json TranscodeResult::ToJson() const {
           {"tensors_written", tensors_written},
           {"modules_transcoded", modules_transcoded},
           {"bytes_written", bytes_written},
-          {"zero_groups_canonicalized", zero_groups_canonicalized}};
+          {"zero_groups_canonicalized", zero_groups_canonicalized},
+          {"shards_kept", shards_kept},
+          {"shards_redone", shards_redone}};
 }
 
 nlohmann::json Nvfp4QuantizationConfig(const nlohmann::json& q) {
@@ -106,9 +598,33 @@ nlohmann::json Nvfp4QuantizationConfig(const nlohmann::json& q) {
   return out;
 }
 
-absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const Checkpoint& src, const std::string& dst,
+absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
+                                                 const std::string& dst,
                                                  const TranscodeOptions& options,
                                                  Progress& progress) {
+  absl::StatusOr<Staging> staging = OpenParent(dst);
+  if (!staging.ok()) return staging.status();
+  Staging& st = *staging;
+  absl::StatusOr<std::unique_ptr<DstLock>> lock =
+      DstLock::Acquire(st.parent.get(), st.parent_label, "." + st.dst_name + ".transcode.lock");
+  if (!lock.ok()) return lock.status();
+  st.lock = *std::move(lock);
+  struct stat s;
+  if (::fstatat(st.parent.get(), st.dst_name.c_str(), &s, AT_SYMLINK_NOFOLLOW) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(dst, ": already exists; not overwriting"));
+  }
+
+  // The first half of the one read: small files and headers (docs/audit-engine.md).
+  ReadOptions read;
+  read.keep = ReadOptions::Keep::kStreamTensorData;
+  read.threads = options.threads;
+  read.memory_window = options.memory_window;
+  read.tensor_digests = false;
+  auto image = ReadTree(src_path, read);
+  if (!image.ok()) return image.status();
+  auto opened = Checkpoint::Open(*image);
+  if (!opened.ok()) return opened.status();
+  const Checkpoint& src = **opened;
   const nlohmann::json& q = src.text_config().contains("quantization_config")
                                 ? src.text_config()["quantization_config"]
                                 : src.config().value("quantization_config", nlohmann::json());
@@ -117,94 +633,141 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const Checkpoint& src, const st
     return absl::InvalidArgumentError(absl::StrCat(
         src.root(), ": transcode needs a compressed-tensors mxfp4-pack-quantized checkpoint"));
   }
-  std::error_code ec;
-  if (fs::exists(dst, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(dst, ": already exists; not overwriting"));
-  }
-  ScaleWindowPolicy policy(options.policy);
-  absl::StatusOr<ScaleWindowResult> checked = policy.Check(src, progress, options.threads);
-  if (!checked.ok()) return checked.status();
-  TranscodeResult result;
-  result.policy = *std::move(checked);
-  for (const TensorScaleStats& t : result.policy.tensors) {
-    if (t.kind != "mxfp4") {
-      return absl::InvalidArgumentError(absl::StrCat(t.tensor, ": is ", t.kind, ", not MXFP4"));
-    }
-  }
-  if (result.policy.verdict != ScaleWindowVerdict::kLosslessTranscodable) {
-    return absl::FailedPreconditionError(PolicyFailure(result.policy));
-  }
-
-  // Temporary directory beside DST, renamed into place at the end.
-  const fs::path dst_path = fs::absolute(dst).lexically_normal();
-  std::string tmpl = (dst_path.parent_path() / ("." + dst_path.filename().string() + ".tmp-XXXXXX")).string();
-  if (::mkdtemp(tmpl.data()) == nullptr) {
-    return absl::DataLossError(absl::StrCat(tmpl, ": cannot create: ", std::strerror(errno)));
-  }
-  const std::string tmp = tmpl;
-  auto fail = [&](absl::Status s) {
-    fs::remove_all(tmp, ec);
-    return s;
-  };
-
-  std::map<std::string, const TensorScaleStats*> stats;
-  for (const TensorScaleStats& t : result.policy.tensors) stats[t.tensor] = &t;
-  std::set<std::string> shard_names;
-  nlohmann::json weight_map = nlohmann::json::object();
-  uint64_t total_size = 0;
-  progress.Begin("transcode", src.total_tensor_bytes());
-  for (const auto& shard : src.shards()) {
-    const std::string rel = src.RelativePath(*shard);
-    std::vector<TensorToWrite> out;
-    std::vector<const TensorInfo*> modules;
-    for (const TensorInfo& t : shard->tensors()) {
-      if (absl::EndsWith(t.name, kPackedSuffix)) {
-        modules.push_back(&t);
-        out.push_back(TensorToWrite::Borrowed(t, shard->Bytes(t)));
-      } else {
-        const std::string m = absl::EndsWith(t.name, kScaleSuffix)
-                                  ? t.name.substr(0, t.name.size() - strlen(kScaleSuffix))
-                                  : "";
-        if (m.empty() || !stats.count(m)) out.push_back(TensorToWrite::Borrowed(t, shard->Bytes(t)));
+  const ScaleWindowPolicy policy(options.policy);
+  absl::StatusOr<std::vector<ScaleWindowUnit>> units = policy.Plan(src);
+  if (!units.ok()) return units.status();
+  for (const ScaleWindowUnit& u : *units) {
+    for (const auto& m : u.members) {
+      if (!m.gpt_oss_base.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(m.gpt_oss_base, "_blocks: gpt-oss MXFP4 "
+                                                       "blocks are not transcoded"));
       }
     }
-    std::vector<DerivedScales> derived(modules.size());
-    absl::Status st = ParallelFor(modules.size(), options.threads, [&](size_t i) {
-      const std::string m = modules[i]->name.substr(0, modules[i]->name.size() - strlen(kPackedSuffix));
-      absl::StatusOr<QuantWeight> w = ResolveWeight(src, m);
-      if (!w.ok()) return w.status();
-      const TensorScaleStats* s = stats.at(m);
-      // A fused group without any nonzero value gets global scale 1 (k_max = 8).
-      absl::StatusOr<DerivedScales> d = DeriveScales(*w, s->pair_k_max.value_or(8));
-      if (!d.ok()) return d.status();
-      derived[i] = *std::move(d);
-      return absl::OkStatus();
-    });
-    if (!st.ok()) return fail(st);
-    for (size_t i = 0; i < modules.size(); ++i) {
-      const std::string m = modules[i]->name.substr(0, modules[i]->name.size() - strlen(kPackedSuffix));
-      const uint64_t rows = modules[i]->shape[0], cols = modules[i]->shape[1] * 2;
-      out.push_back(TensorToWrite::Owned(m + kScaleSuffix, DType::kF8_E4M3, {rows, cols / 16},
-                                         std::move(derived[i].block_scales)));
-      out.push_back(TensorToWrite::Owned(m + kGlobalScaleSuffix, DType::kF32, {1},
-                                         F32Bytes(derived[i].global_scale)));
-      result.zero_groups_canonicalized += derived[i].zero_groups;
-      ++result.modules_transcoded;
-    }
-    uint64_t shard_bytes = 0;
-    for (const TensorToWrite& t : out) {
-      weight_map[t.name] = rel;
-      shard_bytes += t.data().size();
-      ++result.tensors_written;
-    }
-    total_size += shard_bytes;
-    st = WriteSafetensors(tmp + "/" + rel, std::move(out), shard->metadata());
-    if (!st.ok()) return fail(st);
-    result.files.push_back(rel);
-    result.bytes_written += shard_bytes;
-    progress.Advance(shard->file_size() - shard->data_start());
   }
-  progress.End();
+  absl::StatusOr<Plan> planned = PlanOutput(src, st.tmp_label);
+  if (!planned.ok()) return planned.status();
+  Plan& plan = *planned;
+  // Other top-level files of the root (tokenizer, generation config) are carried over
+  // unchanged, from the bytes that were read; config and index are rewritten.
+  std::set<std::string> small_files = {"config.json"};
+  if (src.layout() == CheckpointLayout::kSharded) {
+    small_files.insert("model.safetensors.index.json");
+  }
+  for (const ImageFile& f : src.image().files) {
+    if (f.path.find('/') == std::string::npos && !absl::EndsWith(f.path, ".safetensors")) {
+      small_files.insert(f.path);
+    }
+  }
+
+  const nlohmann::json record = RunRecord(src.image(), options.policy);
+  if (absl::Status o = OpenStaging(st, record, options.resume); !o.ok()) return o;
+  if (options.resume) {
+    if (absl::Status c = CheckStagingEntries(st, plan, small_files); !c.ok()) {
+      st.tmp.Reset();
+      return c;
+    }
+  }
+  if (absl::Status o = OpenShards(st, plan, options.resume); !o.ok()) return st.Fail(o);
+
+  // The second half: tensor data, streamed in the window. A fused group's unit scans it for
+  // the policy and, while the source is transcodable, writes its derived tensors.
+  TranscodeResult result;
+  std::vector<ScaleWindowPartial> parts(units->size());
+  std::atomic<bool> refused{false};
+  std::atomic<uint64_t> modules{0}, zero_groups{0};
+  std::vector<StreamWork> work;
+  auto need = [&](const std::string& name, StreamWork* w) {
+    if (std::optional<TensorRef> t = src.Find(name)) w->tensors.push_back({t->file, t->info});
+  };
+  for (size_t i = 0; i < units->size(); ++i) {
+    const ScaleWindowUnit& u = (*units)[i];
+    StreamWork w{absl::StrCat("transcode ", u.fused_group), {}, {}};
+    for (const std::string& t : u.tensors) need(t, &w);
+    w.run = [&, i]() -> absl::Status {
+      const ScaleWindowUnit& unit = (*units)[i];
+      absl::StatusOr<ScaleWindowPartial> part = policy.Scan(src, unit);
+      if (!part.ok()) return part.status();
+      parts[i] = *part;
+      const ScaleWindowResult r = policy.Finish({*std::move(part)});
+      for (const TensorScaleStats& t : r.tensors) {
+        if (t.kind != "mxfp4") {
+          return absl::InvalidArgumentError(absl::StrCat(t.tensor, ": is ", t.kind, ", not MXFP4"));
+        }
+      }
+      if (r.verdict != ScaleWindowVerdict::kLosslessTranscodable) refused = true;
+      if (refused) return absl::OkStatus();  // the rest is scanned for the message only
+      for (const ScaleWindowUnit::Member& m : unit.members) {
+        absl::StatusOr<QuantWeight> qw = ResolveWeight(src, m.name);
+        if (!qw.ok()) return qw.status();
+        // A fused group without any nonzero value gets global scale 1 (k_max = 8).
+        absl::StatusOr<DerivedScales> d = DeriveScales(*qw, r.Find(m.name)->pair_k_max.value_or(8));
+        if (!d.ok()) return d.status();
+        OutShard& out = *plan.shards[plan.module_shard.at(m.name)];
+        absl::Status s = out.Put(m.name + kPackedSuffix, src.Find(m.name + kPackedSuffix)->bytes());
+        if (s.ok()) s = out.Put(m.name + kScaleSuffix, d->block_scales);
+        if (s.ok()) s = out.Put(m.name + kGlobalScaleSuffix, F32Bytes(d->global_scale));
+        if (!s.ok()) return s;
+        ++modules;
+        zero_groups += d->zero_groups;
+      }
+      return absl::OkStatus();
+    };
+    work.push_back(std::move(w));
+  }
+  // Tensors carried over unchanged are written as the cursor passes them, never held.
+  std::vector<StreamSink> sinks;
+  for (const Plan::Copy& c : plan.copies) {
+    OutShard* out = plan.shards[c.shard].get();
+    const uint64_t at = out->layout.offsets[out->index.at(c.info->name)];
+    const uint64_t begin = c.file->data_start() + c.info->begin;
+    sinks.push_back({c.file, begin, begin + c.info->num_bytes(),
+                     [&refused, out, at, size = c.info->num_bytes()](
+                         uint64_t offset, std::span<const uint8_t> bytes) -> absl::Status {
+                       if (refused) return absl::OkStatus();
+                       return out->Place(at + offset, bytes, offset + bytes.size() == size);
+                     }});
+  }
+  absl::StatusOr<StreamResult> streamed =
+      StreamTrees({*image}, std::move(work), read, progress, std::move(sinks));
+  if (!streamed.ok()) {
+    st.remove_on_failure = streamed.status().code() == absl::StatusCode::kInvalidArgument;
+    return st.Fail(streamed.status());
+  }
+  result.policy = policy.Finish(std::move(parts));
+  if (result.policy.verdict != ScaleWindowVerdict::kLosslessTranscodable) {
+    st.remove_on_failure = true;
+    return st.Fail(absl::FailedPreconditionError(PolicyFailure(result.policy)));
+  }
+  result.source = streamed->images[0];
+  result.bytes_read = streamed->bytes_read;
+  result.peak_kept_bytes = streamed->peak_kept_bytes;
+  result.modules_transcoded = modules;
+  result.zero_groups_canonicalized = zero_groups;
+
+  absl::Status fin = ParallelFor(plan.shards.size(), options.threads,
+                                 [&](size_t i) { return plan.shards[i]->Finish(); });
+  if (!fin.ok()) return st.Fail(fin);
+  auto output = std::make_shared<TreeImage>();
+  output->root = absl::StrCat(st.parent_label, "/", st.dst_name);
+  auto add_output = [&](const std::string& rel, uint64_t size, const Digest& d) {
+    ImageFile f;
+    f.path = rel;
+    f.name = EncodeName(rel);
+    f.identity.size = size;
+    f.sha256 = d;
+    output->files.push_back(std::move(f));
+    result.files.push_back(rel);
+  };
+  nlohmann::json weight_map = nlohmann::json::object();
+  uint64_t total_size = 0;
+  for (const auto& s : plan.shards) {
+    if (s->existed) ++(s->differed ? result.shards_redone : result.shards_kept);
+    for (const TensorEntry& t : s->layout.tensors) weight_map[t.name] = s->rel;
+    result.tensors_written += s->layout.tensors.size();
+    total_size += s->layout.file_size - s->layout.prefix.size();
+    add_output(s->rel, s->layout.file_size, s->sha256);
+  }
+  result.bytes_written = total_size;
 
   nlohmann::json config = src.config();
   if (config.contains("quantization_config")) {
@@ -214,32 +777,41 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const Checkpoint& src, const st
     config["text_config"]["quantization_config"] =
         Nvfp4QuantizationConfig(config["text_config"]["quantization_config"]);
   }
-  absl::Status st = WriteText(tmp + "/config.json", DumpJson(config, 2));
-  result.files.push_back("config.json");
-  if (st.ok() && src.layout() == CheckpointLayout::kSharded) {
+  std::map<std::string, std::string> texts = {{"config.json", DumpJson(config, 2)}};
+  if (src.layout() == CheckpointLayout::kSharded) {
     nlohmann::json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
-    st = WriteText(tmp + "/model.safetensors.index.json", DumpJson(index, 2));
-    result.files.push_back("model.safetensors.index.json");
+    texts["model.safetensors.index.json"] = DumpJson(index, 2);
   }
-  // Other top-level files of the root (tokenizer, generation config) are carried over
-  // unchanged, from the bytes that were read.
-  for (const ImageFile& f : src.image().files) {
-    const std::string& name = f.name;
-    if (!st.ok() || name.find('/') != std::string::npos || name == "config.json" ||
-        name == "model.safetensors.index.json" || absl::EndsWith(name, ".safetensors")) {
-      continue;
+  for (const std::string& name : small_files) {
+    std::span<const uint8_t> bytes;
+    if (auto it = texts.find(name); it != texts.end()) {
+      bytes = AsBytes(it->second);
+    } else {
+      absl::StatusOr<std::span<const uint8_t>> kept = src.image().Content(name);
+      if (!kept.ok()) return st.Fail(kept.status());
+      bytes = *kept;
     }
-    absl::StatusOr<std::span<const uint8_t>> bytes = src.image().Content(name);
-    st = bytes.ok() ? WriteText(tmp + "/" + f.path,
-                                std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()))
-                    : bytes.status();
-    result.files.push_back(name);
+    if (absl::Status w = WriteSmallFile(st.tmp.get(), st.tmp_label, name, bytes); !w.ok()) {
+      return st.Fail(w);
+    }
+    add_output(name, bytes.size(), Sha256Of(bytes));
   }
-  if (st.ok()) st = src.CheckUnchanged();
-  if (st.ok() && ::rename(tmp.c_str(), dst_path.c_str()) != 0) {
-    st = absl::DataLossError(absl::StrCat(dst, ": rename failed: ", std::strerror(errno)));
+  std::sort(output->files.begin(), output->files.end(),
+            [](const ImageFile& a, const ImageFile& b) { return PosixPathLess(a.name, b.name); });
+  // Every byte transcoded was read from files that still hold it; then publish.
+  if (absl::Status u = result.source->CheckUnchanged(); !u.ok()) return st.Fail(u);
+  if (::unlinkat(st.tmp.get(), kRunRecord, 0) != 0) {
+    return st.Fail(absl::DataLossError(absl::StrCat(st.tmp_label, "/", kRunRecord, ": ", Errno())));
   }
-  if (!st.ok()) return fail(st);
+  if (absl::Status f = Fsync(st.tmp.get(), st.tmp_label); !f.ok()) return st.Fail(f);
+  if (::renameat2(st.parent.get(), st.tmp_name.c_str(), st.parent.get(), st.dst_name.c_str(),
+                  RENAME_NOREPLACE) != 0) {
+    return st.Fail(absl::DataLossError(
+        absl::StrCat(output->root, ": cannot rename ", st.tmp_label, " into place: ", Errno())));
+  }
+  st.tmp.Reset();
+  if (absl::Status f = Fsync(st.parent.get(), st.parent_label); !f.ok()) return f;
+  result.output = std::move(output);
   return result;
 }
 

@@ -3,16 +3,30 @@
 // Packed nibbles are copied unchanged; per fused group (w1/w3 share it) the global scale is
 // 2^(8 - k_max) and each 16-block of an active group j gets the E4M3 scale 2^(k_j - k_max + 8);
 // all-zero groups get +0. Nothing is ever requantized: an over-span or NaN-scale source fails
-// with FAILED_PRECONDITION naming tensor, row and group. Output goes to a temporary directory
-// beside DST that is renamed to DST only when complete, so a failure leaves nothing behind.
+// with FAILED_PRECONDITION naming tensor, row and group, and nothing is published.
+//
+// The source is read once through the bounded streaming engine (core/io/tree_stream.h): shard
+// by shard and fused group by fused group, in `memory_window`, on `threads`. Each output shard
+// is laid out from the source header alone and every tensor is written at its offset as soon
+// as it is derived; when all are in, the shard is fsynced and hashed. Index, config and the
+// carried small files come last; the output is built in a temporary directory beside DST
+// (".DST.transcode-tmp", 0700, holding a run record) and renamed to DST, and the parent is
+// fsynced, so DST appears complete or not at all. A lock file in the parent
+// (".DST.transcode.lock", flock) keeps a second transcode to DST out.
+//
+// An interrupted run (killed, disk full, I/O error) leaves its temporary directory; `resume`
+// continues it: every output shard already there is compared, byte for byte, with what the
+// transcoder derives from the source bytes read now, and rewritten where it differs, so the
+// result is byte-identical to an uninterrupted run whatever the kill left (docs/quant.md).
 #ifndef CKPT_CORE_QUANT_TRANSCODE_H_
 #define CKPT_CORE_QUANT_TRANSCODE_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/checkpoint.h"
+#include "core/io/tree_image.h"
 #include "core/progress.h"
 #include "core/quant/scale_window.h"
 #include "nlohmann/json.hpp"
@@ -22,6 +36,8 @@ namespace ckpt::quant {
 struct TranscodeOptions {
   ScaleWindowConfig policy;
   unsigned threads = 0;  // 0 = all cores
+  uint64_t memory_window = kDefaultMemoryWindow;
+  bool resume = false;  // continue the interrupted run's temporary directory
 };
 
 struct TranscodeResult {
@@ -29,15 +45,30 @@ struct TranscodeResult {
   std::vector<std::string> files;  // written, relative to DST
   uint64_t tensors_written = 0, modules_transcoded = 0, bytes_written = 0;
   uint64_t zero_groups_canonicalized = 0;
+  // resume: output shards of the interrupted run that equalled the derived bytes (kept) and
+  // those rewritten where they differed (redone).
+  uint64_t shards_kept = 0, shards_redone = 0;
   nlohmann::json ToJson() const;
+
+  // Not in ToJson. The source as read (every file's SHA-256, taken from the bytes transcoded),
+  // the published output (its real path, every file's size and SHA-256, taken as written) and
+  // the stream's figures.
+  std::shared_ptr<const TreeImage> source;
+  std::shared_ptr<const TreeImage> output;
+  uint64_t bytes_read = 0, peak_kept_bytes = 0;
 };
 
 // The NVFP4 form of a compressed-tensors MXFP4 quantization_config (group 16, tensor_group).
 nlohmann::json Nvfp4QuantizationConfig(const nlohmann::json& mxfp4_config);
 
-// DST must not exist. Errors: INVALID_ARGUMENT (source not compressed-tensors MXFP4, DST
-// exists), FAILED_PRECONDITION (policy: over-span or NaN scale), DATA_LOSS (I/O).
-absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const Checkpoint& src, const std::string& dst,
+// Errors: INVALID_ARGUMENT (source not compressed-tensors MXFP4, DST exists, a bad DST name, an
+// interrupted run's temporary directory without `resume`), NOT_FOUND (DST's parent is missing;
+// `resume` without a temporary directory), FAILED_PRECONDITION (only the policy: over-span or
+// NaN scale), ALREADY_EXISTS (the temporary name is a link, not a directory, or another run's),
+// ABORTED (another transcode to DST holds the lock; `resume` after the source changed),
+// RESOURCE_EXHAUSTED (a unit over the window), DATA_LOSS (I/O, naming file and offset; the
+// temporary directory is kept for `resume`).
+absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src, const std::string& dst,
                                                  const TranscodeOptions& options,
                                                  Progress& progress);
 

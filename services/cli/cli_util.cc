@@ -8,7 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/io/tree_image.h"
+#include "core/io/tree_stream.h"
 #include "core/text/name_encoding.h"
 #include "services/cli/commands.h"
 
@@ -83,9 +83,9 @@ void AddMemoryWindowFlag(CLI::App* cmd, uint64_t* window) {
       "--memory-window",
       [window](const std::string& text) {
         absl::StatusOr<uint64_t> v = ParseByteSize(text);
-        if (v.ok() && *v < kMinMemoryWindow) {
+        if (v.ok() && *v < kMinReadChunk) {
           v = absl::InvalidArgumentError(absl::StrCat(
-              text, " is below one read chunk (", HumanBytes(kMinMemoryWindow), ")"));
+              text, " is below one read chunk (", HumanBytes(kMinReadChunk), ")"));
         }
         if (!v.ok()) {
           throw CLI::ValidationError("--memory-window",

@@ -50,7 +50,7 @@ std::string HumanBytes(uint64_t bytes);
 absl::StatusOr<uint64_t> ParseByteSize(std::string_view text);
 
 // `--memory-window SIZE` on a command that reads tensor data (docs/audit-engine.md, "Memory"):
-// ParseByteSize, at least kMinMemoryWindow (one read chunk); a bad value is a usage error
+// ParseByteSize, at least kMinReadChunk (one read chunk); a bad value is a usage error
 // (exit 2) naming the flag.
 void AddMemoryWindowFlag(CLI::App* cmd, uint64_t* window);
 

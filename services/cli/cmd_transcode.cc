@@ -1,5 +1,6 @@
 // `ckpt-audit transcode --to nvfp4 SRC DST`: lossless MXFP4 -> NVFP4A16, or a failure naming
-// every over-span tensor/row/group (nothing written). A finished transcode also writes a signed
+// every over-span tensor/row/group (nothing published). The source streams through
+// --memory-window; an interrupted run is continued with --resume (core/quant/transcode.h). A finished transcode also writes a signed
 // SLSA Provenance v1 statement beside DST (DST.intoto.jsonl, or --provenance FILE) naming the
 // derived files and the source files by digest, and appends it to the log with --db
 // (core/interop/transcode_provenance.h). Exit 0 written, 1 policy refused the source, 2 invalid
@@ -13,6 +14,7 @@
 #include "core/audit/audit_checks.h"
 #include "core/evidence/dsse.h"
 #include "core/interop/transcode_provenance.h"
+#include "core/io/tree_stream.h"
 #include "core/text/json_dump.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
@@ -32,7 +34,9 @@ struct TranscodeArgs {
   std::string db;
   std::string key;
   bool json = false;
+  bool resume = false;
   unsigned threads = 0;
+  uint64_t memory_window = kDefaultMemoryWindow;
 };
 
 int Run(const TranscodeArgs& a) {
@@ -57,6 +61,8 @@ int Run(const TranscodeArgs& a) {
   quant::TranscodeOptions options;
   options.threads = a.threads;
   options.policy = *policy;
+  options.memory_window = a.memory_window;
+  options.resume = a.resume;
   TerminalProgress progress;
   auto r = interop::TranscodeWithProvenance(a.src, a.dst, options, a.source_ref, progress);
   if (!r.ok()) {
@@ -95,6 +101,11 @@ int Run(const TranscodeArgs& a) {
                 static_cast<unsigned long long>(t.modules_transcoded),
                 static_cast<unsigned long long>(t.zero_groups_canonicalized),
                 t.policy.config.id().c_str());
+    if (a.resume) {
+      std::printf("resumed: %llu output shard(s) of the interrupted run kept, %llu redone\n",
+                  static_cast<unsigned long long>(t.shards_kept),
+                  static_cast<unsigned long long>(t.shards_redone));
+    }
     std::printf("provenance %s%s\n", provenance_path.c_str(),
                 logged ? absl::StrCat(" (record ", *logged, " in ", a.db, ")").c_str() : "");
   }
@@ -118,6 +129,10 @@ void AddTranscodeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--key", a->key, "signing key PEM (default: per-user, generated)");
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->add_option("--threads", a->threads, "worker threads (0 = all cores)");
+  AddMemoryWindowFlag(cmd, &a->memory_window);
+  cmd->add_flag("--resume", a->resume,
+                "continue an interrupted transcode to DST: its finished shards are checked "
+                "against the source byte for byte and kept, the rest redone");
   cmd->callback([=] { *exit_code = Run(*a); });
 }
 

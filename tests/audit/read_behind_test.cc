@@ -28,9 +28,9 @@ using ::testing::HasSubstr;
 // scales ahead of the packed weights, ~190 KiB of headers and small files per tree.
 constexpr uint64_t kWindow = 768ull << 10;
 
-bench::ScaleOptions Layer(bench::ScaleFormat format) {
+bench::ScaleOptions Layer(bench::ScaleFormat format, uint64_t vocab = 0) {
   bench::ScaleOptions o;
-  o.geometry = {bench::ScaleFamily::kKimiK3, 256, 128, 192, 96, 4, 1, 1, 0, 0};
+  o.geometry = {bench::ScaleFamily::kKimiK3, 256, 128, 192, 96, 4, 1, 1, 0, vocab};
   o.seed = 11;
   o.threads = 2;
   o.format = format;
@@ -131,6 +131,46 @@ TEST_F(ReadBehindTest, ScaleChangedBeforeItsSecondReadIsDataLoss) {
   EXPECT_EQ(rec.status().code(), absl::StatusCode::kDataLoss) << rec.status();
   EXPECT_THAT(std::string(rec.status().message()), HasSubstr("second read"));
   EXPECT_THAT(std::string(rec.status().message()), HasSubstr(shard_.filename().string()));
+}
+
+// Embeddings and head of 2048 x 256 BF16 (1 MiB each, on each side) are larger than the window:
+// the pair check compares them by the SHA-256 the cursor takes as they pass, holding neither,
+// and still finds one changed byte.
+TEST(ReadWithoutHoldingTest, TensorsLargerThanTheWindowAreComparedByDigest) {
+  TempDir tmp;
+  ASSERT_TRUE(bench::WriteScaleCheckpoint((tmp / "src").string(),
+                                          Layer(bench::ScaleFormat::kMxfp4, 2048)).ok());
+  ASSERT_TRUE(bench::WriteScaleCheckpoint((tmp / "dst").string(),
+                                          Layer(bench::ScaleFormat::kNvfp4, 2048)).ok());
+  AuditOptions o;
+  o.root = (tmp / "dst").string();
+  o.source = (tmp / "src").string();
+  o.memory_window = kWindow;
+  AuditStats stats;
+  auto rec = RunAudit(o, NoProgress(), &stats);
+  ASSERT_TRUE(rec.ok()) << rec.status();
+  EXPECT_EQ(rec->OverallVerdict(), evidence::Verdict::kPass);
+  EXPECT_LE(stats.peak_kept_bytes, kWindow);
+  ASSERT_TRUE(rec->pair_audit.has_value());
+  EXPECT_GE(rec->pair_audit->ignored_bytes_compared, 2 * (2048u * 256 * 2));
+
+  fs::path shard;
+  for (const auto& e : fs::directory_iterator(tmp / "dst")) {
+    if (e.path().extension() == ".safetensors") shard = e.path();
+  }
+  std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(shard);
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = (header << 8) | bytes[i];
+  const auto json = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + header);
+  const std::string embed = "language_model.model.embed_tokens.weight";
+  ASSERT_TRUE(json.contains(embed)) << json.dump().substr(0, 400);
+  bytes[8 + header + json[embed]["data_offsets"][0].get<uint64_t>() + 1000] ^= 0x01;
+  ::ckpt::testing::WriteAll(shard, bytes);
+  auto changed = RunAudit(o, NoProgress());
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_EQ(changed->OverallVerdict(), evidence::Verdict::kFail);
+  ASSERT_TRUE(changed->pair_audit.has_value());
+  EXPECT_EQ(changed->pair_audit->mismatches.by_code.at("ignored-tensor-differs"), 1u);
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -18,6 +20,7 @@ using ::ckpt::quant::testing::kExpert;
 using ::ckpt::quant::testing::MutateTensor;
 using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::Fixture;
+using ::ckpt::testing::ReadAll;
 using ::ckpt::testing::TempDir;
 
 using CliRun = ::ckpt::testing::CliResult;
@@ -31,6 +34,25 @@ CliRun Cli(const std::string& args) {
 }
 
 const std::string kSrc = Fixture("mini-kimi-mxfp4").string();
+
+// Every file of a directory by name.
+std::map<std::string, std::vector<uint8_t>> Files(const fs::path& root) {
+  std::map<std::string, std::vector<uint8_t>> out;
+  for (const auto& e : fs::directory_iterator(root)) {
+    out[e.path().filename().string()] = ReadAll(e.path());
+  }
+  return out;
+}
+
+// `transcode` whose process kills itself with SIGKILL right after its `writes`-th tensor write
+// (the test hook in core/quant/transcode.cc): what a crash mid-shard leaves.
+CliRun KilledTranscode(const fs::path& dst, uint64_t writes) {
+  static const TempDir scratch;
+  return ::ckpt::testing::RunCli(
+      "transcode --threads 1 --to nvfp4 " + kSrc + " " + dst.string(), scratch.path(),
+      "CKPT_AUDIT_TEST_KILL_AFTER_WRITES=" + std::to_string(writes) + " XDG_DATA_HOME='" +
+          (scratch / "xdg").string() + "'");
+}
 
 TEST(QuantCli, VerifyPairExitCodesAndJson) {
   CliRun ok = Cli("verify-pair --json --source " + kSrc + " --derived " +
@@ -80,6 +102,71 @@ TEST(QuantCli, TranscodeWritesAVerifiablePairOrNothing) {
   EXPECT_EQ(refused.rc, 1);
   EXPECT_FALSE(fs::exists(dir / "nv2"));
   EXPECT_EQ(Cli("transcode --to mxfp8 " + kSrc + " " + (dir / "nv3").string()).rc, 2);
+}
+
+TEST(QuantCli, TranscodeKilledMidShardThenResumeIsByteIdentical) {
+  TempDir dir;
+  ASSERT_EQ(Cli("transcode --to nvfp4 " + kSrc + " " + (dir / "want").string()).rc, 0);
+  CliRun killed = KilledTranscode(dir / "out", 10);
+  EXPECT_NE(killed.rc, 0);
+  EXPECT_EQ(killed.out, "");
+  ASSERT_FALSE(fs::exists(dir / "out"));
+  for (const char* shard :
+       {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
+    EXPECT_NE(ReadAll(dir / ".out.transcode-tmp" / shard), ReadAll(dir / "want" / shard))
+        << shard;
+  }
+  // A plain rerun refuses the leftover; --resume finishes it.
+  CliRun plain = Cli("transcode --to nvfp4 " + kSrc + " " + (dir / "out").string());
+  EXPECT_EQ(plain.rc, 2);
+  EXPECT_NE(plain.err.find("--resume"), std::string::npos) << plain.err;
+  CliRun resumed = Cli("transcode --resume --to nvfp4 " + kSrc + " " + (dir / "out").string());
+  ASSERT_EQ(resumed.rc, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed: 0 output shard(s) of the interrupted run kept, 2 redone"),
+            std::string::npos) << resumed.out;
+  EXPECT_EQ(Files(dir / "out"), Files(dir / "want"));
+  EXPECT_EQ(Cli("verify-pair --source " + kSrc + " --derived " + (dir / "out").string()).rc, 0);
+}
+
+TEST(QuantCli, TranscodeResumeRedoesAFinishedShardCorruptedMeanwhile) {
+  TempDir dir;
+  ASSERT_EQ(Cli("transcode --to nvfp4 " + kSrc + " " + (dir / "want").string()).rc, 0);
+  // Killed right after its last tensor write: both shards complete, nothing published.
+  auto index = nlohmann::json::parse(ReadAll(dir / "want" / "model.safetensors.index.json"));
+  const uint64_t writes = index["weight_map"].size() + 2;  // every tensor and both headers
+  EXPECT_NE(KilledTranscode(dir / "out", writes).rc, 0);
+  const fs::path shard = dir / ".out.transcode-tmp" / "model-00002-of-00002.safetensors";
+  ASSERT_EQ(ReadAll(shard), ReadAll(dir / "want" / "model-00002-of-00002.safetensors"));
+  std::vector<uint8_t> bytes = ReadAll(shard);
+  bytes[bytes.size() - 100] ^= 0x01;  // one packed nibble
+  ::ckpt::testing::WriteAll(shard, bytes);
+  CliRun resumed = Cli("transcode --resume --to nvfp4 " + kSrc + " " + (dir / "out").string());
+  ASSERT_EQ(resumed.rc, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("1 output shard(s) of the interrupted run kept, 1 redone"),
+            std::string::npos) << resumed.out;
+  EXPECT_EQ(Files(dir / "out"), Files(dir / "want"));
+}
+
+TEST(QuantCli, TranscodeMemoryWindowAndMissingParent) {
+  TempDir dir;
+  ASSERT_EQ(Cli("transcode --to nvfp4 " + kSrc + " " + (dir / "want").string()).rc, 0);
+  CliRun small = Cli("transcode --memory-window 128K --to nvfp4 " + kSrc + " " +
+                     (dir / "small").string());
+  ASSERT_EQ(small.rc, 0) << small.err;
+  EXPECT_EQ(Files(dir / "small"), Files(dir / "want"));
+  for (const char* bad : {"0", "1K", "1.3K", "18446744073709551616", "lots"}) {
+    CliRun r = Cli(std::string("transcode --memory-window ") + bad + " --to nvfp4 " + kSrc + " " +
+                   (dir / "bad").string());
+    EXPECT_EQ(r.rc, 2) << bad;
+    EXPECT_NE(r.err.find("--memory-window"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << r.err;
+  }
+  CliRun missing = Cli("transcode --to nvfp4 " + kSrc + " " + (dir / "new/parent/nv").string());
+  EXPECT_EQ(missing.rc, 2);
+  EXPECT_NE(missing.err.find("NOT_FOUND: " + (dir / "new/parent").string()), std::string::npos)
+      << missing.err;
+  EXPECT_FALSE(fs::exists(dir / "bad"));
+  EXPECT_FALSE(fs::exists(dir / "new"));
 }
 
 TEST(QuantCli, QuantCheck) {
