@@ -170,7 +170,7 @@ AuditBackend::AuditBackend(BackendOptions options, evidence::SigningKey key,
       writer_(std::move(writer)),
       readers_(std::make_unique<ReaderPool>(options_.db_path)),
       index_(trust_, writer_->origin(), kVerifierId),
-      fingerprinter_(options_.threads_per_audit, options_.gate_stable_age) {
+      fingerprinter_(options_.threads_per_audit) {
   // Gates wait for this scan; everything else works meanwhile.
   index_loader_ = std::thread([this] {
     auto reader = readers_->Open();
@@ -481,6 +481,7 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Prog
   d.reasons = std::move(outcome.reasons);
   d.manifest_root = ToHex(content->manifest_root);
   d.policy_uri = policy->Uri();
+  d.source_manifest_root = outcome.source_manifest_root;
   d.hashed_bytes = content->hashed_bytes;
   std::string input_uri, input_sha256;
   if (outcome.record) {
@@ -501,7 +502,8 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Prog
   const std::string resource_uri = absl::StrCat("file://", EncodeName(real));
   std::unique_lock<std::mutex> lock(decision_mu_);
   std::optional<DecisionFacts> last = index_.LatestDecision(key, d.policy_uri, resource_uri);
-  if (last && last->pass == d.pass && last->input_seq == d.record_id) {
+  if (last && last->pass == d.pass && last->input_seq == d.record_id &&
+      last->source_manifest_root == d.source_manifest_root) {
     lock.unlock();  // the decision exists; reading it back needs no exclusion
     d.reused = true;
     d.decision_id = static_cast<int64_t>(last->seq);
@@ -516,6 +518,9 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Prog
     decision.started_at = decision.finished_at = evidence::Rfc3339Now();
     decision.subjects = subjects;
     decision.invoker = request.invoker;
+    if (!d.source_manifest_root.empty()) {  // named even when unpinned (docs/daemon.md)
+      decision.source = evidence::SourceBinding{"", d.source_manifest_root, {}};
+    }
     evidence::CheckResult gate;
     gate.name = "gate";
     gate.verdict = d.pass ? evidence::Verdict::kPass : evidence::Verdict::kFail;

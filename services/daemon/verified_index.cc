@@ -53,6 +53,11 @@ void VerifiedLogIndex::Index(uint64_t seq, const std::string& envelope, Facts& f
       a.verdict = p.at("verdict").get<std::string>();
       for (const auto& c : p.at("checks")) {
         a.checks[c.at("name").get<std::string>()] = c.at("verdict").get<std::string>();
+        if (c.at("name") == "scale_window" && c.contains("details") &&
+            c["details"].is_object() && c["details"].contains("verdict") &&
+            c["details"]["verdict"].is_string()) {
+          a.scale_window_result = c["details"]["verdict"].get<std::string>();
+        }
       }
       if (p.contains("source") && p["source"].is_object() &&
           p["source"].contains("manifest_root") && p["source"]["manifest_root"].is_string()) {
@@ -84,6 +89,10 @@ void VerifiedLogIndex::Index(uint64_t seq, const std::string& envelope, Facts& f
       DecisionFacts d;
       d.seq = seq;
       d.pass = p.at("verificationResult").get<std::string>() == "PASSED";
+      if (p.contains("source") && p["source"].is_object() &&
+          p["source"].contains("manifest_root") && p["source"]["manifest_root"].is_string()) {
+        d.source_manifest_root = p["source"]["manifest_root"].get<std::string>();
+      }
       const auto& inputs = p.at("inputAttestations");
       if (!inputs.empty()) {
         std::string uri = inputs.at(0).at("uri").get<std::string>();
