@@ -557,7 +557,7 @@ TEST_F(DaemonTest, RevocationFollowsWhatAFailureIsAbout) {
 
   AppendOffline({RecordOf(dst_, content_fail, b)});
   for (const std::string policy : {"", "marlin-safe"}) {
-    for (const std::string pin : {std::string(), a}) {
+    for (const std::string& pin : {std::string(), a}) {
       pb::GateResponse g = Gate(dst_, pin, policy);
       EXPECT_FALSE(g.pass()) << policy << " pinned to '" << pin << "'";
       ASSERT_GT(g.reasons_size(), 0);
