@@ -114,6 +114,7 @@ absl::StatusOr<std::string> VerificationSummaryPayload(const EvidenceRecord& r,
                                                     pass ? "PASSED" : "FAILED")})},
   };
   if (!r.invoker.empty()) predicate["invoker"] = r.invoker;
+  if (r.source) predicate["source"] = {{"manifest_root", r.source->manifest_root}};
   ojson statement = {{"_type", "https://in-toto.io/Statement/v1"},
                      {"subject", *subjects},
                      {"predicateType", kVerificationSummaryType},

@@ -88,7 +88,8 @@ absl::StatusOr<std::string> RecordPayload(const EvidenceRecord& record);
 // A gate decision as an SLSA verification summary Statement over the same subjects.
 // `input_uri` names the log entry holding the full record; `input_sha256` is the digest of its
 // exact envelope bytes. With an empty `input_uri` the decision rests on no record and
-// inputAttestations is empty.
+// inputAttestations is empty. With `record.source`, predicate.source.manifest_root names the
+// source OMS ROOT the decision rests on (docs/evidence.md).
 absl::StatusOr<std::string> VerificationSummaryPayload(const EvidenceRecord& record,
                                                        const std::string& verifier_id,
                                                        const std::string& input_uri,

@@ -180,7 +180,7 @@ AuditBackend::AuditBackend(BackendOptions options, evidence::SigningKey key,
       writer_(std::move(writer)),
       readers_(std::make_unique<ReaderPool>(options_.db_path)),
       index_(trust_, writer_->origin(), kVerifierId),
-      fingerprinter_(options_.threads_per_audit, options_.gate_stable_age) {
+      fingerprinter_(options_.threads_per_audit) {
   // Gates wait for this scan; everything else works meanwhile.
   index_loader_ = std::thread([this] {
     auto reader = readers_->Open();
@@ -491,6 +491,7 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Prog
   d.reasons = std::move(outcome.reasons);
   d.manifest_root = ToHex(content->manifest_root);
   d.policy_uri = policy->Uri();
+  d.source_manifest_root = outcome.source_manifest_root;
   d.hashed_bytes = content->hashed_bytes;
   std::string input_uri, input_sha256;
   if (outcome.record) {
@@ -512,6 +513,7 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Prog
   std::unique_lock<std::mutex> lock(decision_mu_);
   std::optional<DecisionFacts> last = index_.LatestDecision(key, d.policy_uri, resource_uri);
   if (last && last->pass == d.pass && last->input_seq == d.record_id &&
+      last->source_manifest_root == d.source_manifest_root &&
       Within(last->time, options_.decision_reuse)) {
     lock.unlock();  // the decision exists; reading it back needs no exclusion
     d.reused = true;
@@ -527,6 +529,9 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Prog
     decision.started_at = decision.finished_at = evidence::Rfc3339Now();
     decision.subjects = subjects;
     decision.invoker = request.invoker;
+    if (!d.source_manifest_root.empty()) {  // named even when unpinned (docs/daemon.md)
+      decision.source = evidence::SourceBinding{"", d.source_manifest_root, {}};
+    }
     evidence::CheckResult gate;
     gate.name = "gate";
     gate.verdict = d.pass ? evidence::Verdict::kPass : evidence::Verdict::kFail;

@@ -40,8 +40,6 @@ struct BackendOptions {
   unsigned workers = 1;                    // audits at once
   size_t max_queued = 64;
   unsigned threads_per_audit = 0;          // 0: all cores
-  // How old a file's ctime must be before a gate reuses its digest (content_fingerprint.h).
-  absl::Duration gate_stable_age = ContentFingerprinter::kStableAge;
   // How long an identical gate decision is returned again before a fresh one is signed: clients
   // refuse old decisions (docs/daemon.md "Gate clients").
   absl::Duration decision_reuse = absl::Minutes(1);
@@ -72,9 +70,12 @@ struct GateDecision {
   bool reused = false;       // decision_id was appended by an earlier, identical gate
   std::string manifest_root;
   std::string policy_uri;
+  // The source OMS ROOT a pass rests on, as the signed decision names it (pinned or not);
+  // empty when it rests on no source (gate_policy.h).
+  std::string source_manifest_root;
   std::string envelope;        // the decision's exact DSSE bytes
   InclusionProofResult proof;  // of decision_id, against a signed checkpoint
-  uint64_t hashed_bytes = 0;   // file bytes read by this gate (0 when nothing changed)
+  uint64_t hashed_bytes = 0;   // file bytes read by this gate (every file, every time)
 };
 
 class AuditBackend {

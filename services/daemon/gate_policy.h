@@ -1,18 +1,30 @@
 // Gate policies: which checks a gate decision needs, by the format of the content, and the
 // decision itself from the verified records of exactly that content (docs/daemon.md
-// "Gate policies").
+// "Gate policies" and "Revocation").
 //
 //   derived-lossless  NVFP4 (compressed-tensors) and X4T checkpoints: a record whose
 //                     `checkpoint_structure` and `pair_verify` checks ran, optionally against a
-//                     pinned source (its bound OMS ROOT, predicate.source.manifest_root)
+//                     pinned source (its bound OMS ROOT, predicate.source.manifest_root); the
+//                     pass rests on that record's source
 //   mxfp4-original    MXFP4 checkpoints (gpt-oss, compressed-tensors): `checkpoint_structure`
-//                     and `scale_window` ran (a skipped check did not run)
+//                     and `scale_window` ran (a skipped check did not run); the pass rests on
+//                     no source
 //   none              anything else: no record can make it pass
 //
-// Records under another scale-window policy, records that did not run every required check,
-// and (when pinned) records against another source are outside the policy's scope and never
-// decide. Of those in scope the newest decides: it passes only when every required check passed
-// and its overall verdict is pass, so a newer failing record revokes an older pass.
+// A pass comes from a record under the requested scale-window policy that ran and passed every
+// required check (and, when pinned, is bound to that source). It stands unless that record or a
+// newer one of the same content has a failing check that is about what the pass rests on:
+//
+//   the content itself  any check that depends on neither policy nor source (structure,
+//                       layout, NaN scales, ...; also any check this daemon does not know)
+//                       revokes passes under every policy and pin
+//   the source          pair_verify, source_hf_layout and (in a pair audit) block_forward revoke
+//                       only passes that rest on the same source ROOT
+//   the policy          scale_window over-span revokes only passes under the same policy
+//
+// So another source's failure is no lever to block a release, and a content failure cannot be
+// dodged by asking for another policy. The newest unrevoked pass decides; without one, the
+// newest revoking record (or the newest failing record in scope) decides the failure.
 #ifndef CKPT_SERVICES_DAEMON_GATE_POLICY_H_
 #define CKPT_SERVICES_DAEMON_GATE_POLICY_H_
 
@@ -42,9 +54,16 @@ struct GatePolicy {
 
 GateRequirement RequirementOf(quant::QuantFormat format, uint64_t x4t_sidecars);
 
+// What a failing check of a record is about (see above).
+enum class FailureScope { kContent, kSource, kPolicy };
+FailureScope ScopeOf(const AuditFacts& record, const std::string& check);
+
 struct GateOutcome {
   bool pass = false;
   std::optional<AuditFacts> record;  // the record that decided, if one did
+  // The source OMS ROOT a pass rests on (the deciding record's, for derived-lossless); empty
+  // for a failure and for a pass that rests on no source.
+  std::string source_manifest_root;
   std::vector<std::string> reasons;
 };
 

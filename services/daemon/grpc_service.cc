@@ -181,6 +181,7 @@ GrpcAuditService::GrpcAuditService(AuditBackend& backend, const Authenticator& a
     : backend_(backend),
       auth_(auth),
       watch_threads_(kMaxWatchers, kMaxWatchers),
+      gate_lanes_(work_, kGatesRunningPerCaller, kGatesWaitingPerCaller),
       work_(work_threads, kMaxWaitingWork) {}
 
 grpc::ServerUnaryReactor* GrpcAuditService::Answer(grpc::CallbackServerContext* ctx,
@@ -192,10 +193,12 @@ grpc::ServerUnaryReactor* GrpcAuditService::Answer(grpc::CallbackServerContext* 
 
 grpc::ServerUnaryReactor* GrpcAuditService::Queue(grpc::CallbackServerContext* ctx,
                                                   absl::string_view method,
-                                                  std::function<grpc::Status(const Caller&)> work) {
+                                                  std::function<grpc::Status(const Caller&)> work,
+                                                  bool gate) {
   // Before the queue: callers without the role never take a place in it.
   Caller caller;
   if (grpc::Status s = Authorize(ctx, method, &caller); !s.ok()) return Answer(ctx, std::move(s));
+  const std::string invoker = caller.Invoker();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   // The call, its request and response stay valid until Finish. A call whose caller left or
   // whose deadline passed while it waited does nothing: the caller would never learn of an
@@ -207,10 +210,20 @@ grpc::ServerUnaryReactor* GrpcAuditService::Queue(grpc::CallbackServerContext* c
       reactor->Finish(work(caller));
     }
   };
-  if (!work_.Submit(std::move(run), [ctx] { return Abandoned(ctx).has_value(); })) {
+  auto busy = [reactor] {
     reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                  absl::StrCat("daemon busy: ", kMaxWaitingWork,
                                               " gates, audits or log checks already wait")));
+  };
+  auto abandoned = [ctx] { return Abandoned(ctx).has_value(); };
+  if (!gate) {
+    if (!work_.Submit(std::move(run), std::move(abandoned))) busy();
+  } else if (!gate_lanes_.Submit(invoker, std::move(run), std::move(abandoned), busy)) {
+    // Each gate reads its whole tree: one caller's reads are bounded (docs/daemon.md "Limits").
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        Text(absl::StrCat(invoker, " already has ", kGatesRunningPerCaller, " gates running and ",
+                          kGatesWaitingPerCaller, " waiting; retry when one has finished"))));
   }
   return reactor;
 }
@@ -237,8 +250,9 @@ grpc::ServerUnaryReactor* GrpcAuditService::CancelJob(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GrpcAuditService::Gate(grpc::CallbackServerContext* ctx,
                                                  const pb::GateRequest* req,
                                                  pb::GateResponse* out) {
-  return Queue(ctx, "Gate",
-               [this, ctx, req, out](const Caller& c) { return DoGate(c, ctx, req, out); });
+  return Queue(
+      ctx, "Gate", [this, ctx, req, out](const Caller& c) { return DoGate(c, ctx, req, out); },
+      /*gate=*/true);
 }
 
 grpc::ServerUnaryReactor* GrpcAuditService::QueryAudits(grpc::CallbackServerContext* ctx,
@@ -415,6 +429,7 @@ grpc::Status GrpcAuditService::DoGate(const Caller& caller, grpc::ServerContextB
   FillProof(d->proof, out->mutable_decision_proof());
   out->set_reused(d->reused);
   out->set_gate_policy(Text(d->policy_uri));
+  out->set_source_manifest_root(Text(d->source_manifest_root));
   return grpc::Status::OK;
 }
 

@@ -12,6 +12,7 @@
 #include "services/daemon/audit_backend.h"
 #include "services/daemon/auth.h"
 #include "services/daemon/call_pool.h"
+#include "services/daemon/caller_lanes.h"
 
 namespace ckpt::daemon {
 
@@ -42,6 +43,10 @@ class GrpcAuditService final : public internal::AuditServiceBase {
   // WatchJob streams open at once (each holds a watcher thread while it waits); more are
   // answered RESOURCE_EXHAUSTED.
   static constexpr int kMaxWatchers = 256;
+  // Gates of one caller (auth.h Caller::Invoker) in the work pool at once, and waiting behind
+  // them; one more is answered RESOURCE_EXHAUSTED (docs/daemon.md "Limits").
+  static constexpr size_t kGatesRunningPerCaller = 2;
+  static constexpr size_t kGatesWaitingPerCaller = 16;
   // Both must outlive the service.
   GrpcAuditService(AuditBackend& backend, const Authenticator& auth,
                    int work_threads = kDefaultWorkThreads);
@@ -76,10 +81,11 @@ class GrpcAuditService final : public internal::AuditServiceBase {
   // The call answered with `status` now, on the calling thread.
   static grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, grpc::Status status);
   // The call answered with what `work` returns for the caller, run on the work threads once
-  // the caller is authorized for `method`; the refusal now if not, or RESOURCE_EXHAUSTED now
-  // when too many such calls already wait.
+  // the caller is authorized for `method` (through the caller's gate lane when `gate`); the
+  // refusal now if not, or RESOURCE_EXHAUSTED now when too many such calls already wait.
   grpc::ServerUnaryReactor* Queue(grpc::CallbackServerContext* ctx, absl::string_view method,
-                                  std::function<grpc::Status(const Caller&)> work);
+                                  std::function<grpc::Status(const Caller&)> work,
+                                  bool gate = false);
 
   class JobWatch;
   // The events of the job, written to `watch` until it ends or the caller leaves; on a watcher
@@ -112,9 +118,9 @@ class GrpcAuditService final : public internal::AuditServiceBase {
   AuditBackend& backend_;
   const Authenticator& auth_;
   std::atomic<int> watchers_{0};  // WatchJob streams open
-  // Last: joined first, while the rest is still there.
   CallPool watch_threads_;
-  CallPool work_;
+  CallerLanes gate_lanes_;  // before work_: its threads finish the lanes' calls
+  CallPool work_;  // last: joined first, while the rest is still there
 };
 
 }  // namespace ckpt::daemon

@@ -11,6 +11,20 @@
 #include "storage/tlog_checkpoint.h"
 
 namespace ckpt::daemon {
+namespace {
+
+// predicate.source.manifest_root of a signed statement: the source OMS ROOT an audit record is
+// bound to, or a decision rests on; empty when it names none.
+std::string SourceRootOf(const nlohmann::json& predicate) {
+  if (predicate.contains("source") && predicate["source"].is_object() &&
+      predicate["source"].contains("manifest_root") &&
+      predicate["source"]["manifest_root"].is_string()) {
+    return predicate["source"]["manifest_root"].get<std::string>();
+  }
+  return "";
+}
+
+}  // namespace
 
 ContentKey ContentKeyOf(const std::vector<evidence::Subject>& subjects) {
   std::vector<std::pair<std::string, std::string>> sorted;
@@ -53,11 +67,13 @@ void VerifiedLogIndex::Index(uint64_t seq, const std::string& envelope, Facts& f
       a.verdict = p.at("verdict").get<std::string>();
       for (const auto& c : p.at("checks")) {
         a.checks[c.at("name").get<std::string>()] = c.at("verdict").get<std::string>();
+        if (c.at("name") == "scale_window" && c.contains("details") &&
+            c["details"].is_object() && c["details"].contains("verdict") &&
+            c["details"]["verdict"].is_string()) {
+          a.scale_window_result = c["details"]["verdict"].get<std::string>();
+        }
       }
-      if (p.contains("source") && p["source"].is_object() &&
-          p["source"].contains("manifest_root") && p["source"]["manifest_root"].is_string()) {
-        a.source_manifest_root = p["source"]["manifest_root"].get<std::string>();
-      }
+      a.source_manifest_root = SourceRootOf(p);
       a.time = p.at("finished_at").get<std::string>();
       for (const auto& c : p.at("checks")) {
         const std::string name = c.at("name").get<std::string>();
@@ -85,6 +101,7 @@ void VerifiedLogIndex::Index(uint64_t seq, const std::string& envelope, Facts& f
       d.seq = seq;
       d.pass = p.at("verificationResult").get<std::string>() == "PASSED";
       d.time = p.at("timeVerified").get<std::string>();
+      d.source_manifest_root = SourceRootOf(p);
       const auto& inputs = p.at("inputAttestations");
       if (!inputs.empty()) {
         std::string uri = inputs.at(0).at("uri").get<std::string>();

@@ -42,6 +42,9 @@ struct AuditFacts {
   std::string policy;   // predicate.policy.name
   std::string verdict;  // predicate.verdict
   std::map<std::string, std::string> checks;  // check name -> "pass" | "fail" | "skipped"
+  // The scale_window check's own verdict (details.verdict: "over-span", "rejected-nan-scale",
+  // ...): what a failure of it is about (gate_policy.h).
+  std::string scale_window_result;
   std::string source_manifest_root;  // predicate.source.manifest_root; empty when none is bound
   std::string time;                  // predicate.finished_at
   // Where the content came from, as the record states it (docs/hf-layouts.md): the Hugging Face
@@ -57,6 +60,7 @@ struct DecisionFacts {
   bool pass = false;
   int64_t input_seq = -1;  // the record it rests on; -1 for none
   std::string time;        // timeVerified (RFC 3339)
+  std::string source_manifest_root;  // predicate.source.manifest_root: the source it rests on
 };
 
 struct EntryProof {

@@ -21,6 +21,9 @@ struct ReadHook {
   std::function<void(int reads_done)> after_read;
   // When set, also called after each successful Read with its offset and length.
   std::function<void(uint64_t offset, size_t length)> after_read_at = nullptr;
+  // When set, the identity reported for the file (by StatAt and by its open file's Identity),
+  // given the real one: a test can make a file whose bytes changed look unchanged.
+  std::function<io::FileIdentity(const io::FileIdentity& real)> identity = nullptr;
 };
 
 class FaultFile final : public io::RandomAccessFile {
@@ -35,7 +38,11 @@ class FaultFile final : public io::RandomAccessFile {
     }
     return n;
   }
-  absl::StatusOr<io::FileIdentity> Identity() const override { return inner_->Identity(); }
+  absl::StatusOr<io::FileIdentity> Identity() const override {
+    absl::StatusOr<io::FileIdentity> id = inner_->Identity();
+    if (id.ok() && hook_ != nullptr && hook_->identity) return hook_->identity(*id);
+    return id;
+  }
   void Consumed(uint64_t offset, uint64_t length) const override {
     inner_->Consumed(offset, length);
   }
@@ -73,7 +80,9 @@ class FaultDirectory final : public io::Directory {
   }
   absl::StatusOr<std::vector<io::DirEntry>> List() const override { return inner_->List(); }
   absl::StatusOr<io::FileIdentity> StatAt(const std::string& name) const override {
-    return inner_->StatAt(name);
+    absl::StatusOr<io::FileIdentity> id = inner_->StatAt(name);
+    if (id.ok() && name == hook_->name && hook_->identity) return hook_->identity(*id);
+    return id;
   }
   absl::StatusOr<io::FileIdentity> Identity() const override { return inner_->Identity(); }
   absl::StatusOr<std::string> ReadLink(const std::string& name) const override {

@@ -1,6 +1,7 @@
 // End-to-end: a real ckpt-auditd service on a loopback port, driven by a gRPC client. Each
 // finding of the daemon review has a test here that plays the attack or the misuse.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -42,20 +43,23 @@ storage::Hash ToHash(const std::string& bytes) {
   return h;
 }
 
+// Where the data of the first tensor of `shard` whose name contains `part` starts.
+uint64_t TensorOffset(const fs::path& shard, const std::string& part) {
+  auto f = ckpt::SafetensorsFile::Open(shard.string());
+  EXPECT_TRUE(f.ok()) << f.status();
+  if (!f.ok()) return 0;
+  for (const auto& t : (*f)->tensors()) {
+    if (t.name.find(part) != std::string::npos) return (*f)->data_start() + t.begin;
+  }
+  ADD_FAILURE() << "no tensor named *" << part << "* in " << shard;
+  return 0;
+}
+
 // Multiplies one NVFP4 global scale by 2: the pair audit of `root` must then fail.
 void BreakGlobalScale(const fs::path& root) {
   fs::path shard = root / "model-00001-of-00002.safetensors";
-  auto f = ckpt::SafetensorsFile::Open(shard.string());
-  ASSERT_TRUE(f.ok());
-  uint64_t offset = 0;
-  for (const auto& t : (*f)->tensors()) {
-    if (t.name.find("weight_global_scale") != std::string::npos) {
-      offset = (*f)->data_start() + t.begin;
-      break;
-    }
-  }
+  uint64_t offset = TensorOffset(shard, "weight_global_scale");
   ASSERT_NE(offset, 0u);
-  f->reset();
   auto bytes = ::ckpt::testing::ReadAll(shard);
   float v;
   std::memcpy(&v, &bytes[offset], 4);
@@ -145,7 +149,6 @@ class DaemonTest : public ::testing::Test {
     BackendOptions options;
     options.db_path = db_;
     options.allowed_roots = {dir_.path().string()};
-    options.gate_stable_age = absl::ZeroDuration();
     options.decision_reuse = decision_reuse_;
     options.observer = observer_;
     auto backend = AuditBackend::Create(options, *key_, trust_);
@@ -190,10 +193,12 @@ class DaemonTest : public ::testing::Test {
     grpc::ClientContext ctx;
     return stub_->Gate(&ctx, req, resp);
   }
-  pb::GateResponse Gate(const fs::path& root, const std::string& source_root_hex = "") {
+  pb::GateResponse Gate(const fs::path& root, const std::string& source_root_hex = "",
+                        const std::string& policy = "") {
     pb::GateRequest req;
     req.set_root(root.string());
     req.set_source_manifest_root(source_root_hex);
+    req.set_policy(policy);
     pb::GateResponse resp;
     grpc::Status s = TryGate(req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
@@ -225,7 +230,8 @@ class DaemonTest : public ::testing::Test {
   // A signed evidence record of `root` exactly as it is now, with the given checks, bound to a
   // source whose OMS ROOT is `source_manifest_root` (as the engine binds a pair audit's source).
   std::string RecordOf(const fs::path& root, const std::map<std::string, std::string>& checks,
-                       const std::string& source_manifest_root) {
+                       const std::string& source_manifest_root,
+                       const std::string& policy = "scale-window") {
     auto fp = FingerprintTree(fs::canonical(root).string(), {}, NoProgress());
     EXPECT_TRUE(fp.ok());
     evidence::EvidenceRecord r;
@@ -233,7 +239,7 @@ class DaemonTest : public ::testing::Test {
     r.subjects = audit::SubjectsOf(*fp);
     r.source = evidence::SourceBinding{"/models/source", source_manifest_root,
                                        {{"model.safetensors", std::string(64, '0')}}};
-    r.policy = audit::PolicyRefOf(*audit::PolicyByName("scale-window"));
+    r.policy = audit::PolicyRefOf(*audit::PolicyByName(policy));
     for (const auto& [name, verdict] : checks) {
       evidence::CheckResult c;
       c.name = name;
@@ -365,6 +371,47 @@ TEST_F(DaemonTest, GateFailsForContentNeverAudited) {
   EXPECT_EQ(vsa["predicate"]["verificationResult"], "FAILED");
 }
 
+// Issue 21, finding 1: one E8M0 scale byte set to 0xFF (a NaN scale) through a shared mapping
+// whose page an earlier write had already dirtied. On ext4 the second write changes neither
+// mtime nor ctime, and a gate that reused digests by stat identity kept passing the old bytes.
+// The gate reads the bytes on disk now.
+TEST_F(DaemonTest, GateSeesAScaleWrittenThroughAnAlreadyDirtiedSharedMapping) {
+  ASSERT_EQ(AuditAndWait(src_, "").verdict(), "pass");
+  ASSERT_TRUE(Gate(src_).pass());  // gated once before, as in the review
+  const fs::path shard = src_ / "model-00001-of-00002.safetensors";
+  const uint64_t offset = TensorOffset(shard, "weight_scale");
+  ASSERT_NE(offset, 0u);
+  int fd = ::open(shard.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const size_t size = fs::file_size(shard);
+  auto* map = static_cast<uint8_t*>(
+      ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(map, MAP_FAILED);
+  map[offset] = map[offset];  // dirties the page; the bytes are those audited
+  ASSERT_EQ(::msync(map, size, MS_SYNC), 0);
+  map[offset] = map[offset];  // dirty again: this write moved the times, the next one need not
+  pb::GateResponse before = Gate(src_);
+  EXPECT_TRUE(before.pass()) << (before.reasons_size() ? before.reasons(0) : "");
+  ASSERT_NE(map[offset], 0xFF);
+  map[offset] = 0xFF;
+  pb::GateResponse after = Gate(src_);
+  EXPECT_FALSE(after.pass());
+  EXPECT_NE(after.manifest_root(), before.manifest_root());
+  ASSERT_GT(after.reasons_size(), 0);
+  EXPECT_THAT(after.reasons(0), HasSubstr("no audit record"));
+  ASSERT_EQ(::msync(map, size, MS_SYNC), 0);
+  ::munmap(map, size);
+  ::close(fd);
+  EXPECT_FALSE(Gate(src_).pass());  // and for as long as the daemon runs
+  // Audited, the content fails on the NaN scale, and the gate says so.
+  ASSERT_EQ(AuditAndWait(src_, "").verdict(), "fail");
+  pb::GateResponse audited = Gate(src_);
+  EXPECT_FALSE(audited.pass());
+  std::string all;
+  for (const auto& r : audited.reasons()) all += r + "\n";
+  EXPECT_THAT(all, HasSubstr("nan-scale"));
+}
+
 TEST_F(DaemonTest, FailedAuditMakesGateFailWithReasons) {
   BreakGlobalScale(dst_);
   pb::Job job = AuditAndWait(dst_, src_);
@@ -471,11 +518,56 @@ TEST_F(DaemonTest, PinnedSourceAndRevocation) {
   std::string upper = "SHA256:" + std::string(64, 'A');
   EXPECT_TRUE(Gate(dst_, upper).pass());
 
-  AppendOffline({RecordOf(dst_, fail, b)});  // a newer failing pair audit, against b
-  EXPECT_FALSE(Gate(dst_).pass());           // unpinned: it is in scope and revokes
-  EXPECT_TRUE(Gate(dst_, a).pass());         // pinned to a: out of scope
-  AppendOffline({RecordOf(dst_, fail, a)});
+  // A newer failing pair audit against b says nothing about a: the unpinned gate still passes,
+  // on the record against a, and names a (issue 21, finding 9; before, b's failure revoked it).
+  AppendOffline({RecordOf(dst_, fail, b)});
+  pb::GateResponse unpinned = Gate(dst_);
+  EXPECT_TRUE(unpinned.pass());
+  EXPECT_EQ(unpinned.source_manifest_root(), a);
+  EXPECT_TRUE(Gate(dst_, a).pass());
+  EXPECT_FALSE(Gate(dst_, b).pass());
+  AppendOffline({RecordOf(dst_, fail, a)});  // against a: revokes the passes that rest on a
   EXPECT_FALSE(Gate(dst_, a).pass());
+  EXPECT_FALSE(Gate(dst_).pass());
+}
+
+// Issue 21, finding 9, the attack as played: a scale-window pass and a marlin-safe pass against
+// source a, then a newer failing pair audit against another source. Another source's failure is
+// no lever to block a release; a failure of the content itself revokes under every policy.
+// Unpinned passes name, in the signed decision, the source ROOT they rest on.
+TEST_F(DaemonTest, RevocationFollowsWhatAFailureIsAbout) {
+  const std::string a(64, 'a'), b(64, 'b');
+  const std::map<std::string, std::string> pass = {{"checkpoint_structure", "pass"},
+                                                   {"pair_verify", "pass"}};
+  const std::map<std::string, std::string> pair_fail = {{"checkpoint_structure", "pass"},
+                                                        {"pair_verify", "fail"}};
+  const std::map<std::string, std::string> content_fail = {{"checkpoint_structure", "fail"},
+                                                           {"pair_verify", "pass"}};
+  AppendOffline({RecordOf(dst_, pass, a), RecordOf(dst_, pass, a, "marlin-safe"),
+                 RecordOf(dst_, pair_fail, b)});
+  for (const std::string policy : {"", "marlin-safe"}) {
+    pb::GateResponse g = Gate(dst_, "", policy);
+    EXPECT_TRUE(g.pass()) << policy << ": " << (g.reasons_size() ? g.reasons(0) : "");
+    EXPECT_EQ(g.source_manifest_root(), a);
+    ExpectDecisionVerifies(g);
+    auto env = evidence::ParseEnvelope(g.decision_envelope());
+    ASSERT_TRUE(env.ok());
+    auto vsa = nlohmann::json::parse(env->payload);
+    EXPECT_EQ(vsa["predicate"]["source"]["manifest_root"], a) << policy;
+    EXPECT_THAT(vsa["predicate"]["policy"]["uri"].get<std::string>(), Not(HasSubstr("source=")));
+  }
+  EXPECT_FALSE(Gate(dst_, b).pass());
+
+  AppendOffline({RecordOf(dst_, content_fail, b)});
+  for (const std::string policy : {"", "marlin-safe"}) {
+    for (const std::string& pin : {std::string(), a}) {
+      pb::GateResponse g = Gate(dst_, pin, policy);
+      EXPECT_FALSE(g.pass()) << policy << " pinned to '" << pin << "'";
+      ASSERT_GT(g.reasons_size(), 0);
+      EXPECT_THAT(g.reasons(0), HasSubstr("content itself"));
+      EXPECT_EQ(g.source_manifest_root(), "");
+    }
+  }
 }
 
 // A pair audit through the daemon binds its source by content; a gate pinned to that source's
@@ -605,7 +697,7 @@ TEST_F(DaemonTest, RepeatedGateReusesItsDecision) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->reused);
   EXPECT_EQ(again->decision_id, first.decision_id());
-  EXPECT_EQ(again->hashed_bytes, 0u);
+  EXPECT_GT(again->hashed_bytes, 0u);  // the bytes are read again (issue 21)
   EXPECT_EQ(LogSize(), size);
   pb::GateResponse third = Gate(dst_);
   EXPECT_TRUE(third.reused());
@@ -689,6 +781,42 @@ TEST_F(DaemonTest, ReadsAnswerWhileEveryWorkThreadIsBusy) {
   auto [status, decided] = next.get();
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_TRUE(decided->pass());
+}
+
+// Issue 21, finding 1: every gate reads its whole tree, so one caller's gates are bounded: at
+// most kGatesRunningPerCaller of them take work threads, kGatesWaitingPerCaller more wait in the
+// caller's lane, and one more is refused at once. The other work threads stay free for other
+// work (before, one token's gates on a 1 TiB file filled all of them and VerifyLog waited).
+TEST_F(DaemonTest, OneCallersGatesAreBoundedAndLeaveWorkThreadsFree) {
+  ASSERT_NO_FATAL_FAILURE(MakeSparseTree());
+  const auto until = std::chrono::system_clock::now() + std::chrono::seconds(4);
+  auto gate = [&] {
+    pb::GateRequest req;
+    req.set_root((dir_ / "huge").string());
+    pb::GateResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(until);
+    return stub_->Gate(&ctx, req, &resp);
+  };
+  std::vector<std::future<grpc::Status>> admitted;
+  for (size_t i = 0; i < GrpcAuditService::kGatesRunningPerCaller +
+                             GrpcAuditService::kGatesWaitingPerCaller;
+       ++i) {
+    admitted.push_back(std::async(std::launch::async, gate));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // all of them admitted
+  grpc::Status refused = gate();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("gates running"));
+  pb::VerifyLogResponse v;
+  grpc::ClientContext vctx;
+  vctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1500));
+  grpc::Status verified = stub_->VerifyLog(&vctx, pb::VerifyLogRequest(), &v);
+  EXPECT_TRUE(verified.ok()) << verified.error_message();
+  EXPECT_LT(std::chrono::system_clock::now(), until) << "the test ran too slowly to tell";
+  for (auto& f : admitted) {
+    EXPECT_EQ(f.get().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
 }
 
 // A work call whose caller left or whose deadline passed while it waited for a work thread does

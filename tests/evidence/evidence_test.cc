@@ -369,6 +369,12 @@ TEST(Record, VerificationSummary) {
   auto none = nlohmann::json::parse(*VerificationSummaryPayload(r, "https://v", "", ""));
   EXPECT_TRUE(none["predicate"]["inputAttestations"].empty());
   EXPECT_EQ(none["predicate"]["policy"]["uri"], r.policy.uri);
+  EXPECT_FALSE(none["predicate"].contains("source"));
+  // A decision that rests on a source names its OMS ROOT (docs/evidence.md).
+  r.source = SourceBinding{"/models/src", std::string(64, 'd'), {}};
+  auto sourced = nlohmann::json::parse(*VerificationSummaryPayload(r, "https://v", "", ""));
+  EXPECT_EQ(sourced["predicate"]["source"]["manifest_root"], std::string(64, 'd'));
+  EXPECT_FALSE(sourced["predicate"]["source"].contains("root"));
 }
 
 }  // namespace
