@@ -1,11 +1,15 @@
 // ckpt-auditd and the tree head it remembers (docs/daemon.md "Database safety"): the shipped
-// binary adopts a log it has no head for after verifying it, adopts a longer consistent log (the
-// appends of a crash between commit and head write), and refuses to start on the rollback attack
-// of issue 21 or a fork, exiting non-zero with both heads named.
+// binary remembers the head of its own appends, adopts a log it has no head for after verifying
+// it, adopts a longer consistent log (the appends of a crash between commit and head write), and
+// refuses to start on the rollback attack of issue 21 or a fork, exiting non-zero with both heads
+// named.
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
+#include "ckpt_audit/v1/audit.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/evidence_log.h"
@@ -18,6 +22,7 @@ namespace ckpt {
 namespace {
 
 namespace fs = std::filesystem;
+namespace pb = ckpt_audit::v1;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -28,7 +33,6 @@ class DaemonHeadTest : public ::testing::Test {
   void SetUp() override {
     key_ = *evidence::SigningKey::Generate();
     ASSERT_TRUE(key_->Save(key_path_.string()).ok());
-    fs::create_directory(dir_ / "models");
   }
 
   // Records [from, to) appended to the log at `db` under kOrigin, as `ckpt-audit audit` would.
@@ -46,7 +50,7 @@ class DaemonHeadTest : public ::testing::Test {
   std::vector<std::string> Args(const fs::path& db, const std::string& head = "") {
     std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--insecure-no-auth",
                                      "--db", db.string(), "--key", key_path_.string(),
-                                     "--allow-root", (dir_ / "models").string()};
+                                     "--allow-root", dir_.path().string()};
     if (!head.empty()) args.insert(args.end(), {"--head-state", head});
     return args;
   }
@@ -131,6 +135,44 @@ TEST_F(DaemonHeadTest, AdoptsALongerConsistentLog) {
   std::string log = Serve(Args(db_));
   EXPECT_THAT(log, HasSubstr("extends the remembered head " + head3 + " to " + HeadAt(db_, 5)));
   EXPECT_EQ(RememberedNote(head_), LatestNote(db_));
+}
+
+// The daemon's own appends: an audit it runs leaves the checkpoint of its last append in the head
+// file, and the rollback attack on that log stops the next start.
+TEST_F(DaemonHeadTest, RemembersItsOwnAppends) {
+  const fs::path model = testing::CopyFixture("mini-kimi-mxfp4", dir_);
+  testing::DaemonProcess daemon;
+  ASSERT_TRUE(daemon.Start(Args(db_), dir_ / "daemon.log")) << daemon.log();
+  EXPECT_FALSE(fs::exists(head_));  // a new log: nothing to remember before its first append
+  auto stub = pb::AuditService::NewStub(
+      grpc::CreateChannel(daemon.address(), grpc::InsecureChannelCredentials()));
+  pb::StartAuditRequest req;
+  req.set_root(model.string());
+  pb::Job job;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub->StartAudit(&ctx, req, &job);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  for (int i = 0; i < 600 && job.state() != pb::JOB_STATE_SUCCEEDED; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    grpc::ClientContext ctx;
+    pb::GetJobRequest get;
+    get.set_id(job.id());
+    ASSERT_TRUE(stub->GetJob(&ctx, get, &job).ok());
+    ASSERT_NE(job.state(), pb::JOB_STATE_FAILED) << job.error_message();
+  }
+  ASSERT_EQ(job.state(), pb::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(RememberedNote(head_), LatestNote(db_));  // the record and its test result
+  EXPECT_EQ(storage::ReadHeadFile(head_.string())->value().head.size, 2u);
+  ASSERT_EQ(daemon.Stop(), 0);
+
+  const std::string head2 = HeadAt(db_, 2), head1 = HeadAt(db_, 1);
+  ASSERT_EQ(testing::RawDb(db_.string()).DeleteTail(1), SQLITE_OK);
+  std::string refused = Refused(Args(db_));
+  EXPECT_THAT(refused, HasSubstr("rolled back"));
+  EXPECT_THAT(refused, HasSubstr(head2));
+  EXPECT_THAT(refused, HasSubstr(head1));
 }
 
 }  // namespace
