@@ -687,6 +687,16 @@ TEST_F(LogTest, HeadAtStartAdoptsOrRefuses) {
   auto missing = CheckHeadAtStart((dir_ / "gone.db").string(), head_path, trust_);
   EXPECT_THAT(missing.status().message(), HasSubstr("no evidence database"));
 
+  // Another log put in its place (another origin) is not the log whose head is remembered.
+  const std::string other = (dir_ / "other.db").string();
+  {
+    auto log = EvidenceLog::Open(other, true, "other.example/log");
+    for (int i = 0; i < 6; ++i) ASSERT_TRUE((*log)->Append(SampleEnvelope(*key_, i), *key_).ok());
+  }
+  auto replaced = CheckHeadAtStart(other, head_path, trust_);
+  EXPECT_EQ(replaced.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(replaced.status().message(), HasSubstr("is not the remembered log's"));
+
   ASSERT_EQ(::chmod(head_path.c_str(), 0620), 0);
   auto loose = CheckHeadAtStart(path_, head_path, trust_);
   EXPECT_EQ(loose.status().code(), absl::StatusCode::kFailedPrecondition);
