@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "core/evidence/dsse.h"
 #include "core/evidence/record.h"
+#include "storage/head_state.h"
 #include "storage/tlog_checkpoint.h"
 
 namespace ckpt::storage {
@@ -363,13 +364,20 @@ absl::Status EvidenceLog::Configure(bool create, const std::string& origin) {
     return ReadOrigin();
   }
   if (auto s = Migrate(); !s.ok()) return s;
-  if (auto s = ReadOrigin(); s.ok() || !absl::IsDataLoss(s) || !create) return s;
-  // A fresh database: fix its origin once; the meta triggers keep it.
-  auto put = Prepare("INSERT OR IGNORE INTO meta(key, value) VALUES('origin', ?)");
-  if (!put.ok()) return put.status();
-  put->Bind(1, origin.empty() ? RandomOrigin() : origin);
-  if (auto s = put->Run(); !s.ok()) return s;
-  return ReadOrigin();
+  absl::Status read = ReadOrigin();
+  if (!read.ok() && absl::IsDataLoss(read) && create) {
+    // A fresh database: fix its origin once; the meta triggers keep it.
+    auto put = Prepare("INSERT OR IGNORE INTO meta(key, value) VALUES('origin', ?)");
+    if (!put.ok()) return put.status();
+    put->Bind(1, origin.empty() ? RandomOrigin() : origin);
+    if (auto s = put->Run(); !s.ok()) return s;
+    read = ReadOrigin();
+  }
+  if (!read.ok()) return read;
+  auto size = Size();  // under the writer lock: only this writer appends from now on
+  if (!size.ok()) return size.status();
+  size_ = *size;
+  return absl::OkStatus();
 }
 
 absl::Status EvidenceLog::ReadOrigin() {
@@ -398,6 +406,24 @@ absl::Status EvidenceLog::InReadTransaction(const std::function<absl::Status()>&
   // succeeds after a statement in it hit a damaged page.
   sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
   return result;
+}
+
+absl::Status EvidenceLog::KeepHeadIn(const std::string& path) {
+  auto remembered = ReadHeadFile(path);
+  if (!remembered.ok()) return remembered.status();
+  if (*remembered) {
+    absl::Status s = InReadTransaction([&]() -> absl::Status {
+      auto stored = StoredHead(*this);
+      if (!stored.ok()) return stored.status();
+      return CheckExtends(*this, (*remembered)->head, *stored);
+    });
+    if (!s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(label_, ": ", s.message(), "; the verified head is remembered in ", path));
+    }
+  }
+  head_path_ = path;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> EvidenceLog::SchemaVersion() const {
@@ -459,6 +485,13 @@ absl::StatusOr<AppendResult> EvidenceLog::AppendBatch(const std::vector<std::str
                                                       const evidence::SigningKey& log_key) {
   if (envelopes.empty()) return absl::InvalidArgumentError("nothing to append");
   if (!append_status_.ok()) return append_status_;
+  if (!unsaved_head_.empty()) {
+    if (auto s = WriteHeadFile(head_path_, unsaved_head_); !s.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          label_, ": appends wait until the newest tree head is remembered: ", s.message()));
+    }
+    unsaved_head_.clear();
+  }
   // IMMEDIATE takes the write lock now, so two appenders never both read the same size.
   if (auto s = Exec(db_, "BEGIN IMMEDIATE", label_); !s.ok()) return s;
   RollbackGuard tx(db_);
@@ -466,6 +499,11 @@ absl::StatusOr<AppendResult> EvidenceLog::AppendBatch(const std::vector<std::str
   if (!result.ok()) return result.status();
   if (auto s = Exec(db_, "COMMIT", label_); !s.ok()) return s;
   tx.Committed();
+  size_ = result->tree_size;
+  // The append is done whatever happens to the head file; the next one retries the write.
+  if (!head_path_.empty() && !WriteHeadFile(head_path_, result->checkpoint).ok()) {
+    unsaved_head_ = result->checkpoint;
+  }
   return result;
 }
 
@@ -473,6 +511,11 @@ absl::StatusOr<AppendResult> EvidenceLog::AppendLocked(const std::vector<std::st
                                                        const evidence::SigningKey& log_key) {
   auto size = Size();
   if (!size.ok()) return size.status();
+  if (*size != size_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        label_, ": the log holds ", *size, " entries but this writer saw ", size_,
+        "; another process changed it, so nothing is appended (a record id is never reused)"));
+  }
   uint64_t seq = *size;
   for (const std::string& env : envelopes) {
     if (auto s = InsertOne(seq, env); !s.ok()) return s;

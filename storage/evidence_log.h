@@ -14,6 +14,11 @@
 // file without write permission, or a read-only filesystem gives a log that serves reads and
 // verification but refuses appends (see append_status()). Readers (OpenReadOnly) take no lock and
 // never block the writer (WAL). New database files are created 0600.
+//
+// A writer appends only to the log it opened: an append finding more or fewer entries than the
+// writer saw at open and appended since (someone else wrote or deleted rows) is refused, so a
+// record id is never handed out twice. With KeepHeadIn it also keeps the newest signed checkpoint
+// in a file of its own (storage/head_state.h, docs/evidence.md "Rollback and fork detection").
 #ifndef CKPT_STORAGE_EVIDENCE_LOG_H_
 #define CKPT_STORAGE_EVIDENCE_LOG_H_
 
@@ -110,6 +115,13 @@ class EvidenceLog final : public NodeReader {
   // Runs `fn` inside one read transaction, so every query it makes sees the same snapshot.
   absl::Status InReadTransaction(const std::function<absl::Status()>& fn) const;
 
+  // From now on keeps the newest signed checkpoint in the file `path` (storage/head_state.h):
+  // FAILED_PRECONDITION, naming both heads, unless the stored tree extends the head remembered
+  // there (a missing file remembers nothing); then every append writes its checkpoint there,
+  // durably, before it returns. When that write fails the append is still reported (it is
+  // committed) and the next append first retries the write, refusing to append until it succeeds.
+  absl::Status KeepHeadIn(const std::string& path);
+
   // Appends one envelope (its payload must be an evidence or verification-summary Statement)
   // and signs the new tree head with `log_key`.
   absl::StatusOr<AppendResult> Append(const std::string& envelope,
@@ -178,6 +190,9 @@ class EvidenceLog final : public NodeReader {
   sqlite3* const db_;
   const int lock_fd_;  // the writer lock (flock held), or -1 for a reader
   std::string origin_;
+  uint64_t size_ = 0;        // entries the writer saw at open and appended since
+  std::string head_path_;    // KeepHeadIn's file, or empty
+  std::string unsaved_head_; // a checkpoint appended but not yet written to head_path_
   absl::Status append_status_;
   int64_t schema_version_ = 0;
   mutable std::optional<Statement> node_stmt_, entry_stmt_, subject_stmt_, insert_node_stmt_,

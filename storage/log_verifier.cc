@@ -18,11 +18,13 @@ class Verifier {
  public:
   Verifier(const EvidenceLog& log, const evidence::TrustStore& trust, VerifiedLogState from)
       : log_(log), trust_(trust), tree_(std::move(from.tree)), from_(from.size) {
+    out_.origin = log.origin();
     out_.verified_from = from_;
     if (from_ > 0) {
       have_last_ = true;
       last_size_ = from_;
       last_root_ = from.root;
+      last_note_ = std::move(from.note);
     }
   }
 
@@ -67,6 +69,7 @@ class Verifier {
     VerifiedLogState state;
     state.size = last_size_;
     state.root = last_root_;
+    state.note = std::move(last_note_);
     state.tree = std::move(tree_);
     return state;
   }
@@ -229,6 +232,7 @@ class Verifier {
     have_last_ = true;
     last_size_ = size;
     last_root_ = head->root;
+    last_note_ = note;
     return absl::OkStatus();
   }
 
@@ -239,7 +243,8 @@ class Verifier {
   std::map<uint64_t, std::vector<std::string>> expected_subjects_;
   bool have_last_ = false;
   uint64_t last_size_ = 0;
-  Hash last_root_{};
+  Hash last_root_ = EmptyRoot();
+  std::string last_note_;
   LogVerification out_;
 };
 
@@ -267,10 +272,11 @@ absl::StatusOr<LogVerification> VerifyLogFrom(const EvidenceLog& log,
   return result;
 }
 
-LogVerification VerifyLogFile(const std::string& path, const evidence::TrustStore& trust) {
+LogVerification VerifyLogFile(const std::string& path, const evidence::TrustStore& trust,
+                              VerifiedLogState* state) {
   absl::StatusOr<LogVerification> result;
   auto log = EvidenceLog::OpenReadOnly(path);
-  if (log.ok()) result = VerifyLog(**log, trust);
+  if (log.ok()) result = VerifyLogFrom(**log, trust, {}, state);
   if (log.ok() && result.ok()) return *result;
   LogVerification failed;
   failed.problems.push_back(absl::StrCat(

@@ -29,14 +29,17 @@
 namespace ckpt::storage {
 
 // What a clean verification established: the recomputed tree of entries [0, size) and the root
-// the log signed at that size.
+// the log signed at that size (the empty root for an empty log), with that signed checkpoint
+// (empty for an empty log).
 struct VerifiedLogState {
   MemoryTree tree;
   uint64_t size = 0;
   Hash root{};
+  std::string note;
 };
 
 struct LogVerification {
+  std::string origin;
   uint64_t verified_from = 0;  // entries before this were verified by an earlier run
   uint64_t entries = 0;
   uint64_t checkpoints = 0;
@@ -58,7 +61,9 @@ absl::StatusOr<LogVerification> VerifyLogFrom(const EvidenceLog& log,
                                               VerifiedLogState from, VerifiedLogState* state);
 
 // Opens `path` without creating it and verifies it; a file SQLite cannot read is a problem too.
-LogVerification VerifyLogFile(const std::string& path, const evidence::TrustStore& trust);
+// When the result has no problems, `state` (if given) receives what the run established.
+LogVerification VerifyLogFile(const std::string& path, const evidence::TrustStore& trust,
+                              VerifiedLogState* state = nullptr);
 
 }  // namespace ckpt::storage
 

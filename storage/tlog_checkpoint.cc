@@ -43,14 +43,12 @@ std::string SignCheckpoint(const TreeHead& head, const evidence::SigningKey& key
                       "\n");
 }
 
-absl::StatusOr<TreeHead> VerifyCheckpoint(const std::string& note, const std::string& origin,
-                                          const evidence::TrustStore& trust) {
+absl::StatusOr<TreeHead> ParseCheckpoint(const std::string& note) {
   size_t split = note.find("\n\n");
   if (split == std::string::npos) {
     return absl::InvalidArgumentError("checkpoint: no blank line between body and signatures");
   }
-  std::string body = note.substr(0, split + 1);
-  std::vector<std::string> lines = absl::StrSplit(body, '\n');
+  std::vector<std::string> lines = absl::StrSplit(note.substr(0, split + 1), '\n');
   // body ends with '\n', so the split yields a trailing empty string.
   TreeHead head;
   if (lines.size() < 4 || !absl::SimpleAtoi(lines[1], &head.size)) {
@@ -63,10 +61,19 @@ absl::StatusOr<TreeHead> VerifyCheckpoint(const std::string& note, const std::st
         absl::StrCat("checkpoint ", head.origin, "@", head.size, ": root is not a base64 hash"));
   }
   std::memcpy(head.root.data(), root->data(), head.root.size());
-  if (head.origin != origin) {
+  return head;
+}
+
+absl::StatusOr<TreeHead> VerifyCheckpoint(const std::string& note, const std::string& origin,
+                                          const evidence::TrustStore& trust) {
+  auto head = ParseCheckpoint(note);
+  if (!head.ok()) return head.status();
+  if (head->origin != origin) {
     return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint origin '", head.origin, "' is not this log's '", origin, "'"));
+        absl::StrCat("checkpoint origin '", head->origin, "' is not this log's '", origin, "'"));
   }
+  const size_t split = note.find("\n\n");
+  const std::string body = note.substr(0, split + 1);
   std::string sigs = note.substr(split + 2);
   std::string prefix = absl::StrCat(kEmDash, " ", origin, " ");
   for (absl::string_view line : absl::StrSplit(sigs, '\n', absl::SkipEmpty())) {
@@ -82,7 +89,7 @@ absl::StatusOr<TreeHead> VerifyCheckpoint(const std::string& note, const std::st
     }
   }
   return absl::FailedPreconditionError(absl::StrCat(
-      "checkpoint ", origin, "@", head.size, ": no signature by a trusted key verifies"));
+      "checkpoint ", origin, "@", head->size, ": no signature by a trusted key verifies"));
 }
 
 }  // namespace ckpt::storage

@@ -29,6 +29,10 @@ std::array<uint8_t, 4> NoteKeyId(const std::string& name, const evidence::Public
 // The signed note text for `head`, signed by `key` under the name head.origin.
 std::string SignCheckpoint(const TreeHead& head, const evidence::SigningKey& key);
 
+// The body of a signed note (origin, size, root), its signatures not checked: for a note this
+// process stored itself (storage/head_state.h). INVALID_ARGUMENT when the text is malformed.
+absl::StatusOr<TreeHead> ParseCheckpoint(const std::string& note);
+
 // Parses a signed note and checks that one of its signature lines is a valid signature by a key
 // in `trust` under `origin`. FAILED_PRECONDITION when none verifies, INVALID_ARGUMENT when the
 // text is malformed, both naming the origin and size.

@@ -15,6 +15,7 @@
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
 #include "services/cli/forward_device.h"
+#include "services/cli/log_heads.h"
 #include "storage/evidence_log.h"
 
 namespace ckpt::cli {
@@ -65,7 +66,7 @@ int Run(AuditArgs a) {
   if (!setup->defaults_note.empty()) {
     std::fprintf(stderr, "ckpt-audit: using the per-user %s\n", setup->defaults_note.c_str());
   }
-  auto log = storage::EvidenceLog::Open(setup->db_path, /*create=*/true);
+  auto log = OpenLogWriter(setup->db_path);
   if (!log.ok()) return ReportError(log.status());
   TerminalProgress progress;
   auto rec = audit::RunAudit(a.options, progress);

@@ -10,6 +10,7 @@
 #include "core/interop/intoto_bundle.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
+#include "services/cli/log_heads.h"
 #include "services/cli/read_file.h"
 #include "storage/evidence_log.h"
 
@@ -29,7 +30,7 @@ int Run(const ExportArgs& a) {
         absl::StrCat("--format ", a.format, ": only intoto-jsonl is supported")));
   }
   if (a.id < 0) return ReportError(absl::InvalidArgumentError("--id must be a record id >= 0"));
-  auto log = storage::EvidenceLog::OpenReadOnly(a.db);
+  auto log = OpenLogReader(a.db);
   if (!log.ok()) return ReportError(log.status());
   auto bundle = interop::ExportInTotoBundle(**log, static_cast<uint64_t>(a.id));
   if (!bundle.ok()) return ReportError(bundle.status());

@@ -17,6 +17,7 @@
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
+#include "services/cli/log_heads.h"
 #include "services/cli/read_file.h"
 #include "storage/evidence_log.h"
 #include "storage/tlog_proof.h"
@@ -40,7 +41,7 @@ struct VerifyProofArgs {
 
 int Prove(const ProofArgs& a) {
   if (a.id < 0) return ReportError(absl::InvalidArgumentError("--id must be a record id >= 0"));
-  auto log = storage::EvidenceLog::OpenReadOnly(a.db);
+  auto log = OpenLogReader(a.db);
   if (!log.ok()) return ReportError(log.status());
   auto proof = storage::ProveEntry(**log, static_cast<uint64_t>(a.id));
   if (!proof.ok()) return ReportError(proof.status());

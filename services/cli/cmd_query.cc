@@ -10,6 +10,7 @@
 #include "nlohmann/json.hpp"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
+#include "services/cli/log_heads.h"
 #include "storage/evidence_log.h"
 
 namespace ckpt::cli {
@@ -43,7 +44,7 @@ int Run(QueryArgs a) {
   auto until = ParseTimeFlag("--until", a.until);
   if (!until.ok()) return ReportError(until.status());
   a.filter.until = *until;
-  auto log = storage::EvidenceLog::OpenReadOnly(a.db);
+  auto log = OpenLogReader(a.db);
   if (!log.ok()) return ReportError(log.status());
   storage::QueryFilter filter = a.filter;
   filter.root = EncodeName(filter.root);  // records name roots in the name encoding

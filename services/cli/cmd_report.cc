@@ -11,6 +11,7 @@
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
+#include "services/cli/log_heads.h"
 #include "services/cli/report_render.h"
 #include "storage/evidence_log.h"
 
@@ -26,7 +27,7 @@ struct ReportArgs {
 };
 
 int Run(const ReportArgs& a) {
-  auto log = storage::EvidenceLog::OpenReadOnly(a.db);
+  auto log = OpenLogReader(a.db);
   if (!log.ok()) return ReportError(log.status());
   auto entry = (*log)->Get(a.id);
   if (!entry.ok()) return ReportError(entry.status());

@@ -19,6 +19,7 @@
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
+#include "services/cli/log_heads.h"
 #include "services/cli/read_file.h"
 #include "storage/evidence_log.h"
 
@@ -79,7 +80,7 @@ int Run(const TranscodeArgs& a) {
   }
   std::optional<uint64_t> logged;
   if (!a.db.empty()) {
-    auto log = storage::EvidenceLog::Open(a.db, /*create=*/true);
+    auto log = OpenLogWriter(a.db);
     if (!log.ok()) return ReportError(log.status());
     auto appended = (*log)->Append(envelope, setup->key);
     if (!appended.ok()) return ReportError(appended.status());

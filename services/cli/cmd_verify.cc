@@ -1,15 +1,22 @@
 // `ckpt-audit verify RECORD|--db PATH [--id N]` checks one record: its DSSE signature against the
 // trust file, its subjects against a checkpoint on disk (--root), and its inclusion in the log
 // under the newest signed checkpoint. `ckpt-audit verify-log --db PATH` checks a whole log
-// (storage/log_verifier.h). Both exit 0 only when everything verifies, 1 when something does
-// not, 2 when the inputs cannot be read.
+// (storage/log_verifier.h). Both check the log's newest signed head against the one remembered
+// for it and remember it (log_heads.h); verify-log also against a head the caller pins
+// (--expect-size, --expect-tree-root). Both exit 0 only when everything verifies, 1 when
+// something does not, 2 when the inputs cannot be read.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/evidence/dsse.h"
+#include "core/evidence/hex_digest.h"
 #include "core/evidence/record.h"
 #include "core/evidence/strict_json.h"
 #include "core/fingerprint/fingerprint.h"
@@ -18,10 +25,11 @@
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
+#include "services/cli/log_heads.h"
 #include "services/cli/read_file.h"
 #include "storage/evidence_log.h"
+#include "storage/head_state.h"
 #include "storage/log_verifier.h"
-#include "storage/tlog_checkpoint.h"
 
 namespace ckpt::cli {
 namespace {
@@ -34,6 +42,8 @@ struct VerifyArgs {
   std::string source;
   std::string trust;
   bool json = false;
+  int64_t expect_size = -1;  // verify-log: a head the log must extend
+  std::string expect_root;
 };
 
 // One line per verified property; `ok` false marks a failure.
@@ -93,26 +103,36 @@ void CheckSubjects(const std::vector<evidence::Subject>& subjects, const std::st
   }
 }
 
+// Inclusion of `envelope` at `seq` under the log's newest signed head, which must extend the
+// head remembered for the log (and is remembered in turn).
 void CheckInclusion(const storage::EvidenceLog& log, uint64_t seq, const std::string& envelope,
                     const evidence::TrustStore& trust, Outcome* out) {
-  auto latest = log.LatestCheckpoint();
-  if (!latest.ok()) {
-    out->Add(false, absl::StrCat("log: ", latest.status().message()));
+  storage::SignedHead newest;
+  absl::Status included, remembered;
+  absl::Status read = log.InReadTransaction([&]() -> absl::Status {
+    auto head = storage::NewestSignedHead(log, trust);
+    if (!head.ok()) return head.status();
+    newest = *std::move(head);
+    auto proof = log.InclusionProof(seq, newest.head.size);
+    included = proof.ok() ? storage::VerifyInclusion(
+                                storage::LeafHash(evidence::AsBytes(envelope)), seq,
+                                newest.head.size, *proof, newest.head.root)
+                          : proof.status();
+    remembered = RememberVerifiedHead(log, newest);
+    return absl::OkStatus();
+  });
+  if (!read.ok()) {
+    out->Add(false, absl::StrCat("log checkpoint: ", read.message()));
     return;
   }
-  auto head = storage::VerifyCheckpoint(latest->second, log.origin(), trust);
-  if (!head.ok()) {
-    out->Add(false, absl::StrCat("log checkpoint: ", head.status().message()));
-    return;
-  }
-  auto proof = log.InclusionProof(seq, head->size);
-  absl::Status s = proof.ok() ? storage::VerifyInclusion(
-                                    storage::LeafHash(evidence::AsBytes(envelope)), seq,
-                                    head->size, *proof, head->root)
-                              : proof.status();
-  out->Add(s.ok(), s.ok() ? absl::StrCat("log: record ", seq, " is included in the signed tree "
-                                         "head of size ", head->size, " (", log.origin(), ")")
-                          : absl::StrCat("log: inclusion of record ", seq, ": ", s.message()));
+  out->Add(included.ok(),
+           included.ok() ? absl::StrCat("log: record ", seq, " is included in the signed tree "
+                                        "head of size ", newest.head.size, " (", log.origin(), ")")
+                         : absl::StrCat("log: inclusion of record ", seq, ": ",
+                                        included.message()));
+  out->Add(remembered.ok(),
+           remembered.ok() ? "log: the signed tree head extends every head verified before"
+                           : absl::StrCat("log: ", remembered.message()));
 }
 
 int Verify(const VerifyArgs& a) {
@@ -123,7 +143,7 @@ int Verify(const VerifyArgs& a) {
   if (!trust.ok()) return ReportError(trust.status());
   std::unique_ptr<storage::EvidenceLog> log;
   if (!a.db.empty()) {
-    auto opened = storage::EvidenceLog::OpenReadOnly(a.db);
+    auto opened = OpenLogReader(a.db);
     if (!opened.ok()) return ReportError(opened.status());
     log = std::move(*opened);
   }
@@ -215,7 +235,27 @@ int Verify(const VerifyArgs& a) {
   return out.ok() ? kExitOk : kExitCheckFailed;
 }
 
+// --expect-size and --expect-tree-root: both or neither; the root as verify-log prints it.
+absl::StatusOr<std::optional<storage::TreeHead>> PinnedHead(const VerifyArgs& a) {
+  if ((a.expect_size >= 0) != !a.expect_root.empty()) {
+    return absl::InvalidArgumentError("give --expect-size and --expect-tree-root together");
+  }
+  if (a.expect_size < 0) return std::optional<storage::TreeHead>();
+  const std::string hex = absl::AsciiStrToLower(a.expect_root);
+  if (!evidence::IsSha256Hex(hex)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--expect-tree-root '", a.expect_root, "' is not a SHA-256 root (64 hex digits)"));
+  }
+  storage::TreeHead pinned;
+  pinned.size = static_cast<uint64_t>(a.expect_size);
+  const std::string bytes = absl::HexStringToBytes(hex);
+  std::copy(bytes.begin(), bytes.end(), pinned.root.begin());
+  return std::optional<storage::TreeHead>(pinned);
+}
+
 int VerifyLogCommand(const VerifyArgs& a) {
+  auto pinned = PinnedHead(a);
+  if (!pinned.ok()) return ReportError(pinned.status());
   auto trust = LoadTrust(a.trust);
   if (!trust.ok()) return ReportError(trust.status());
   if (FILE* f = std::fopen(a.db.c_str(), "rb"); f == nullptr) {
@@ -223,9 +263,24 @@ int VerifyLogCommand(const VerifyArgs& a) {
   } else {
     std::fclose(f);
   }
-  storage::LogVerification v = storage::VerifyLogFile(a.db, *trust);
+  storage::VerifiedLogState state;
+  storage::LogVerification v = storage::VerifyLogFile(a.db, *trust, &state);
+  if (v.ok()) {
+    // The head just verified, against the one the caller pins and the one remembered.
+    const storage::SignedHead newest{{v.origin, state.size, state.root}, state.note};
+    if (*pinned) {
+      (*pinned)->origin = newest.head.origin;
+      if (auto s = storage::CheckExtends(state.tree, **pinned, newest.head); !s.ok()) {
+        v.problems.push_back(absl::StrCat("--expect-size/--expect-tree-root: ", s.message()));
+      }
+    }
+    if (auto s = RememberVerifiedHead(state.tree, newest); !s.ok()) {
+      v.problems.push_back(std::string(s.message()));
+    }
+  }
   if (a.json) {
     nlohmann::ordered_json j = {{"ok", v.ok()},
+                                {"origin", v.origin},
                                 {"entries", v.entries},
                                 {"checkpoints", v.checkpoints},
                                 {"signatures_verified", v.signatures_verified},
@@ -264,6 +319,9 @@ void AddVerifyCommands(CLI::App& app, int* exit_code) {
       "verify-log", "Recompute and check every entry, signature, tree node and checkpoint");
   log->add_option("--db", b->db, "evidence database")->required();
   log->add_option("--trust", b->trust, "trust file (default: per-user)");
+  log->add_option("--expect-size", b->expect_size,
+                  "with --expect-tree-root: a tree head the log must be consistent with");
+  log->add_option("--expect-tree-root", b->expect_root, "that head's root (hex, as printed)");
   log->add_flag("--json", b->json, "machine-readable output");
   log->callback([=] { *exit_code = VerifyLogCommand(*b); });
 }

@@ -14,6 +14,7 @@
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
+#include "services/cli/log_heads.h"
 #include "storage/evidence_log.h"
 
 namespace ckpt::cli {
@@ -52,7 +53,7 @@ void PrintChain(const interop::ChainReport& r) {
 int Run(const ChainArgs& a) {
   auto trust = LoadTrust(a.trust);
   if (!trust.ok()) return ReportError(trust.status());
-  auto log = storage::EvidenceLog::OpenReadOnly(a.db);
+  auto log = OpenLogReader(a.db);
   if (!log.ok()) return ReportError(log.status());
   TerminalProgress progress;
   auto report = interop::VerifyChain(a.options, **log, *trust, progress);

@@ -16,24 +16,34 @@ constexpr char kDbName[] = "evidence.db";
 constexpr char kKeyName[] = "audit-key.pem";
 constexpr char kTrustName[] = "trusted_keys";
 
-}  // namespace
-
-absl::StatusOr<std::string> EvidenceHome() {
+// $<xdg_var>/ckpt-audit, or ~/<fallback>/ckpt-audit, created 0700 (it may hold a private key).
+// `hint` ends the error when neither variable is set.
+absl::StatusOr<std::string> XdgHome(const char* xdg_var, const char* fallback, const char* hint) {
   std::string base;
-  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg != nullptr && xdg[0] == '/') {
+  if (const char* xdg = std::getenv(xdg_var); xdg != nullptr && xdg[0] == '/') {
     base = xdg;
   } else if (const char* home = std::getenv("HOME"); home != nullptr && home[0] != '\0') {
-    base = absl::StrCat(home, "/.local/share");
+    base = absl::StrCat(home, "/", fallback);
   } else {
     return absl::FailedPreconditionError(
-        "neither XDG_DATA_HOME nor HOME is set; pass --db and --key");
+        absl::StrCat("neither ", xdg_var, " nor HOME is set; ", hint));
   }
   std::string dir = absl::StrCat(base, "/ckpt-audit");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat(dir, ": ", ec.message()));
-  ::chmod(dir.c_str(), 0700);  // holds a private key
+  ::chmod(dir.c_str(), 0700);
   return dir;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> EvidenceHome() {
+  return XdgHome("XDG_DATA_HOME", ".local/share", "pass --db and --key");
+}
+
+absl::StatusOr<std::string> StateHome() {
+  return XdgHome("XDG_STATE_HOME", ".local/state", "set one to remember evidence logs' heads");
 }
 
 absl::StatusOr<std::string> DefaultKeyPath() {

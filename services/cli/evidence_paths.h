@@ -1,5 +1,7 @@
 // Where the CLI keeps evidence when the user names nothing: a per-user database, signing key
-// and trust file under $XDG_DATA_HOME/ckpt-audit (default ~/.local/share/ckpt-audit).
+// and trust file under $XDG_DATA_HOME/ckpt-audit (default ~/.local/share/ckpt-audit); and what
+// it remembers about the logs it read under $XDG_STATE_HOME/ckpt-audit (default
+// ~/.local/state/ckpt-audit).
 #ifndef CKPT_SERVICES_CLI_EVIDENCE_PATHS_H_
 #define CKPT_SERVICES_CLI_EVIDENCE_PATHS_H_
 
@@ -13,6 +15,9 @@ namespace ckpt::cli {
 
 // The per-user directory (created 0700 on first use).
 absl::StatusOr<std::string> EvidenceHome();
+
+// The per-user state directory (created 0700 on first use).
+absl::StatusOr<std::string> StateHome();
 
 // The per-user signing key's path (it may not exist yet).
 absl::StatusOr<std::string> DefaultKeyPath();

@@ -139,6 +139,9 @@ absl::StatusOr<std::unique_ptr<AuditBackend>> AuditBackend::Create(
   open.label = kLogLabel;
   auto writer = storage::EvidenceLog::Open(options.db_path, open);
   if (!writer.ok()) return writer.status();
+  if (!options.head_path.empty()) {
+    if (auto s = (*writer)->KeepHeadIn(options.head_path); !s.ok()) return s;
+  }
   std::unique_ptr<AuditBackend> backend(new AuditBackend(
       std::move(resolved), std::move(key), std::move(trust), *std::move(writer)));
 

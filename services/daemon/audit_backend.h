@@ -36,6 +36,7 @@ namespace ckpt::daemon {
 
 struct BackendOptions {
   std::string db_path;
+  std::string head_path;  // where the writer keeps the newest signed checkpoint (none if empty)
   std::vector<std::string> allowed_roots;  // directories; realpath'ed at startup
   unsigned workers = 1;                    // audits at once
   size_t max_queued = 64;

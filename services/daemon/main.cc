@@ -15,6 +15,7 @@
 #include "services/daemon/metrics.h"
 #include "services/daemon/rpc_observer.h"
 #include "services/daemon/serving.h"
+#include "storage/head_state.h"
 
 namespace {
 
@@ -57,6 +58,9 @@ int main(int argc, char** argv) {
   app.add_flag("--metrics-public", serving.metrics_public,
                "allow a non-loopback --metrics-listen address");
   app.add_option("--db", db, "evidence database (created if missing)")->required();
+  app.add_option("--head-state", options.head_path,
+                 "file where the daemon keeps the log's newest signed tree head, to refuse a "
+                 "rolled-back or forked log (default: --db's path + '.head')");
   app.add_option("--key", key_path, "Ed25519 signing key PEM (mode 0600)")->required();
   app.add_option("--trust", trust_path, "trust file of accepted keys (default: --key's own)");
   app.add_option("--allow-root", options.allowed_roots,
@@ -74,6 +78,7 @@ int main(int argc, char** argv) {
                  "on SIGTERM: report NOT_SERVING, then let audits and calls finish this long");
   CLI11_PARSE(app, argc, argv);
   options.db_path = db;
+  if (options.head_path.empty()) options.head_path = db + ".head";
   const uint64_t max_open_files = SetProcessDefaultsForServing(malloc_arenas);
   RouteGrpcLogsToJson();
 
@@ -103,6 +108,13 @@ int main(int argc, char** argv) {
   if (!serving.metrics_listen.empty()) {
     metrics = std::make_unique<DaemonMetrics>();
     options.observer = metrics.get();
+  }
+  // Before anything is appended: a log that does not extend the remembered head is refused.
+  auto head = ckpt::storage::CheckHeadAtStart(db, options.head_path, trust);
+  if (!head.ok()) return Fail(head.status());
+  if (!head->message.empty()) {
+    LogJson(head->warning ? "warn" : "info",
+            {{"msg", head->message}, {"head_adopted", head->adopted}});
   }
   auto backend = AuditBackend::Create(options, *key, std::move(trust));
   if (!backend.ok()) return Fail(backend.status());

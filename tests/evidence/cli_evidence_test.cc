@@ -1,6 +1,6 @@
 // End-to-end tests of the evidence commands through the ckpt-audit binary: keys, audit (pass,
-// fail, per-user defaults), verify, verify-log (clean and tampered), query, report, and the
-// HTML report rendered by headless Chromium.
+// fail, per-user defaults), verify, verify-log (clean and tampered, rolled back, forked, pinned),
+// query, report, and the HTML report rendered by headless Chromium.
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -12,6 +12,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "storage/evidence_log.h"
+#include "storage/head_state.h"
 #include "tests/evidence/log_test_util.h"
 #include "tests/evidence/png_probe.h"
 #include "tests/test_util.h"
@@ -33,6 +35,31 @@ class CliTest : public ::ckpt::testing::CliWorkspace {
   Result Audit(const std::string& root, const std::string& extra = "") {
     return Run("audit " + root + " --db " + Db() + " --key " + Key() + " --json " + extra);
   }
+  Result VerifyLog(const std::string& db, const std::string& extra = "") {
+    return Run("verify-log --db " + db + " --trust " + Trust() + " " + extra);
+  }
+  // A log at `db` under origin kOrigin, signed with Key(), holding sample records [from, to).
+  void BuildLog(const std::string& db, int from, int to) {
+    auto key = evidence::SigningKey::Load(Key());
+    ASSERT_TRUE(key.ok()) << key.status();
+    auto log = storage::EvidenceLog::Open(db, true, kOrigin);
+    ASSERT_TRUE(log.ok()) << log.status();
+    for (int i = from; i < to; ++i) {
+      ASSERT_TRUE((*log)->Append(testing::SampleEnvelope(*key, i), *key).ok());
+    }
+  }
+  // "size N root HEX" of the tree at `size` of the log at `db`.
+  std::string HeadAt(const std::string& db, uint64_t size) {
+    auto log = storage::EvidenceLog::OpenReadOnly(db);
+    return storage::DescribeHead({kOrigin, size, *(*log)->RootAt(size)});
+  }
+  // Where the CLI remembers kOrigin's head (log_heads.h).
+  fs::path HeadFile() {
+    return dir_ / "xdg-state" / "ckpt-audit" / "heads" /
+           ToHex(Sha256Of(evidence::AsBytes(std::string(kOrigin))));
+  }
+
+  static constexpr char kOrigin[] = "rollback.test/log";
 };
 
 // Makes layer 1 expert 0's w1 scale (row 0, group 0) tiny, so its span leaves the window.
@@ -283,6 +310,117 @@ TEST_F(CliTest, HtmlReportRendersInHeadlessChromium) {
   auto red = px.colours.find(0xc0392b);
   ASSERT_NE(red, px.colours.end());
   EXPECT_GT(red->second, 20000u);
+}
+
+// The rollback attack of issue 21 against the CLI: a log verified once, then its tail deleted with
+// the triggers dropped and created again. verify-log verified such a log before; now it names the
+// head it verified and the shorter one, and the commands that read or append refuse the log, so
+// the next audit cannot get a deleted record's id.
+TEST_F(CliTest, VerifyLogRemembersItsHeadAndRefusesARolledBackLog) {
+  MakeKey();
+  BuildLog(Db(), 0, 6);
+  const std::string head6 = HeadAt(Db(), 6), head4 = HeadAt(Db(), 4);
+  Result first = VerifyLog(Db());
+  ASSERT_EQ(first.rc, 0) << first.out;
+  ASSERT_TRUE(fs::exists(HeadFile()));
+  struct stat st;
+  ASSERT_EQ(::stat(HeadFile().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(storage::ReadHeadFile(HeadFile().string())->value().head.size, 6u);
+
+  ASSERT_EQ(testing::RawDb(Db()).DeleteTail(4), SQLITE_OK);
+  Result rolled = VerifyLog(Db());
+  EXPECT_EQ(rolled.rc, 1) << rolled.out;
+  EXPECT_THAT(rolled.out, HasSubstr("rolled back"));
+  EXPECT_THAT(rolled.out, HasSubstr(head6));
+  EXPECT_THAT(rolled.out, HasSubstr(head4));
+  EXPECT_THAT(rolled.out, HasSubstr("LOG NOT VERIFIED"));
+  // Another user (another state directory) has no memory of the log: the attack works there.
+  Result fresh = testing::RunCli("verify-log --db " + Db() + " --trust " + Trust(), dir_.path(),
+                                 "XDG_STATE_HOME='" + (dir_ / "other-user").string() + "'");
+  EXPECT_EQ(fresh.rc, 0) << fresh.out;
+
+  for (const std::string& reader : {"query --db " + Db(), "proof --db " + Db() + " --id 0",
+                                    "report --db " + Db() + " 0 --trust " + Trust(),
+                                    "verify --db " + Db() + " --id 0 --trust " + Trust()}) {
+    Result r = Run(reader);
+    EXPECT_EQ(r.rc, 2) << reader << "\n" << r.out;
+    EXPECT_THAT(r.err, HasSubstr("rolled back")) << reader;
+    EXPECT_THAT(r.err, HasSubstr(head6)) << reader;
+  }
+  Result audit = Audit(Fixture("mini-kimi-mxfp4").string());
+  EXPECT_EQ(audit.rc, 2) << audit.out;
+  EXPECT_THAT(audit.err, HasSubstr("rolled back"));
+  auto log = storage::EvidenceLog::OpenReadOnly(Db());
+  EXPECT_EQ(*(*log)->Size(), 4u);  // record id 4 was not given out again
+}
+
+// The same through `audit` alone: the writer remembers the head of every append, so a record id
+// the log once gave out is never given out again.
+TEST_F(CliTest, AuditAfterARollbackNeverReusesARecordId) {
+  MakeKey();
+  ASSERT_EQ(Audit(Fixture("mini-kimi-mxfp4").string()).rc, 0);
+  Result second = Audit(Fixture("mini-kimi-nvfp4").string());
+  ASSERT_EQ(second.rc, 0) << second.err;
+  ASSERT_EQ(nlohmann::json::parse(second.out)["record_id"], 2);
+  ASSERT_EQ(testing::RawDb(Db()).DeleteTail(2), SQLITE_OK);
+  Result again = Audit(Fixture("mini-kimi-nvfp4").string());
+  EXPECT_EQ(again.rc, 2) << again.out;
+  EXPECT_THAT(again.err, HasSubstr("rolled back"));
+  EXPECT_THAT(again.err, HasSubstr("size 4 root "));
+  EXPECT_THAT(again.err, HasSubstr("size 2 root "));
+}
+
+// A fork: another log under the same origin, signed by the same key, with other entries. Of the
+// same size it is "forked"; longer, "not consistent"; both name the two heads.
+TEST_F(CliTest, VerifyLogDetectsAFork) {
+  MakeKey();
+  BuildLog(Db(), 0, 4);
+  ASSERT_EQ(VerifyLog(Db()).rc, 0);
+  const std::string fork = (dir_ / "fork.db").string();
+  BuildLog(fork, 10, 14);
+  Result forked = VerifyLog(fork, "--json");
+  EXPECT_EQ(forked.rc, 1) << forked.out;
+  std::string problems = nlohmann::json::parse(forked.out)["problems"].dump();
+  EXPECT_THAT(problems, HasSubstr("forked"));
+  EXPECT_THAT(problems, HasSubstr(HeadAt(Db(), 4)));
+  EXPECT_THAT(problems, HasSubstr(HeadAt(fork, 4)));
+  BuildLog(fork, 14, 15);
+  Result longer = VerifyLog(fork);
+  EXPECT_EQ(longer.rc, 1) << longer.out;
+  EXPECT_THAT(longer.out, HasSubstr("not consistent"));
+  EXPECT_THAT(longer.out, HasSubstr(HeadAt(fork, 5)));
+  // The remembered head is still the first log's, which goes on verifying as it grows.
+  BuildLog(Db(), 4, 6);
+  EXPECT_EQ(VerifyLog(Db()).rc, 0);
+  EXPECT_EQ(storage::ReadHeadFile(HeadFile().string())->value().head.size, 6u);
+}
+
+// An outside monitor pins a head it saw: a log consistent with it verifies, one that is not (a
+// wrong root, a head beyond the log) fails naming both heads; the two flags go together.
+TEST_F(CliTest, VerifyLogChecksAPinnedHead) {
+  MakeKey();
+  BuildLog(Db(), 0, 5);
+  auto log = storage::EvidenceLog::OpenReadOnly(Db());
+  const std::string root3 = ToHex(*(*log)->RootAt(3)), root5 = ToHex(*(*log)->RootAt(5));
+  const std::string state = "XDG_STATE_HOME='" + (dir_ / "monitor").string() + "'";
+  auto pin = [&](const std::string& size, const std::string& root) {
+    return testing::RunCli("verify-log --db " + Db() + " --trust " + Trust() +
+                               " --expect-size " + size + " --expect-tree-root " + root,
+                           dir_.path(), state);
+  };
+  EXPECT_EQ(pin("3", root3).rc, 0);
+  EXPECT_EQ(pin("5", root5).rc, 0);
+  Result wrong = pin("3", root5);
+  EXPECT_EQ(wrong.rc, 1) << wrong.out;
+  EXPECT_THAT(wrong.out, HasSubstr("not consistent"));
+  EXPECT_THAT(wrong.out, HasSubstr("size 3 root " + root5));
+  EXPECT_THAT(wrong.out, HasSubstr("size 5 root " + root5));
+  Result beyond = pin("7", root5);
+  EXPECT_EQ(beyond.rc, 1) << beyond.out;
+  EXPECT_THAT(beyond.out, HasSubstr("rolled back"));
+  EXPECT_EQ(VerifyLog(Db(), "--expect-size 3").rc, 2);
+  EXPECT_EQ(pin("3", "not-hex").rc, 2);
 }
 
 }  // namespace

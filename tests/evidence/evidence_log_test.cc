@@ -10,6 +10,7 @@
 #include "core/evidence/base64.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "storage/head_state.h"
 #include "storage/log_verifier.h"
 #include "storage/tlog_checkpoint.h"
 #include "tests/evidence/log_test_util.h"
@@ -549,6 +550,174 @@ TEST_F(LogTest, IncrementalVerificationChecksOnlyNewEntriesAndTheConsistencyProo
   std::string problems;
   for (const auto& p : inconsistent->problems) problems += p + "\n";
   EXPECT_THAT(problems, HasSubstr("consistency proof"));
+}
+
+// The rollback attack of issue 21 (docs/evidence.md "Rollback and fork detection"): the tail of
+// the log deleted with its nodes and checkpoints, triggers dropped and created again. Nothing in
+// the database betrays it, so verify-log passes; a writer that kept its head refuses the log and
+// names both heads.
+TEST_F(LogTest, WriterKeepingItsHeadRefusesARolledBackLog) {
+  const std::string head_path = (dir_ / "log.head").string();
+  std::string note6;
+  Hash root4{};
+  {
+    auto log = Open();
+    ASSERT_TRUE(log->KeepHeadIn(head_path).ok());  // no file yet: nothing remembered
+    EXPECT_FALSE(std::filesystem::exists(head_path));
+    for (int i = 0; i < 6; ++i) {
+      auto r = log->Append(SampleEnvelope(*key_, i), *key_);
+      ASSERT_TRUE(r.ok()) << r.status();
+      auto kept = ReadHeadFile(head_path);  // every append leaves its checkpoint there
+      ASSERT_TRUE(kept.ok() && *kept) << kept.status();
+      EXPECT_EQ((*kept)->note, r->checkpoint);
+      EXPECT_EQ((*kept)->head.size, r->tree_size);
+      if (r->tree_size == 4) root4 = r->root;
+      note6 = r->checkpoint;
+    }
+  }
+  struct stat st;
+  ASSERT_EQ(::stat(head_path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const TreeHead head6 = *ParseCheckpoint(note6);
+
+  ASSERT_EQ(RawDb(path_).DeleteTail(4), SQLITE_OK);
+  ASSERT_TRUE(VerifyLogFile(path_, trust_).ok()) << AllProblems();  // the attack is invisible
+
+  auto log = EvidenceLog::Open(path_, false);
+  ASSERT_TRUE(log.ok());
+  absl::Status refused = (*log)->KeepHeadIn(head_path);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("rolled back"));
+  EXPECT_THAT(refused.message(), HasSubstr(DescribeHead(head6)));
+  EXPECT_THAT(refused.message(), HasSubstr(DescribeHead({"", 4, root4})));
+  EXPECT_THAT(refused.message(), HasSubstr(head_path));
+  EXPECT_EQ(ReadHeadFile(head_path)->value().note, note6);  // the remembered head stays
+}
+
+// Rows deleted (or inserted) under a running writer: its next append is refused instead of
+// handing out a record id a deleted record had, and the log stays as the attacker left it.
+TEST_F(LogTest, WriterNeverReusesARecordIdAfterRowsChangeUnderIt) {
+  auto log = Open();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(log->Append(SampleEnvelope(*key_, i), *key_).ok());
+  ASSERT_EQ(RawDb(path_).DeleteTail(3), SQLITE_OK);
+  auto next = log->Append(SampleEnvelope(*key_, 5), *key_);
+  ASSERT_FALSE(next.ok()) << "appended as record " << next->seq;
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(next.status().message(), HasSubstr("holds 3 entries but this writer saw 5"));
+  EXPECT_EQ(*log->Size(), 3u);
+}
+
+// A head file that cannot be written: the append that could not remember its head is done (it
+// is committed), the next one is refused until the head can be written, then goes on.
+TEST_F(LogTest, AppendsWaitForTheirHeadToBeRemembered) {
+  std::filesystem::create_directory(dir_ / "state");
+  const std::string head_path = (dir_ / "state" / "log.head").string();
+  auto log = Open();
+  ASSERT_TRUE(log->KeepHeadIn(head_path).ok());
+  ASSERT_TRUE(log->Append(SampleEnvelope(*key_, 0), *key_).ok());
+  std::filesystem::remove_all(dir_ / "state");  // fails even for root
+  auto second = log->Append(SampleEnvelope(*key_, 1), *key_);
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto third = log->Append(SampleEnvelope(*key_, 2), *key_);
+  ASSERT_FALSE(third.ok());
+  EXPECT_THAT(third.status().message(), HasSubstr("until the newest tree head is remembered"));
+  EXPECT_EQ(*log->Size(), 2u);
+  std::filesystem::create_directory(dir_ / "state");
+  auto fourth = log->Append(SampleEnvelope(*key_, 2), *key_);
+  ASSERT_TRUE(fourth.ok()) << fourth.status();
+  EXPECT_EQ(fourth->seq, 2u);
+  EXPECT_EQ(ReadHeadFile(head_path)->value().head.size, 3u);
+}
+
+// ckpt-auditd's check at start: adopt a log it has no head for after verifying it whole, adopt a
+// longer consistent log (a crash between the append and the head write), refuse a rolled-back,
+// forked or missing log naming both heads, and refuse a head file others can write.
+TEST_F(LogTest, HeadAtStartAdoptsOrRefuses) {
+  const std::string head_path = (dir_ / "log.head").string();
+  EXPECT_TRUE(CheckHeadAtStart(path_, head_path, trust_)->message.empty());  // no log yet
+  Fill(3);
+  auto first = CheckHeadAtStart(path_, head_path, trust_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->adopted);
+  EXPECT_THAT(first->message, HasSubstr("verified the whole log (3 entries)"));
+  const SignedHead head3 = **ReadHeadFile(head_path);
+  EXPECT_EQ(head3.note, EvidenceLog::OpenReadOnly(path_).value()->LatestCheckpoint()->second);
+  auto same = CheckHeadAtStart(path_, head_path, trust_);
+  ASSERT_TRUE(same.ok());
+  EXPECT_FALSE(same->adopted);
+
+  {  // two appends whose head was never written
+    auto log = Open();
+    for (int i = 3; i < 5; ++i) ASSERT_TRUE(log->Append(SampleEnvelope(*key_, i), *key_).ok());
+  }
+  auto longer = CheckHeadAtStart(path_, head_path, trust_);
+  ASSERT_TRUE(longer.ok()) << longer.status();
+  EXPECT_TRUE(longer->adopted);
+  EXPECT_THAT(longer->message, HasSubstr("extends the remembered head " +
+                                         DescribeHead(head3.head)));
+  const SignedHead head5 = **ReadHeadFile(head_path);
+  EXPECT_EQ(head5.head.size, 5u);
+
+  // A fork: the same origin and key, other entries, the same size.
+  const std::string fork = (dir_ / "fork.db").string();
+  {
+    auto log = EvidenceLog::Open(fork, true, "test.example/log");
+    for (int i = 10; i < 15; ++i) ASSERT_TRUE((*log)->Append(SampleEnvelope(*key_, i), *key_).ok());
+  }
+  auto forked = CheckHeadAtStart(fork, head_path, trust_);
+  EXPECT_EQ(forked.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(forked.status().message(), HasSubstr("forked"));
+  EXPECT_THAT(forked.status().message(), HasSubstr(DescribeHead(head5.head)));
+  auto fork_head = EvidenceLog::OpenReadOnly(fork).value()->RootAt(5);
+  EXPECT_THAT(forked.status().message(), HasSubstr(DescribeHead({"", 5, *fork_head})));
+
+  // A longer log of another history is not consistent with the head either.
+  {
+    auto log = EvidenceLog::Open(fork, false);
+    ASSERT_TRUE((*log)->Append(SampleEnvelope(*key_, 15), *key_).ok());
+  }
+  EXPECT_THAT(CheckHeadAtStart(fork, head_path, trust_).status().message(),
+              HasSubstr("not consistent"));
+
+  ASSERT_EQ(RawDb(path_).DeleteTail(2), SQLITE_OK);
+  auto rolled_back = CheckHeadAtStart(path_, head_path, trust_);
+  EXPECT_EQ(rolled_back.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(rolled_back.status().message(), HasSubstr("rolled back"));
+  EXPECT_THAT(rolled_back.status().message(), HasSubstr(DescribeHead(head5.head)));
+  EXPECT_THAT(rolled_back.status().message(), HasSubstr("size 2 root "));
+  EXPECT_EQ((*ReadHeadFile(head_path))->note, head5.note);  // a refusal never rewrites it
+
+  auto missing = CheckHeadAtStart((dir_ / "gone.db").string(), head_path, trust_);
+  EXPECT_THAT(missing.status().message(), HasSubstr("no evidence database"));
+
+  // Another log put in its place (another origin) is not the log whose head is remembered.
+  const std::string other = (dir_ / "other.db").string();
+  {
+    auto log = EvidenceLog::Open(other, true, "other.example/log");
+    for (int i = 0; i < 6; ++i) ASSERT_TRUE((*log)->Append(SampleEnvelope(*key_, i), *key_).ok());
+  }
+  auto replaced = CheckHeadAtStart(other, head_path, trust_);
+  EXPECT_EQ(replaced.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(replaced.status().message(), HasSubstr("is not the remembered log's"));
+
+  ASSERT_EQ(::chmod(head_path.c_str(), 0620), 0);
+  auto loose = CheckHeadAtStart(path_, head_path, trust_);
+  EXPECT_EQ(loose.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(loose.status().message(), HasSubstr("writable by nobody else"));
+}
+
+// A log that does not verify is never adopted: the daemon warns and remembers nothing.
+TEST_F(LogTest, HeadAtStartNeverAdoptsALogThatDoesNotVerify) {
+  Fill(3);
+  RawDb db(path_);
+  db.DropTriggers();
+  const std::string head_path = (dir_ / "log.head").string();
+  auto start = CheckHeadAtStart(path_, head_path, trust_);
+  ASSERT_TRUE(start.ok()) << start.status();
+  EXPECT_TRUE(start->warning);
+  EXPECT_FALSE(start->adopted);
+  EXPECT_THAT(start->message, HasSubstr("does not verify"));
+  EXPECT_FALSE(std::filesystem::exists(head_path));
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 // Crash safety: a child appends in a loop and is SIGKILLed at a random moment, 20 times. After
 // each kill the log must open, pass integrity_check and verify-log, and hold every record the
-// child reported as committed (it writes each seq to a pipe only after Append returned).
+// child reported as committed (it writes each seq to a pipe only after Append returned). The
+// child keeps its tree head in a file (storage/head_state.h), as the daemon does: a kill between
+// the commit and the head write leaves a log longer than the head, which must be adopted, never
+// refused.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "storage/evidence_log.h"
+#include "storage/head_state.h"
 #include "storage/log_verifier.h"
 #include "tests/evidence/log_test_util.h"
 #include "tests/test_util.h"
@@ -17,10 +21,10 @@
 namespace ckpt::storage {
 namespace {
 
-[[noreturn]] void AppendForever(const std::string& path, const evidence::SigningKey& key,
-                                int out_fd) {
+[[noreturn]] void AppendForever(const std::string& path, const std::string& head_path,
+                                const evidence::SigningKey& key, int out_fd) {
   auto log = EvidenceLog::Open(path, true, "crash.test/log");
-  if (!log.ok()) ::_exit(3);
+  if (!log.ok() || !(*log)->KeepHeadIn(head_path).ok()) ::_exit(3);
   for (int i = 0;; ++i) {
     auto r = (*log)->Append(testing::SampleEnvelope(key, i), key);
     if (!r.ok()) ::_exit(4);
@@ -32,6 +36,7 @@ namespace {
 TEST(LogCrash, SigkillMidAppendLosesNothingCommitted) {
   testing::TempDir dir;
   std::string path = (dir / "log.db").string();
+  std::string head_path = (dir / "log.head").string();
   auto key = *evidence::SigningKey::Generate();
   evidence::TrustStore trust;
   trust.Add(key.public_key());
@@ -44,7 +49,7 @@ TEST(LogCrash, SigkillMidAppendLosesNothingCommitted) {
     ASSERT_GE(child, 0);
     if (child == 0) {
       ::close(fds[0]);
-      AppendForever(path, key, fds[1]);
+      AppendForever(path, head_path, key, fds[1]);
     }
     ::close(fds[1]);
     // Let it commit a few records, then kill it at a random point of the next ones: sometimes
@@ -67,8 +72,12 @@ TEST(LogCrash, SigkillMidAppendLosesNothingCommitted) {
     while (::read(fds[0], &seq, sizeof(seq)) == sizeof(seq)) reported.insert(seq);
     ::close(fds[0]);
 
+    auto start = CheckHeadAtStart(path, head_path, trust);
+    ASSERT_TRUE(start.ok()) << "round " << round << ": " << start.status();
     auto log = EvidenceLog::Open(path, false);
     ASSERT_TRUE(log.ok()) << log.status();
+    EXPECT_TRUE((*log)->KeepHeadIn(head_path).ok());
+    EXPECT_EQ(ReadHeadFile(head_path)->value().head.size, *(*log)->Size());
     EXPECT_EQ(*(*log)->IntegrityCheck(), "ok");
     auto v = VerifyLog(**log, trust);
     ASSERT_TRUE(v.ok()) << v.status();

@@ -58,6 +58,25 @@ class RawDb {
       }
     }
   }
+  // The rollback attack: removes entries from seq `n` on with their subject rows, the tree
+  // nodes they finished and the checkpoints that cover them, as the file's owner can: the DELETE
+  // triggers are dropped for it and created again as they were, so the log keeps every trigger
+  // verify-log looks for. SQLITE_OK when every statement ran.
+  int DeleteTail(uint64_t n) {
+    constexpr const char* kTables[] = {"entries", "subjects", "tree_nodes", "checkpoints"};
+    std::string sql;
+    for (const char* t : kTables) absl::StrAppend(&sql, "DROP TRIGGER ", t, "_no_DELETE;");
+    absl::StrAppend(&sql, "DELETE FROM subjects WHERE seq >= ", n, ";",
+                    "DELETE FROM entries WHERE seq >= ", n, ";",
+                    "DELETE FROM tree_nodes WHERE ((idx + 1) << level) > ", n, ";",
+                    "DELETE FROM checkpoints WHERE size > ", n, ";");
+    for (const char* t : kTables) {
+      absl::StrAppend(&sql, "CREATE TRIGGER ", t, "_no_DELETE BEFORE DELETE ON ", t,
+                      " BEGIN SELECT RAISE(ABORT, 'evidence log is append-only: DELETE on ", t,
+                      " refused'); END;");
+    }
+    return Exec(absl::StrCat("BEGIN;", sql, "COMMIT;"));
+  }
   void SetBlob(const std::string& sql, const std::string& blob) {
     sqlite3_stmt* st = nullptr;
     sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr);
