@@ -43,7 +43,8 @@ absl::StatusOr<std::string> EvidenceHome() {
 }
 
 absl::StatusOr<std::string> StateHome() {
-  return XdgHome("XDG_STATE_HOME", ".local/state", "set one to remember evidence logs' heads");
+  return XdgHome("XDG_STATE_HOME", ".local/state",
+                 "set one to remember evidence logs' heads and gate decisions");
 }
 
 absl::StatusOr<std::string> DefaultKeyPath() {

@@ -1,9 +1,5 @@
 #include "services/cli/gate_state.h"
 
-#include <sys/stat.h>
-
-#include <cstdlib>
-#include <filesystem>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +7,7 @@
 #include "core/text/json_dump.h"
 #include "core/text/json_parse.h"
 #include "nlohmann/json.hpp"
+#include "services/cli/evidence_paths.h"
 #include "services/cli/read_file.h"
 
 namespace ckpt::cli {
@@ -20,24 +17,6 @@ constexpr char kFileName[] = "gate-decisions.json";
 constexpr size_t kMaxEntries = 10000;  // the oldest go first beyond this
 constexpr size_t kMaxFileBytes = 16u << 20;
 
-absl::StatusOr<std::string> StateDir() {
-  std::string base;
-  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && xdg[0] == '/') {
-    base = xdg;
-  } else if (const char* home = std::getenv("HOME"); home != nullptr && home[0] != '\0') {
-    base = absl::StrCat(home, "/.local/state");
-  } else {
-    return absl::FailedPreconditionError(
-        "neither XDG_STATE_HOME nor HOME is set: nowhere to remember gate decisions");
-  }
-  std::string dir = absl::StrCat(base, "/ckpt-audit");
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat(dir, ": ", ec.message()));
-  ::chmod(dir.c_str(), 0700);
-  return dir;
-}
-
 std::tuple<std::string, std::string, std::string> Key(const GateQuestion& q) {
   return {q.root, q.policy, q.source};
 }
@@ -45,7 +24,7 @@ std::tuple<std::string, std::string, std::string> Key(const GateQuestion& q) {
 }  // namespace
 
 absl::StatusOr<GateState> GateState::Load() {
-  auto dir = StateDir();
+  auto dir = StateHome();
   if (!dir.ok()) return dir.status();
   GateState state;
   state.path_ = absl::StrCat(*dir, "/", kFileName);
