@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/audit/layout_check.h"
+#include "core/audit/weight_files.h"
 #include "core/checkpoint.h"
 #include "core/evidence/environment.h"
 #include "core/io/tree_stream.h"
@@ -339,7 +340,9 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   std::optional<TreeHeaders> source_headers;
   std::shared_ptr<const TreeImage> source_image;
   if (pair) {
-    auto s = ReadHeaders(options.source, options.source_dir, options.links, read, progress);
+    ReadOptions source_read = read;  // the two trees' headers share one window
+    source_read.window_in_use = derived_image->kept_bytes;
+    auto s = ReadHeaders(options.source, options.source_dir, options.links, source_read, progress);
     if (!s.ok()) return s.status();
     source_headers = *std::move(s);
     source_image = source_headers->image;
@@ -358,6 +361,7 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
     structure.counts["tensors"] = static_cast<int64_t>((*ckpt)->TensorNames().size());
     structure.counts["tensor_bytes"] = static_cast<int64_t>((*ckpt)->total_tensor_bytes());
     structure.details.Set("layout", std::string(LayoutName((*ckpt)->layout())));
+    AddUncheckedWeightFiles(**ckpt, &structure);  // fails for weights a loader reads unchecked
   }
   std::unique_ptr<Checkpoint> source_ckpt;
   std::optional<CheckResult> unreadable_source;
