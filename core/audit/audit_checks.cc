@@ -7,6 +7,7 @@
 #include "core/audit/layout_check.h"
 #include "core/audit/pair_check.h"
 #include "core/audit/scale_window_check.h"
+#include "core/audit/weight_files.h"
 #include "core/evidence/environment.h"
 #include "core/text/name_encoding.h"
 
@@ -155,6 +156,7 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
     structure.counts["tensors"] = static_cast<int64_t>(ckpt->TensorNames().size());
     structure.counts["tensor_bytes"] = static_cast<int64_t>(ckpt->total_tensor_bytes());
     structure.details.Set("layout", std::string(LayoutName(ckpt->layout())));
+    AddUncheckedWeightFiles(*ckpt, &structure);  // fails for weights a loader reads unchecked
   }
   rec.checks.push_back(std::move(structure));
   if (ckpt != nullptr) rec.checks.push_back(RecordOf(std::move(window).Result()));

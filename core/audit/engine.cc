@@ -64,10 +64,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& option
   if (!root.ok()) return root.status();
   e->root_ = *std::move(root);
   if (!options.source.empty() || options.source_dir != nullptr) {
-    // Both trees share one window: the source's small files and headers get what the root's
-    // left.
+    // Both trees share one window: the source's small files and headers count after the root's.
     ReadOptions read = e->read_;
-    read.memory_window -= std::min(read.memory_window, e->root_.image->kept_bytes);
+    read.window_in_use = e->root_.image->kept_bytes;
     auto source = ReadHeaders(options.source, options.source_dir, options.links, read, progress);
     if (!source.ok()) return source.status();
     e->source_ = *std::move(source);

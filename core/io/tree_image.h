@@ -11,7 +11,9 @@
 // A file whose identity (inode, size, mtime, ctime) differs after its read from what fstat
 // said when it was opened is DATA_LOSS; CheckUnchanged() re-stats every name at the end of an
 // audit, which also catches a file renamed over one that was read. Kept bytes are bounded by
-// `memory_window`: a tree that does not fit is RESOURCE_EXHAUSTED before anything is read.
+// `memory_window`: small files kept whole that do not fit are RESOURCE_EXHAUSTED before anything
+// is read, and a safetensors header is counted when its 8-byte length has been read, before it
+// is allocated (RESOURCE_EXHAUSTED naming the file when it does not fit).
 // Immutable once built; safe to share between threads.
 #ifndef CKPT_CORE_IO_TREE_IMAGE_H_
 #define CKPT_CORE_IO_TREE_IMAGE_H_
@@ -47,6 +49,8 @@ struct ReadOptions {
   };
   Keep keep = Keep::kEverything;
   uint64_t memory_window = kDefaultMemoryWindow;
+  // Bytes of the window already kept by another read sharing it (a pair audit's first tree).
+  uint64_t window_in_use = 0;
   unsigned threads = 0;  // files read at once; 0: DefaultThreads()
   bool file_digests = true;
   bool tensor_digests = true;
@@ -72,6 +76,7 @@ struct ImageFile {
   std::shared_ptr<const SafetensorsFile> safetensors;
   absl::Status header_status;
   std::vector<Digest> tensor_digests;  // parallel to safetensors->tensors()
+  uint64_t parsed_bytes = 0;  // about what `safetensors` holds on the heap besides `content`
   // Keep::kStreamTensorData: the file was read up to here (its header, kept in `content`);
   // the digests are taken when StreamTrees reads the rest.
   std::optional<uint64_t> stream_from;
@@ -88,7 +93,7 @@ class TreeImage {
   std::vector<ImageFile> files;          // PosixPathLess order of `name`
   std::vector<io::LinkHop> links;        // links followed by the listing
   uint64_t bytes_read = 0;               // every byte pread from storage
-  uint64_t kept_bytes = 0;
+  uint64_t kept_bytes = 0;  // kept contents and parsed headers: what counts against the window
 
   // By recorded name (equal to the path for every valid UTF-8 path).
   const ImageFile* Find(std::string_view name) const;
@@ -101,7 +106,8 @@ class TreeImage {
   absl::Status CheckUnchanged() const;
 };
 
-// Errors: INVALID_ARGUMENT (bad options), RESOURCE_EXHAUSTED (over the memory window),
+// Errors: INVALID_ARGUMENT (bad options), RESOURCE_EXHAUSTED (small files or a header over the
+// memory window, beside `window_in_use`),
 // NOT_FOUND / PERMISSION_DENIED (a file cannot be opened), DATA_LOSS (a file changed,
 // shrank or could not be read; the message names the file and the offset). A safetensors
 // header that does not parse is not an error here: it is kept in header_status.

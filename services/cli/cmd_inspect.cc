@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/audit/engine.h"
+#include "core/audit/weight_files.h"
 #include "core/quant/format.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
@@ -27,6 +28,7 @@ struct Summary {
   std::string model_ref;
   std::string quantization = "none declared";
   std::vector<FileSummary> files;
+  std::vector<audit::UncheckedWeightFile> unchecked;  // weights no check reads
   std::map<std::string, size_t> by_dtype;
   uint64_t tensor_bytes = 0;
 };
@@ -72,6 +74,7 @@ absl::StatusOr<Summary> Summarize(const std::string& path, const LinkOptions& li
                       " contract findings: ckpt-audit quant-check)";
   }
   for (const auto& shard : ckpt->shards()) AddFile(*shard, ckpt->RelativePath(*shard), &s);
+  s.unchecked = audit::UncheckedWeightFiles(*ckpt);
   return s;
 }
 
@@ -85,6 +88,11 @@ void PrintText(const Summary& s) {
     std::printf("  %-48s %12s  %6zu tensors\n", f.path.c_str(), HumanBytes(f.bytes).c_str(),
                 f.tensors);
     total_tensors += f.tensors;
+  }
+  for (const audit::UncheckedWeightFile& u : s.unchecked) {
+    std::printf("  %-48s %12s  not checked: %s%s (%s)\n", u.name.c_str(),
+                HumanBytes(u.bytes).c_str(), u.code.c_str(), u.fails ? ", fails an audit" : "",
+                u.reason.c_str());
   }
   std::printf("tensors by dtype:");
   for (const auto& [dtype, n] : s.by_dtype) std::printf(" %s=%zu", dtype.c_str(), n);
@@ -103,6 +111,13 @@ void PrintJson(const Summary& s) {
   j["tensors_by_dtype"] = s.by_dtype;
   for (const FileSummary& f : s.files) {
     j["files"].push_back({{"path", f.path}, {"bytes", f.bytes}, {"tensors", f.tensors}});
+  }
+  for (const audit::UncheckedWeightFile& u : s.unchecked) {
+    j["unchecked_weight_files"].push_back({{"path", u.name},
+                                           {"bytes", u.bytes},
+                                           {"code", u.code},
+                                           {"fails", u.fails},
+                                           {"reason", u.reason}});
   }
   std::printf("%s\n", DumpJson(j, 2).c_str());
 }

@@ -14,8 +14,8 @@
 
 namespace ckpt::testing {
 
-// Called after each successful Read of a file named `name` (last path component), with how
-// many reads of it have completed so far.
+// Called after each successful Read of a file named `name` (last path component; empty: every
+// file), with how many reads of it have completed so far.
 struct ReadHook {
   std::string name;
   std::function<void(int reads_done)> after_read;
@@ -70,7 +70,8 @@ class FaultDirectory final : public io::Directory {
       const std::string& name) const override {
     auto f = inner_->OpenFile(name);
     if (!f.ok()) return f.status();
-    return std::make_unique<FaultFile>(*std::move(f), name == hook_->name ? hook_.get() : nullptr);
+    const bool hooked = hook_->name.empty() || name == hook_->name;
+    return std::make_unique<FaultFile>(*std::move(f), hooked ? hook_.get() : nullptr);
   }
   absl::StatusOr<std::unique_ptr<io::Directory>> OpenDirectory(
       const std::string& name) const override {
