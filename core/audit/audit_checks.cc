@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/audit/layout_check.h"
 #include "core/checkpoint.h"
+#include "core/forward/forward_stream.h"
 #include "core/evidence/environment.h"
 #include "core/io/tree_stream.h"
 #include "core/text/name_encoding.h"
@@ -287,31 +288,17 @@ void Need(const Checkpoint& ckpt, const std::vector<std::string>& names, StreamW
   }
 }
 
-// Every tensor of layer `layer` ("…layers.<layer>.…"): what the block forward reads.
-std::vector<std::string> LayerTensors(const Checkpoint& ckpt, int layer) {
-  const std::string mark = absl::StrCat("layers.", layer, ".");
-  std::vector<std::string> out;
-  for (const std::string& n : ckpt.TensorNames()) {
-    const size_t at = n.find(mark);
-    if (at != std::string::npos && (at == 0 || n[at - 1] == '.')) out.push_back(n);
-  }
-  return out;
-}
-
-// The block forward adapter: the requested layers on the caller's device. Audits always measure
-// the vLLM w1/w3 global-scale collapse (docs/forward.md; free when no NVFP4 expert's w1 and w3
-// global scales differ), unless another emulation is asked for.
-absl::StatusOr<forward::ForwardAuditResult> RunForwardLayers(const Checkpoint& derived,
-                                                             const Checkpoint* source,
-                                                             const AuditOptions& options) {
+// The block forward's options: the requested layers on the caller's device. Audits always
+// measure the vLLM w1/w3 global-scale collapse (docs/forward.md; free when no NVFP4 expert's w1
+// and w3 global scales differ), unless another emulation is asked for.
+forward::ForwardAuditOptions ForwardOptionsOf(const AuditOptions& options) {
   forward::ForwardAuditOptions fopt;
   fopt.precision = options.forward_device.name == "cpu" ? forward::Precision::kF64
                                                         : forward::Precision::kBF16;
   fopt.emulation = options.forward_emulation == forward::Emulation::kNone
                        ? forward::Emulation::kVllmW13Collapse
                        : options.forward_emulation;
-  return forward::RunModelForward(derived, source, options.forward_layers, fopt,
-                                  options.forward_device);
+  return fopt;
 }
 
 }  // namespace
@@ -383,7 +370,8 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   quant::PairVerifyOptions popt;
   popt.threads = options.threads;
   popt.format.root_map = options.root_map;
-  std::optional<forward::ForwardAuditResult> forward_result;
+  const forward::ForwardAuditOptions forward_options = ForwardOptionsOf(options);
+  std::unique_ptr<forward::StreamedForward> forward_plan;
   if (ckpt.ok()) {
     const Checkpoint& d = **ckpt;
     auto units = window_policy.Plan(d);
@@ -426,28 +414,19 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   }
   std::sort(keyed.begin(), keyed.end(),
             [](const KeyedWork& a, const KeyedWork& b) { return a.key < b.key; });
-  if (ckpt.ok() && !options.forward_layers.empty()) {
-    // Appended after the sort (last among ties): the requested layers of both trees are held
-    // until they have run.
-    const Checkpoint& d = **ckpt;
-    const Checkpoint* s = source_ckpt.get();
-    auto layers = forward::ResolveLayers(options.forward_layers, d.text_config());
-    if (!layers.ok()) return layers.status();
-    KeyedWork k{"", {absl::StrCat("block_forward layers ", options.forward_layers), {}, {}}};
-    for (int layer : *layers) {
-      Need(d, LayerTensors(d, layer), &k.work);
-      if (s != nullptr) Need(*s, LayerTensors(*s, layer), &k.work);
-    }
-    k.work.run = [&, s]() -> absl::Status {
-      auto fwd = RunForwardLayers(d, s, options);
-      if (!fwd.ok()) return fwd.status();
-      forward_result = *std::move(fwd);
-      return absl::OkStatus();
-    };
-    keyed.push_back(std::move(k));
-  }
   std::vector<StreamWork> work;
   for (KeyedWork& k : keyed) work.push_back(std::move(k.work));
+  if (ckpt.ok() && !options.forward_layers.empty()) {
+    // After the sorted work (last among ties): the block forward's units (core/forward/
+    // forward_stream.h), which hold only the experts the tokens route to.
+    auto layers = forward::ResolveLayers(options.forward_layers, (*ckpt)->text_config());
+    if (!layers.ok()) return layers.status();
+    auto plan = forward::StreamedForward::Plan(**ckpt, source_ckpt.get(), *std::move(layers),
+                                               forward_options, options.forward_device);
+    if (!plan.ok()) return plan.status();
+    forward_plan = *std::move(plan);
+    for (StreamWork& w : forward_plan->Work(work.size())) work.push_back(std::move(w));
+  }
   std::vector<std::shared_ptr<const TreeImage>> images = {derived_image};
   if (source_image) images.push_back(source_image);
   auto streamed = StreamTrees(images, std::move(work), read, progress);
@@ -496,7 +475,9 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
     }
     rec.pair_audit = PairAuditOf(r);
   }
-  if (forward_result) {
+  if (forward_plan) {
+    auto forward_result = forward_plan->Finish(options.forward_layers);
+    if (!forward_result.ok()) return forward_result.status();
     rec.checks.push_back(ForwardCheck(*forward_result));
     rec.block_forward = forward_result->report;
     if (const auto& g = options.forward_device.gpu) {

@@ -1,12 +1,17 @@
 // `ckpt-audit forward`: run one layer's MoE block (`--layer L`) or several (`--layers all|L1,..`)
 // on a derived checkpoint (and its source) on the CPU reference or the CUDA kernels, optionally
 // emulating a serving backend's loader, and report whether the outputs are bit-identical
-// (core/forward/forward_audit.h; docs/forward.md).
+// (core/forward/forward_audit.h; docs/forward.md). Both trees are read once in
+// --memory-window, holding only the experts the tokens route to.
 #include <algorithm>
 #include <cstdio>
+#include <limits>
+#include <string_view>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/forward/forward_audit.h"
 #include "core/text/json_dump.h"
 #include "services/cli/cli_util.h"
@@ -23,8 +28,52 @@ struct ForwardArgs {
   std::string device = "cpu";
   std::string precision;  // default: f64 on cpu, bf16 on cuda
   std::string emulate;
+  std::string memory_window;
   bool json = false;
 };
+
+// A byte count ("1048576") or a binary size ("256M" = 256 MiB, "1.5G", "2GiB"). INVALID_ARGUMENT
+// naming the flag for anything else, 0, a value below one read chunk (64 KiB), a fraction of a
+// byte, or more than 2^64 - 1. (A minimal parser: the shared one in cli_util replaces it.)
+absl::StatusOr<uint64_t> ParseMemoryWindow(std::string_view text) {
+  constexpr uint64_t kMinimum = 64 << 10;
+  auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("--memory-window '", text, "': ", why));
+  };
+  using u128 = unsigned __int128;
+  const u128 kMax = std::numeric_limits<uint64_t>::max();
+  size_t i = 0;
+  u128 whole = 0, frac = 0, scale = 1;
+  for (; i < text.size() && absl::ascii_isdigit(text[i]); ++i) {
+    whole = whole * 10 + (text[i] - '0');
+    if (whole > kMax) return bad("too large (at most 2^64 - 1 bytes)");
+  }
+  if (i == 0) return bad("expected a byte count or a size such as 256M, 1.5G or 2GiB");
+  if (i < text.size() && text[i] == '.') {
+    const size_t start = ++i;
+    for (; i < text.size() && absl::ascii_isdigit(text[i]) && i - start < 18; ++i) {
+      frac = frac * 10 + (text[i] - '0');
+      scale *= 10;
+    }
+    if (i == start) return bad("expected digits after '.'");
+  }
+  const std::string unit = absl::AsciiStrToUpper(text.substr(i));
+  int shift = 0;
+  if (!unit.empty() && unit != "B") {
+    const size_t at = std::string_view("KMGT").find(unit[0]);
+    if (at == std::string_view::npos || (unit.size() > 1 && unit.substr(1) != "I" &&
+                                         unit.substr(1) != "IB")) {
+      return bad("unknown unit (K, M, G or T, binary: 1K = 1024 bytes)");
+    }
+    shift = 10 * static_cast<int>(at + 1);
+  }
+  if ((frac << shift) % scale != 0) return bad("not a whole number of bytes");
+  if (whole > (kMax >> shift)) return bad("too large (at most 2^64 - 1 bytes)");
+  const u128 value = (whole << shift) + (frac << shift) / scale;
+  if (value > kMax) return bad("too large (at most 2^64 - 1 bytes)");
+  if (value < kMinimum) return bad(absl::StrCat("below one read chunk (", kMinimum, " bytes)"));
+  return static_cast<uint64_t>(value);
+}
 
 void PrintHeader(const evidence::BlockForward& r) {
   std::printf("%s on %s", r.family.c_str(), r.device.c_str());
@@ -105,8 +154,30 @@ void PrintSummary(const evidence::BlockForward& r) {
                 l.verdict.c_str(), differing.c_str(), max_diff.c_str(), hist.c_str(),
                 emulated.c_str());
   }
-  std::printf("verdict: %s (%d of %d layers passed)\n", r.verdict.c_str(),
-              static_cast<int>(r.layers_passed), static_cast<int>(r.layers.size()));
+}
+
+// The last line. When the emulated backend's output diverges (exit 1), that leads: the stored
+// weights' verdict follows it.
+void PrintVerdict(const evidence::BlockForward& r) {
+  std::vector<std::string> diverging;
+  for (const evidence::ForwardLayer& l : r.layers) {
+    if (l.backend_emulation && l.backend_emulation->verdict != "bit-identical") {
+      diverging.push_back(std::to_string(l.layer));
+    }
+  }
+  std::string stored = r.verdict;
+  if (r.multi_layer()) {
+    absl::StrAppend(&stored, " (", r.layers_passed, " of ", r.layers.size(), " layers passed)");
+  }
+  if (diverging.empty()) {
+    if (r.multi_layer()) std::printf("verdict: %s\n", stored.c_str());
+    return;
+  }
+  std::printf("verdict: emulated %s output DIFFERS on %zu of %zu layers (layer%s %s); stored "
+              "weights: %s\n",
+              r.emulation.c_str(), diverging.size(), r.layers.size(),
+              diverging.size() == 1 ? "" : "s", absl::StrJoin(diverging, ", ").c_str(),
+              stored.c_str());
 }
 
 int Run(const ForwardArgs& a) {
@@ -122,6 +193,11 @@ int Run(const ForwardArgs& a) {
   auto emulation = forward::ParseEmulation(a.emulate);
   if (!emulation.ok()) return ReportError(emulation.status());
   forward::ForwardAuditOptions o = a.options;
+  if (!a.memory_window.empty()) {
+    auto window = ParseMemoryWindow(a.memory_window);
+    if (!window.ok()) return ReportError(window.status());
+    o.memory_window = *window;
+  }
   o.precision = *p;
   o.emulation = *emulation;
   o.layer = a.layer;
@@ -134,6 +210,7 @@ int Run(const ForwardArgs& a) {
     PrintHeader(r->report);
     for (const evidence::ForwardLayer& layer : r->report.layers) PrintLayer(layer);
     if (r->report.multi_layer()) PrintSummary(r->report);
+    PrintVerdict(r->report);
   }
   return r->passed && !r->emulation_differs ? kExitOk : kExitCheckFailed;
 }
@@ -157,6 +234,10 @@ void AddForwardCommand(CLI::App& app, int* exit_code) {
                   "write output and intermediates here (--layer only)");
   cmd->add_option("--emulate", a->emulate,
                   "also compute the derived side as a backend loads it: vllm-w13-collapse");
+  cmd->add_option("--memory-window", a->memory_window,
+                  "checkpoint bytes held in memory at most, both trees (default 1.5G; e.g. "
+                  "256M, 2GiB)");
+  cmd->add_option("--threads", a->options.threads, "reading threads (0: all cores)");
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->callback([=] { *exit_code = Run(*a); });
 }
