@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <map>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -142,7 +143,8 @@ struct StreamedForward::State {
     size_t routing = 0;
     std::vector<size_t> units;  // the experts' and the shared expert's
     // Planned tensors, per unit.
-    StreamTensors routing_tensors, routing_ahead, shared_tensors, out_tensors;
+    StreamTensors routing_tensors, routing_ahead, out_tensors;
+    std::array<StreamTensors, 2> shared_tensors;  // derived, source: one unit each
     std::vector<StreamTensors> expert_tensors;  // one for gpt-oss (stacked experts)
     std::vector<ExpertGlobalScale> global_scales;
   };
@@ -293,28 +295,19 @@ struct StreamedForward::State {
     return absl::OkStatus();
   }
 
-  absl::Status Shared(Layer& l) const {
+  // A shared-expert unit, one per tree (the largest dense weights of a block).
+  absl::Status Shared(Layer& l, bool on_source) const {
     const Precision p = options->precision;
+    const Checkpoint& ckpt = on_source ? *source : *derived;
     BlockWeights w;
-    if (absl::Status s = LoadBlockPart(*derived, l.config, l.layer, BlockPart::kShared, {}, &w);
+    if (absl::Status s = LoadBlockPart(ckpt, l.config, l.layer, BlockPart::kShared, {}, &w);
         !s.ok()) {
       return s;
     }
-    for (RunKind k : {kDerived, kRerun, kCpu}) {
-      if (!l.runs[k]) continue;
+    for (RunKind k : {kDerived, kRerun, kSource, kCpu}) {
+      if (!l.runs[k] || (k == kSource) != on_source) continue;
       if (absl::Status s = StagesOf(k).shared(l.config, w, input, p, &l.r[k]); !s.ok()) {
-        return InLayer(s, *derived, l.layer);
-      }
-    }
-    if (l.runs[kSource]) {
-      BlockWeights ws;
-      if (absl::Status s = LoadBlockPart(*source, l.config, l.layer, BlockPart::kShared, {}, &ws);
-          !s.ok()) {
-        return s;
-      }
-      if (absl::Status s = device->stages.shared(l.config, ws, input, p, &l.r[kSource]);
-          !s.ok()) {
-        return InLayer(s, *source, l.layer);
+        return InLayer(s, ckpt, l.layer);
       }
     }
     return absl::OkStatus();
@@ -443,6 +436,7 @@ absl::StatusOr<std::unique_ptr<StreamedForward>> StreamedForward::Plan(
     const BlockConfig& c = l.config;
     for (const Checkpoint* ckpt : {&derived, source}) {
       if (ckpt == nullptr) continue;
+      StreamTensors* shared = &l.shared_tensors[ckpt == source];
       auto add = [&](BlockPart part, int expert, StreamTensors* out) -> absl::Status {
         auto refs = BlockPartTensors(*ckpt, c, layer, part, expert);
         if (!refs.ok()) return refs.status();
@@ -450,7 +444,7 @@ absl::StatusOr<std::unique_ptr<StreamedForward>> StreamedForward::Plan(
         return absl::OkStatus();
       };
       for (const auto& [part, out] : {std::pair{BlockPart::kRouting, &l.routing_tensors},
-                                      std::pair{BlockPart::kShared, &l.shared_tensors},
+                                      std::pair{BlockPart::kShared, shared},
                                       std::pair{BlockPart::kLatentOut, &l.out_tensors}}) {
         if (absl::Status s = add(part, -1, out); !s.ok()) return s;
       }
@@ -460,10 +454,17 @@ absl::StatusOr<std::unique_ptr<StreamedForward>> StreamedForward::Plan(
         if (absl::Status s = add(BlockPart::kExpert, e, &l.expert_tensors[e]); !s.ok()) return s;
       }
     }
-    // The routing weights are read when the cursor reaches the layer's experts, wherever they
-    // lie after them; the emulation's global scales come with them (a few bytes per expert).
+    // The routing weights are read when the cursor reaches the layer's experts' weights (each
+    // expert's largest tensor in each file: not its few-byte global scales, which a shard may
+    // store far ahead of everything else), wherever they lie after them; the emulation's
+    // global scales come with them (a few bytes per expert).
     for (const StreamTensors& t : l.expert_tensors) {
-      l.routing_ahead.insert(l.routing_ahead.end(), t.begin(), t.end());
+      std::map<const SafetensorsFile*, const TensorInfo*> largest;
+      for (const auto& [file, info] : t) {
+        const TensorInfo*& at = largest[file];
+        if (at == nullptr || info->num_bytes() > at->num_bytes()) at = info;
+      }
+      for (const auto& [file, info] : largest) l.routing_ahead.push_back({file, info});
     }
     if (l.emulate) {
       l.global_scales = ExpertGlobalScales(derived, c, layer);
@@ -496,7 +497,8 @@ std::vector<StreamWork> StreamedForward::Work(size_t first) {
     const std::string name = absl::StrCat("block_forward layer ", l.layer);
     l.routing = work.size();
     StreamWork routing{name + " routing", std::move(l.routing_tensors),
-                       [&st, &l] { return st.Route(l); }, {}, {}, std::move(l.routing_ahead)};
+                       [&st, &l] { return st.Route(l); }};
+    routing.read_ahead_from = std::move(l.routing_ahead);
     work.push_back(std::move(routing));
     std::vector<size_t> before_finish = {first + l.routing};
     const bool stacked = l.config.family == BlockFamily::kGptOss;
@@ -510,20 +512,22 @@ std::vector<StreamWork> StreamedForward::Work(size_t first) {
       StreamWork unit{absl::StrCat(name, stacked ? " experts" : absl::StrCat(" expert ", e)),
                       std::move(l.expert_tensors[e]),
                       [&st, &l, ids] { return st.Experts(l, ids); },
-                      {first + l.routing},
-                      {},
-                      {}};
+                      {first + l.routing}};
       if (!stacked) {
         unit.wanted = [&l, e] { return l.chosen_derived[e] || l.chosen_source[e]; };
       }
       before_finish.push_back(first + work.size());
       work.push_back(std::move(unit));
     }
-    before_finish.push_back(first + work.size());
-    work.push_back({name + " shared expert", std::move(l.shared_tensors),
-                    [&st, &l] { return st.Shared(l); }, {}, {}, {}});
+    for (bool on_source : {false, true}) {
+      if (on_source && st.source == nullptr) continue;
+      before_finish.push_back(first + work.size());
+      work.push_back({name + (on_source ? " shared expert (source)" : " shared expert"),
+                      std::move(l.shared_tensors[on_source]),
+                      [&st, &l, on_source] { return st.Shared(l, on_source); }});
+    }
     work.push_back({name + " latent output", std::move(l.out_tensors),
-                    [&st, &l] { return st.Finish(l); }, std::move(before_finish), {}, {}});
+                    [&st, &l] { return st.Finish(l); }, std::move(before_finish)});
     l.expert_tensors.clear();
   }
   return work;

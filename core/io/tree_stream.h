@@ -66,9 +66,9 @@ struct StreamWork {
   std::string label;  // names the item in messages
   StreamTensors tensors;
   std::function<absl::Status()> run;
-  std::vector<size_t> after;
-  std::function<bool()> wanted;
-  StreamTensors read_ahead_from;
+  std::vector<size_t> after = {};
+  std::function<bool()> wanted = {};
+  StreamTensors read_ahead_from = {};
 };
 
 struct StreamResult {

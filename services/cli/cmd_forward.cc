@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
-#include <string_view>
+#include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -35,9 +35,9 @@ struct ForwardArgs {
 // A byte count ("1048576") or a binary size ("256M" = 256 MiB, "1.5G", "2GiB"). INVALID_ARGUMENT
 // naming the flag for anything else, 0, a value below one read chunk (64 KiB), a fraction of a
 // byte, or more than 2^64 - 1. (A minimal parser: the shared one in cli_util replaces it.)
-absl::StatusOr<uint64_t> ParseMemoryWindow(std::string_view text) {
+absl::StatusOr<uint64_t> ParseMemoryWindow(const std::string& text) {
   constexpr uint64_t kMinimum = 64 << 10;
-  auto bad = [&](std::string_view why) {
+  auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("--memory-window '", text, "': ", why));
   };
   using u128 = unsigned __int128;
@@ -60,8 +60,8 @@ absl::StatusOr<uint64_t> ParseMemoryWindow(std::string_view text) {
   const std::string unit = absl::AsciiStrToUpper(text.substr(i));
   int shift = 0;
   if (!unit.empty() && unit != "B") {
-    const size_t at = std::string_view("KMGT").find(unit[0]);
-    if (at == std::string_view::npos || (unit.size() > 1 && unit.substr(1) != "I" &&
+    const size_t at = std::string("KMGT").find(unit[0]);
+    if (at == std::string::npos || (unit.size() > 1 && unit.substr(1) != "I" &&
                                          unit.substr(1) != "IB")) {
       return bad("unknown unit (K, M, G or T, binary: 1K = 1024 bytes)");
     }

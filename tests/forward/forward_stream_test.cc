@@ -24,6 +24,9 @@ using ::ckpt::testing::Fixture;
 using ::ckpt::testing::TempDir;
 
 constexpr uint64_t kWindow = 1ull << 20;
+// The audit adds the pair check's units, which hold the same tensors at other times (the
+// fixture's shared expert is a third of this window on both trees).
+constexpr uint64_t kAuditWindow = 3ull << 19;
 constexpr uint64_t kUnbounded = 1ull << 32;
 constexpr char kExperts[] = "language_model.model.layers.1.block_sparse_moe.experts.";
 
@@ -85,7 +88,8 @@ TEST(ForwardStream, AuditInAWindowSmallerThanOneLayerEqualsTheUnboundedRun) {
   TempDir dir;
   const auto source = CopyFixture("mini-kimi-mxfp4", dir);
   const auto derived = CopyFixture("mini-kimi-nvfp4", dir);
-  ASSERT_LT(kWindow, LayerBytes(derived.string(), 1) + LayerBytes(source.string(), 1));
+  ASSERT_LT(kAuditWindow, LayerBytes(derived.string(), 1));
+  ASSERT_LT(kAuditWindow, LayerBytes(source.string(), 1));
   auto audit = [&](uint64_t window, audit::AuditStats* stats) {
     audit::AuditOptions o;
     o.root = derived.string();
@@ -96,7 +100,7 @@ TEST(ForwardStream, AuditInAWindowSmallerThanOneLayerEqualsTheUnboundedRun) {
     return audit::RunAudit(o, NoProgress(), stats);
   };
   audit::AuditStats small, large;
-  auto bounded = audit(kWindow, &small);
+  auto bounded = audit(kAuditWindow, &small);
   ASSERT_TRUE(bounded.ok()) << bounded.status();
   auto unbounded = audit(kUnbounded, &large);
   ASSERT_TRUE(unbounded.ok()) << unbounded.status();
@@ -105,7 +109,7 @@ TEST(ForwardStream, AuditInAWindowSmallerThanOneLayerEqualsTheUnboundedRun) {
   EXPECT_EQ(bounded->block_forward->layers.size(), 2u);
   EXPECT_EQ(DumpJson(bounded->block_forward->ToJson()),
             DumpJson(unbounded->block_forward->ToJson()));
-  EXPECT_LE(small.peak_kept_bytes, kWindow);
+  EXPECT_LE(small.peak_kept_bytes, kAuditWindow);
   EXPECT_EQ(small.bytes_read, large.bytes_read);
 }
 
