@@ -177,3 +177,52 @@ TEST(ForwardStream, UnselectedExpertsAreNeverLoaded) {
 
 }  // namespace
 }  // namespace ckpt::forward
+
+namespace ckpt {
+namespace {
+
+// core/io/tree_stream.h, dependent work: an item that is not wanted never runs and never gets
+// memory for its tensors; an `after` must name an earlier item.
+TEST(StreamDependentWork, DroppedWorkNeverHoldsItsTensors) {
+  ReadOptions read = Checkpoint::ReadOnly();
+  read.keep = ReadOptions::Keep::kStreamTensorData;
+  read.threads = 2;
+  auto opened = Checkpoint::Open(::ckpt::testing::Fixture("mini-kimi-nvfp4").string(), read);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::shared_ptr<const Checkpoint> ckpt = *std::move(opened);
+  const std::shared_ptr<const TreeImage> image(ckpt, &ckpt->image());
+  const std::string block = "language_model.model.layers.1.block_sparse_moe.";
+  auto tensor = [&](const std::string& name) {
+    std::optional<TensorRef> t = ckpt->Find(block + name);
+    EXPECT_TRUE(t.has_value()) << name;
+    return std::pair{t->file, t->info};
+  };
+  const auto router = tensor("gate.weight");
+  const auto dropped = tensor("shared_experts.up_proj.weight");
+  const auto kept = tensor("shared_experts.down_proj.weight");
+  bool ran_dropped = false, ran_kept = false;
+  auto work = [&] {
+    std::vector<StreamWork> w;
+    w.push_back({"router", {router}, [] { return absl::OkStatus(); }});
+    w.push_back({"dropped", {dropped}, [&] { ran_dropped = true; return absl::OkStatus(); }, {0}});
+    w.back().wanted = [] { return false; };
+    w.push_back({"kept", {kept}, [&] { ran_kept = true; return absl::OkStatus(); }, {0}});
+    w.back().wanted = [] { return true; };
+    return w;
+  };
+  auto streamed = StreamTrees({image}, work(), read, NoProgress());
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  EXPECT_FALSE(ran_dropped);
+  EXPECT_TRUE(ran_kept);
+  EXPECT_LE(streamed->peak_kept_bytes,
+            image->kept_bytes + router.second->num_bytes() + kept.second->num_bytes());
+  EXPECT_GT(streamed->peak_kept_bytes, image->kept_bytes);
+
+  std::vector<StreamWork> backwards = work();
+  backwards[0].after = {1};
+  EXPECT_EQ(StreamTrees({image}, std::move(backwards), read, NoProgress()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ckpt
