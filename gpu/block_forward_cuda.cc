@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -142,8 +143,14 @@ absl::Status DownloadBf16(const uint16_t* p, size_t n, std::vector<double>* out)
   return absl::OkStatus();
 }
 
-absl::Status CheckShapes(const BlockConfig& c, const BlockWeights& w) {
-  if (absl::Status s = forward::CheckBlockWeights(c, w); !s.ok()) return s;
+// What every stage needs: the W4A16 precision, a device, kernel widths, a [T, hidden] input.
+absl::Status CheckStage(const BlockConfig& c, forward::Precision precision, int64_t tokens,
+                        size_t input_values) {
+  if (precision != forward::Precision::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the CUDA forward computes W4A16 (precision bf16), not ", PrecisionName(precision)));
+  }
+  if (absl::Status s = CudaAvailable(); !s.ok()) return s;
   const int in = c.latent > 0 ? c.latent : c.hidden;
   for (int d : {c.hidden, in, c.expert_intermediate, c.shared_intermediate}) {
     if (d % 32 != 0) {
@@ -151,50 +158,36 @@ absl::Status CheckShapes(const BlockConfig& c, const BlockWeights& w) {
           absl::StrCat("CUDA forward: block widths must be multiples of 32, got ", d));
     }
   }
-  const forward::Fp4Scale kind = w.experts[0].gate.scale_kind;
-  for (const forward::ExpertWeights& e : w.experts) {
-    for (const Fp4Matrix* m : {&e.gate, &e.up, &e.down}) {
-      if (m->scale_kind != kind) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("CUDA forward: ", m->name, " mixes MXFP4 and NVFP4 in one block"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status CudaAvailable() {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no usable CUDA device: ", cudaGetErrorString(e)));
-  }
-  if (n == 0) return absl::FailedPreconditionError("no CUDA device present");
-  return absl::OkStatus();
-}
-
-absl::StatusOr<BlockResult> RunBlockCuda(const BlockConfig& c, const BlockWeights& w,
-                                         const forward::BlockInput& input,
-                                         forward::Precision precision, CudaRunStats* stats) {
-  if (precision != forward::Precision::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the CUDA forward computes W4A16 (precision bf16), not ", PrecisionName(precision)));
-  }
-  if (absl::Status s = CudaAvailable(); !s.ok()) return s;
-  if (absl::Status s = CheckShapes(c, w); !s.ok()) return s;
-  const int T = static_cast<int>(input.tokens), H = c.hidden, E = c.experts, K = c.top_k;
-  const int D = c.latent > 0 ? c.latent : H, I = c.expert_intermediate;
-  if (T <= 0 || input.values.size() != static_cast<size_t>(T) * H) {
+  if (tokens <= 0 || input_values != static_cast<size_t>(tokens) * c.hidden) {
     return absl::InvalidArgumentError("CUDA forward: input is not [T, hidden]");
   }
-  DeviceArena arena;
-  BlockResult r;
-  r.tokens = T;
+  return absl::OkStatus();
+}
 
-  // Routing: router GEMV in FP32 (F32 weights), then top-k on the GPU.
+std::vector<float> Floats(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+// The routed state of a route stage for this block and input.
+absl::Status CheckRouted(const BlockConfig& c, const BlockResult& r, int64_t tokens) {
+  const size_t slots = static_cast<size_t>(tokens) * c.top_k;
+  if (r.tokens != tokens || r.topk_ids.size() != slots || r.topk_weights.size() != slots ||
+      (c.latent > 0 && r.latent_in.size() != static_cast<size_t>(tokens) * c.latent)) {
+    return absl::InvalidArgumentError("CUDA forward: the routed state does not fit the block");
+  }
+  return absl::OkStatus();
+}
+
+// Router GEMV in FP32 (F32 weights), top-k on the GPU, then the expert input: the latent
+// projection (BF16) or x itself.
+absl::Status RouteCuda(const BlockConfig& c, const BlockWeights& w,
+                       const forward::BlockInput& input, forward::Precision precision,
+                       BlockResult* r) {
+  if (absl::Status s = CheckStage(c, precision, input.tokens, input.values.size()); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = forward::CheckRoutingWeights(c, w); !s.ok()) return s;
+  const int T = static_cast<int>(input.tokens), E = c.experts, K = c.top_k;
+  const int D = c.latent > 0 ? c.latent : c.hidden;
+  DeviceArena arena;
   auto x = arena.Upload(ToBf16(input.values));
   auto router = UploadDense(arena, w.router, /*force_f32=*/true);
   auto logits = arena.Alloc<float>(static_cast<size_t>(T) * E);
@@ -230,9 +223,7 @@ absl::StatusOr<BlockResult> RunBlockCuda(const BlockConfig& c, const BlockWeight
   }
   LaunchTopK(tk, nullptr);
   CKPT_CUDA_RETURN(cudaGetLastError());
-
-  // Expert input: the latent projection (BF16) or x itself.
-  const uint16_t* z = *x;
+  const uint16_t* z = nullptr;
   if (c.latent > 0) {
     auto down = UploadDense(arena, w.latent_down, false);
     auto zf = arena.Alloc<float>(static_cast<size_t>(T) * D);
@@ -241,56 +232,93 @@ absl::StatusOr<BlockResult> RunBlockCuda(const BlockConfig& c, const BlockWeight
     Linear(*down, *x, T, nullptr, *zf, *zb);
     z = *zb;
   }
-
-  // The selected experts: ids come back, then only those experts' bytes go up.
+  CKPT_CUDA_RETURN(cudaGetLastError());
+  CKPT_CUDA_RETURN(cudaDeviceSynchronize());
   auto host_ids = Download(*ids, static_cast<size_t>(T) * K);
   if (!host_ids.ok()) return host_ids.status();
-  std::map<int, std::vector<int>> slots_of;  // expert -> slots, ascending
-  for (int i = 0; i < T * K; ++i) {
-    const int e = (*host_ids)[i];
+  for (int e : *host_ids) {
     if (e < 0 || e >= E) return absl::InternalError(absl::StrCat("CUDA top-k gave expert ", e));
-    slots_of[e].push_back(i);
   }
-  // Only the selected experts' bytes go up, streamed chunk by chunk with the expert kernels of
-  // each chunk starting as soon as its bytes have arrived (gpu/expert_stream.h).
+  r->tokens = T;
+  r->topk_ids = std::move(*host_ids);
+  for (const absl::Status& s :
+       {DownloadDoubles(*logits, static_cast<size_t>(T) * E, &r->router_logits),
+        DownloadDoubles(*weights, static_cast<size_t>(T) * K, &r->topk_weights)}) {
+    if (!s.ok()) return s;
+  }
+  r->latent_in.clear();
+  if (z != nullptr) return DownloadBf16(z, static_cast<size_t>(T) * D, &r->latent_in);
+  return absl::OkStatus();
+}
+
+// The listed experts on the slots that chose them: only their packed bytes and scales are
+// copied to the GPU, streamed chunk by chunk with the expert kernels of each chunk starting as
+// soon as its bytes have arrived (gpu/expert_stream.h).
+absl::Status ExpertsCuda(const BlockConfig& c, const forward::ExpertSet& experts,
+                         const forward::BlockInput& input, const BlockResult& routed,
+                         forward::Precision precision, std::vector<double>* h_out,
+                         CudaRunStats* stats) {
+  if (absl::Status s = CheckStage(c, precision, input.tokens, input.values.size()); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckRouted(c, routed, input.tokens); !s.ok()) return s;
+  const int T = static_cast<int>(input.tokens), K = c.top_k;
+  const int D = c.latent > 0 ? c.latent : c.hidden, I = c.expert_intermediate;
+  if (h_out->size() != static_cast<size_t>(T) * K * D) {
+    return absl::InvalidArgumentError("CUDA forward: expert rows do not fit the block");
+  }
+  DeviceArena arena;
   std::vector<HostExpert> selected;
   std::vector<int> offsets = {0}, pair_slots;
-  for (const auto& [e, slots] : slots_of) {
-    const forward::ExpertWeights& ex = w.experts[e];
-    HostExpert h;
-    HostFp4* hm[3] = {&h.gate, &h.up, &h.down};
-    const Fp4Matrix* m[3] = {&ex.gate, &ex.up, &ex.down};
+  std::optional<forward::Fp4Scale> kind;
+  for (const auto& [id, ex] : experts) {
+    if (absl::Status s = forward::CheckExpertWeights(c, *ex); !s.ok()) return s;
+    std::vector<int> slots;
+    for (int i = 0; i < T * K; ++i) {
+      if (routed.topk_ids[i] == id) slots.push_back(i);
+    }
+    if (slots.empty()) continue;
+    const Fp4Matrix* m[3] = {&ex->gate, &ex->up, &ex->down};
+    for (const Fp4Matrix* mk : m) {
+      if (kind && *kind != mk->scale_kind) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("CUDA forward: ", mk->name, " mixes MXFP4 and NVFP4 in one block"));
+      }
+      kind = mk->scale_kind;
+    }
+    HostExpert he;
+    HostFp4* hm[3] = {&he.gate, &he.up, &he.down};
     for (int k = 0; k < 3; ++k) {
       *hm[k] = {m[k]->packed.data(), m[k]->packed.size(), m[k]->scales.data(),
                 m[k]->scales.size(), m[k]->global_scale};
     }
-    if (!ex.gate_bias.empty()) {
-      auto gb = arena.Upload(ex.gate_bias);
-      auto ub = arena.Upload(ex.up_bias);
-      auto db = arena.Upload(ex.down_bias);
+    if (!ex->gate_bias.empty()) {
+      auto gb = arena.Upload(ex->gate_bias);
+      auto ub = arena.Upload(ex->up_bias);
+      auto db = arena.Upload(ex->down_bias);
       for (const absl::Status& s : {gb.status(), ub.status(), db.status()}) if (!s.ok()) return s;
-      h.gate_bias = *gb;
-      h.up_bias = *ub;
-      h.down_bias = *db;
+      he.gate_bias = *gb;
+      he.up_bias = *ub;
+      he.down_bias = *db;
     }
-    selected.push_back(h);
+    selected.push_back(he);
     pair_slots.insert(pair_slots.end(), slots.begin(), slots.end());
     offsets.push_back(static_cast<int>(pair_slots.size()));
   }
+  if (stats != nullptr) stats->experts_uploaded += static_cast<int>(selected.size());
+  if (selected.empty()) return absl::OkStatus();
 
+  auto z = arena.Upload(ToBf16(c.latent > 0 ? Floats(routed.latent_in) : input.values));
   auto doffsets = arena.Upload(offsets);
   auto dslots = arena.Upload(pair_slots);
   auto a = arena.Alloc<uint16_t>(static_cast<size_t>(T) * K * I);
   auto h = arena.Alloc<float>(static_cast<size_t>(T) * K * D);
-  auto y = arena.Alloc<float>(static_cast<size_t>(T) * D);
-  auto yb = arena.Alloc<uint16_t>(static_cast<size_t>(T) * D);
-  for (const absl::Status& s : {doffsets.status(), dslots.status(), a.status(), h.status(),
-                                y.status(), yb.status()}) {
+  for (const absl::Status& s : {z.status(), doffsets.status(), dslots.status(), a.status(),
+                                h.status()}) {
     if (!s.ok()) return s;
   }
   ExpertLaunch el;
-  el.kind = w.experts[0].gate.scale_kind == forward::Fp4Scale::kE8M0Group32 ? Fp4Kind::kMxfp4
-                                                                           : Fp4Kind::kNvfp4;
+  el.kind = *kind == forward::Fp4Scale::kE8M0Group32 ? Fp4Kind::kMxfp4 : Fp4Kind::kNvfp4;
   el.glu = GluOf(c);
   el.in_dim = D;
   el.intermediate = I;
@@ -298,16 +326,84 @@ absl::StatusOr<BlockResult> RunBlockCuda(const BlockConfig& c, const BlockWeight
   el.num_experts = static_cast<int>(selected.size());
   el.pair_offsets = *doffsets;
   el.pair_slots = *dslots;
-  el.z = z;
+  el.z = *z;
   el.a = *a;
   el.h = *h;
   ExpertStreamer streamer;
   if (absl::Status s = streamer.Run(selected, el, nullptr); !s.ok()) return s;
-  if (stats != nullptr) {
-    stats->experts_uploaded = static_cast<int>(selected.size());
-    stats->expert_bytes_uploaded = streamer.bytes_copied();
+  if (stats != nullptr) stats->expert_bytes_uploaded += streamer.bytes_copied();
+  CKPT_CUDA_RETURN(cudaGetLastError());
+  CKPT_CUDA_RETURN(cudaDeviceSynchronize());
+  auto rows = Download(*h, static_cast<size_t>(T) * K * D);
+  if (!rows.ok()) return rows.status();
+  for (int slot : pair_slots) {
+    std::copy_n(rows->begin() + static_cast<size_t>(slot) * D, D,
+                h_out->begin() + static_cast<size_t>(slot) * D);
   }
+  return absl::OkStatus();
+}
 
+// shared = GLU(x Wg^T, x Wu^T) Wd^T, zero without a shared expert.
+absl::Status SharedCuda(const BlockConfig& c, const BlockWeights& w,
+                        const forward::BlockInput& input, forward::Precision precision,
+                        BlockResult* r) {
+  if (absl::Status s = CheckStage(c, precision, input.tokens, input.values.size()); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = forward::CheckSharedWeights(c, w); !s.ok()) return s;
+  const int T = static_cast<int>(input.tokens), H = c.hidden;
+  if (c.shared_intermediate <= 0) {
+    r->shared_out.assign(static_cast<size_t>(T) * H, 0.0);
+    return absl::OkStatus();
+  }
+  const int S = c.shared_intermediate;
+  DeviceArena arena;
+  auto x = arena.Upload(ToBf16(input.values));
+  auto sg = UploadDense(arena, w.shared_gate, false);
+  auto su = UploadDense(arena, w.shared_up, false);
+  auto sd = UploadDense(arena, w.shared_down, false);
+  auto g = arena.Alloc<float>(static_cast<size_t>(T) * S);
+  auto u = arena.Alloc<float>(static_cast<size_t>(T) * S);
+  auto sa = arena.Alloc<uint16_t>(static_cast<size_t>(T) * S);
+  auto shared = arena.Alloc<float>(static_cast<size_t>(T) * H);
+  for (const absl::Status& s : {x.status(), sg.status(), su.status(), sd.status(), g.status(),
+                                u.status(), sa.status(), shared.status()}) {
+    if (!s.ok()) return s;
+  }
+  Linear(*sg, *x, T, nullptr, *g, nullptr);
+  Linear(*su, *x, T, nullptr, *u, nullptr);
+  LaunchGlu(*g, *u, T * S, GluOf(c), *sa, nullptr);
+  Linear(*sd, *sa, T, nullptr, *shared, nullptr);
+  CKPT_CUDA_RETURN(cudaGetLastError());
+  CKPT_CUDA_RETURN(cudaDeviceSynchronize());
+  return DownloadDoubles(*shared, static_cast<size_t>(T) * H, &r->shared_out);
+}
+
+// Combine + RMSNorm (top-k terms added in ascending slot order), up-projection, routed + shared.
+absl::Status FinishCuda(const BlockConfig& c, const BlockWeights& w,
+                        const std::vector<double>& h_in, forward::Precision precision,
+                        BlockResult* r) {
+  const int T = static_cast<int>(r->tokens), H = c.hidden, K = c.top_k;
+  const int D = c.latent > 0 ? c.latent : H;
+  if (absl::Status s = CheckStage(c, precision, T, static_cast<size_t>(T) * H); !s.ok()) return s;
+  if (absl::Status s = CheckRouted(c, *r, T); !s.ok()) return s;
+  if (absl::Status s = forward::CheckLatentOutWeights(c, w); !s.ok()) return s;
+  if (h_in.size() != static_cast<size_t>(T) * K * D ||
+      r->shared_out.size() != static_cast<size_t>(T) * H) {
+    return absl::InvalidArgumentError("CUDA forward: expert rows or shared output missing");
+  }
+  DeviceArena arena;
+  auto h = arena.Upload(Floats(h_in));
+  auto weights = arena.Upload(Floats(r->topk_weights));
+  auto shared = arena.Upload(Floats(r->shared_out));
+  auto y = arena.Alloc<float>(static_cast<size_t>(T) * D);
+  auto yb = arena.Alloc<uint16_t>(static_cast<size_t>(T) * D);
+  auto routed = arena.Alloc<float>(static_cast<size_t>(T) * H);
+  auto out = arena.Alloc<float>(static_cast<size_t>(T) * H);
+  for (const absl::Status& s : {h.status(), weights.status(), shared.status(), y.status(),
+                                yb.status(), routed.status(), out.status()}) {
+    if (!s.ok()) return s;
+  }
   const float* norm = nullptr;
   if (c.latent > 0 && c.latent_norm) {
     auto nw = arena.Upload(w.latent_norm);
@@ -315,11 +411,6 @@ absl::StatusOr<BlockResult> RunBlockCuda(const BlockConfig& c, const BlockWeight
     norm = *nw;
   }
   LaunchCombine(*h, *weights, T, K, D, norm, static_cast<float>(c.rms_eps), *y, *yb, nullptr);
-
-  auto routed = arena.Alloc<float>(static_cast<size_t>(T) * H);
-  auto shared = arena.Alloc<float>(static_cast<size_t>(T) * H);
-  auto out = arena.Alloc<float>(static_cast<size_t>(T) * H);
-  for (const absl::Status& s : {routed.status(), shared.status(), out.status()}) if (!s.ok()) return s;
   const float* routed_ptr = *y;  // without latent projections y is the routed output
   if (c.latent > 0) {
     auto up = UploadDense(arena, w.latent_up, false);
@@ -327,43 +418,51 @@ absl::StatusOr<BlockResult> RunBlockCuda(const BlockConfig& c, const BlockWeight
     Linear(*up, *yb, T, nullptr, *routed, nullptr);
     routed_ptr = *routed;
   }
-  CKPT_CUDA_RETURN(cudaMemset(*shared, 0, sizeof(float) * T * H));
-  if (c.shared_intermediate > 0) {
-    const int S = c.shared_intermediate;
-    auto sg = UploadDense(arena, w.shared_gate, false);
-    auto su = UploadDense(arena, w.shared_up, false);
-    auto sd = UploadDense(arena, w.shared_down, false);
-    auto g = arena.Alloc<float>(static_cast<size_t>(T) * S);
-    auto u = arena.Alloc<float>(static_cast<size_t>(T) * S);
-    auto sa = arena.Alloc<uint16_t>(static_cast<size_t>(T) * S);
-    for (const absl::Status& s : {sg.status(), su.status(), sd.status(), g.status(), u.status(),
-                                  sa.status()}) {
-      if (!s.ok()) return s;
-    }
-    Linear(*sg, *x, T, nullptr, *g, nullptr);
-    Linear(*su, *x, T, nullptr, *u, nullptr);
-    LaunchGlu(*g, *u, T * S, GluOf(c), *sa, nullptr);
-    Linear(*sd, *sa, T, nullptr, *shared, nullptr);
-  }
   LaunchAdd(routed_ptr, *shared, T * H, *out, nullptr);
   CKPT_CUDA_RETURN(cudaGetLastError());
   CKPT_CUDA_RETURN(cudaDeviceSynchronize());
-
-  r.topk_ids = std::move(*host_ids);
   for (const absl::Status& s :
-       {DownloadDoubles(*logits, static_cast<size_t>(T) * E, &r.router_logits),
-        DownloadDoubles(*weights, static_cast<size_t>(T) * K, &r.topk_weights),
-        DownloadDoubles(routed_ptr, static_cast<size_t>(T) * H, &r.routed_out),
-        DownloadDoubles(*shared, static_cast<size_t>(T) * H, &r.shared_out),
-        DownloadDoubles(*out, static_cast<size_t>(T) * H, &r.output)}) {
+       {DownloadDoubles(routed_ptr, static_cast<size_t>(T) * H, &r->routed_out),
+        DownloadDoubles(*out, static_cast<size_t>(T) * H, &r->output)}) {
     if (!s.ok()) return s;
   }
-  if (c.latent > 0) {
-    if (absl::Status s = DownloadBf16(z, static_cast<size_t>(T) * D, &r.latent_in); !s.ok()) return s;
-    if (absl::Status s = DownloadBf16(*yb, static_cast<size_t>(T) * D, &r.latent_out_normed); !s.ok())
-      return s;
+  r->latent_out_normed.clear();
+  if (c.latent > 0) return DownloadBf16(*yb, static_cast<size_t>(T) * D, &r->latent_out_normed);
+  return absl::OkStatus();
+}
+
+forward::BlockStages CudaStages(CudaRunStats* stats) {
+  return {RouteCuda,
+          [stats](const BlockConfig& c, const forward::ExpertSet& experts,
+                  const forward::BlockInput& input, const BlockResult& routed,
+                  forward::Precision p, std::vector<double>* h) {
+            return ExpertsCuda(c, experts, input, routed, p, h, stats);
+          },
+          SharedCuda, FinishCuda};
+}
+
+}  // namespace
+
+absl::Status CudaAvailable() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no usable CUDA device: ", cudaGetErrorString(e)));
   }
-  return r;
+  if (n == 0) return absl::FailedPreconditionError("no CUDA device present");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BlockResult> RunBlockCuda(const BlockConfig& c, const BlockWeights& w,
+                                         const forward::BlockInput& input,
+                                         forward::Precision precision, CudaRunStats* stats) {
+  if (absl::Status s = CheckStage(c, precision, input.tokens, input.values.size()); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = forward::CheckBlockWeights(c, w); !s.ok()) return s;
+  if (stats != nullptr) *stats = CudaRunStats();
+  return forward::RunStages(CudaStages(stats), c, w, input, precision);
 }
 
 namespace {
@@ -413,10 +512,7 @@ std::optional<forward::GpuProperties> Properties() {
 }  // namespace
 
 forward::ForwardDevice CudaDevice() {
-  return {"cuda", "CUDA W4A16 kernels (gpu/)",
-          [](const BlockConfig& c, const BlockWeights& w, const forward::BlockInput& in,
-             forward::Precision p) { return RunBlockCuda(c, w, in, p); },
-          Properties()};
+  return {"cuda", "CUDA W4A16 kernels (gpu/)", CudaStages(nullptr), Properties()};
 }
 
 absl::StatusOr<forward::ForwardDevice> OpenCudaDevice() {

@@ -180,9 +180,10 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
     rec.pair_audit = PairAuditOf(r);
   }
   if (fwd.planned()) {
-    forward::ForwardAuditResult r = std::move(fwd).Result();
-    rec.checks.push_back(RecordOf(r));
-    rec.block_forward = std::move(r.report);
+    absl::StatusOr<forward::ForwardAuditResult> r = std::move(fwd).Result();
+    if (!r.ok()) return r.status();
+    rec.checks.push_back(RecordOf(*r));
+    rec.block_forward = std::move(r->report);
     if (const auto& g = options.forward_device.gpu) {
       rec.environment.gpu = evidence::GpuInfo{g->name, g->sm, g->driver, g->cuda};
     }

@@ -47,7 +47,10 @@ WorkPlan::Planned WorkPlan::Take() && {
   Planned out;
   out.work.reserve(keyed_.size() + last_.size());
   for (Keyed& k : keyed_) out.work.push_back(std::move(k.work));
-  for (StreamWork& w : last_) out.work.push_back(std::move(w));
+  for (StreamWork& w : last_) {  // their `after` now counts from the start of the whole list
+    for (size_t& a : w.after) a += keyed_.size();
+    out.work.push_back(std::move(w));
+  }
   out.sinks = std::move(sinks_);
   return out;
 }

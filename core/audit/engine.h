@@ -62,7 +62,9 @@ class WorkPlan {
   void Add(std::string key, StreamWork work) {
     keyed_.push_back({std::move(key), std::move(work)});
   }
+  // `work.after` counts from the first `last` unit (last_count() before the first AddLast).
   void AddLast(StreamWork work) { last_.push_back(std::move(work)); }
+  size_t last_count() const { return last_.size(); }
   void AddSink(StreamSink sink) { sinks_.push_back(std::move(sink)); }
   // Adds to `work` the tensors of `ckpt` named in `names` (names it does not hold are skipped).
   static void Need(const Checkpoint& ckpt, const std::vector<std::string>& names,

@@ -1,49 +1,25 @@
 #include "core/audit/forward_check.h"
 
-#include <vector>
-
 #include "absl/strings/str_cat.h"
 
 namespace ckpt::audit {
-namespace {
-
-// Every tensor of layer `layer` ("…layers.<layer>.…"): what the block forward reads.
-std::vector<std::string> LayerTensors(const Checkpoint& ckpt, int layer) {
-  const std::string mark = absl::StrCat("layers.", layer, ".");
-  std::vector<std::string> out;
-  for (const std::string& n : ckpt.TensorNames()) {
-    const size_t at = n.find(mark);
-    if (at != std::string::npos && (at == 0 || n[at - 1] == '.')) out.push_back(n);
-  }
-  return out;
-}
-
-}  // namespace
 
 absl::Status ForwardCheck::Plan(const Checkpoints& trees, WorkPlan& plan) {
   if (trees.root == nullptr) return absl::OkStatus();
-  const Checkpoint& d = *trees.root;
-  const Checkpoint* s = trees.source;
-  auto layers = forward::ResolveLayers(layers_, d.text_config());
+  auto layers = forward::ResolveLayers(layers_, trees.root->text_config());
   if (!layers.ok()) return layers.status();
-  // Last among ties: the requested layers of both trees are held until they have run.
-  StreamWork w{absl::StrCat("block_forward layers ", layers_), {}, {}};
-  for (int layer : *layers) {
-    WorkPlan::Need(d, LayerTensors(d, layer), &w);
-    if (s != nullptr) WorkPlan::Need(*s, LayerTensors(*s, layer), &w);
-  }
-  w.run = [this, &d, s]() -> absl::Status {
-    auto fwd = forward::RunModelForward(d, s, layers_, options_, device_);
-    if (!fwd.ok()) return fwd.status();
-    result_ = *std::move(fwd);
-    return absl::OkStatus();
-  };
-  plan.AddLast(std::move(w));
-  planned_ = true;
+  auto planned = forward::StreamedForward::Plan(*trees.root, trees.source, *std::move(layers),
+                                                options_, device_);
+  if (!planned.ok()) return planned.status();
+  forward_ = *std::move(planned);
+  // Last among ties; the units' `after` count from the first of them.
+  for (StreamWork& w : forward_->Work(plan.last_count())) plan.AddLast(std::move(w));
   return absl::OkStatus();
 }
 
-forward::ForwardAuditResult ForwardCheck::Result() && { return *std::move(result_); }
+absl::StatusOr<forward::ForwardAuditResult> ForwardCheck::Result() && {
+  return forward_->Finish(layers_);
+}
 
 evidence::CheckResult RecordOf(const forward::ForwardAuditResult& r) {
   evidence::CheckResult c;

@@ -1,14 +1,16 @@
 // The block forward check (docs/forward.md): the requested MoE layers of the root, and of the
-// source when there is one, run on the caller's device once their tensors are in.
+// source when there is one, on the caller's device, as the units of core/forward/
+// forward_stream.h: each layer's router first, then only the experts its tokens route to.
 #ifndef CKPT_CORE_AUDIT_FORWARD_CHECK_H_
 #define CKPT_CORE_AUDIT_FORWARD_CHECK_H_
 
-#include <optional>
+#include <memory>
 #include <string>
 
 #include "core/audit/engine.h"
 #include "core/evidence/record.h"
 #include "core/forward/forward_audit.h"
+#include "core/forward/forward_stream.h"
 
 namespace ckpt::audit {
 
@@ -21,16 +23,15 @@ class ForwardCheck : public Check {
   // Plans nothing when the root checkpoint is unreadable. Errors: INVALID_ARGUMENT for a
   // layer spec the root's config does not have.
   absl::Status Plan(const Checkpoints& trees, WorkPlan& plan) override;
-  bool planned() const { return planned_; }
-  // After Engine::Run, when planned().
-  forward::ForwardAuditResult Result() &&;
+  bool planned() const { return forward_ != nullptr; }
+  // After Engine::Run, when planned(): the report of every layer (forward::RunModelForward's).
+  absl::StatusOr<forward::ForwardAuditResult> Result() &&;
 
  private:
   const std::string layers_;
   const forward::ForwardAuditOptions options_;
   const forward::ForwardDevice device_;
-  bool planned_ = false;
-  std::optional<forward::ForwardAuditResult> result_;
+  std::unique_ptr<forward::StreamedForward> forward_;
 };
 
 // The record's block_forward check.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "core/quant/codecs.h"
@@ -16,60 +17,53 @@ class Evaluator {
  public:
   Evaluator(const BlockConfig& c, const BlockWeights& w) : c_(c), w_(w) {}
 
-  absl::StatusOr<BlockResult> Run(const BlockInput& input) {
+  // Router logits, routing and the expert input (docs/forward.md steps 1-3).
+  void Route(const BlockInput& input, BlockResult* r) const {
     const int64_t T_ = input.tokens, H = c_.hidden, E = c_.experts, K = c_.top_k;
-    BlockResult r;
-    r.tokens = T_;
-    std::vector<T> x(input.values.begin(), input.values.end());
+    r->tokens = T_;
+    const std::vector<T> x(input.values.begin(), input.values.end());
 
     // 1. Router logits in the working precision (FP32 in the f32/bf16 modes, as specified).
     std::vector<T> logits = Linear(x, T_, w_.router.values.data(), E, H);
     if (!w_.router_bias.empty()) AddBias(&logits, T_, w_.router_bias);
-    r.router_logits.assign(logits.begin(), logits.end());
+    r->router_logits.assign(logits.begin(), logits.end());
 
     // 2. Top-k selection and weights.
-    r.topk_ids.resize(T_ * K);
+    r->topk_ids.resize(T_ * K);
     std::vector<T> weights(T_ * K);
-    for (int64_t t = 0; t < T_; ++t) Route(&logits[t * E], &r.topk_ids[t * K], &weights[t * K]);
-    r.topk_weights.assign(weights.begin(), weights.end());
+    for (int64_t t = 0; t < T_; ++t) Route(&logits[t * E], &r->topk_ids[t * K], &weights[t * K]);
+    r->topk_weights.assign(weights.begin(), weights.end());
 
     // 3. Expert input: the latent projection or the hidden state itself.
-    const int64_t D = c_.latent > 0 ? c_.latent : H;
-    std::vector<T> z = x;
+    r->latent_in.clear();
     if (c_.latent > 0) {
-      z = Linear(x, T_, w_.latent_down.values.data(), D, H);
+      std::vector<T> z = Linear(x, T_, w_.latent_down.values.data(), c_.latent, H);
       Round(&z);
-      r.latent_in.assign(z.begin(), z.end());
+      r->latent_in.assign(z.begin(), z.end());
     }
+  }
 
-    // 4. Routed experts; each token sums its experts in top-k slot order.
-    std::vector<T> y(T_ * D, T(0));
-    std::vector<std::vector<int64_t>> tokens_of(E);  // (token * K + slot) per expert
-    for (int64_t i = 0; i < T_ * K; ++i) tokens_of[r.topk_ids[i]].push_back(i);
-    std::vector<T> h(T_ * K * D);
-    for (int64_t e = 0; e < E; ++e) {
-      if (tokens_of[e].empty()) continue;
-      RunExpert(w_.experts[e], z, D, tokens_of[e], &h);
+  // 4a. Expert `id` on every (token, slot) that chose it: h rows [slot, D]. Values are held as
+  // double, which holds every T exactly.
+  void Expert(const ExpertWeights& ex, int32_t id, const BlockInput& input, const BlockResult& r,
+              std::vector<double>* h) const {
+    const int64_t D = c_.latent > 0 ? c_.latent : c_.hidden;
+    std::vector<int64_t> slots;  // token * K + slot, ascending
+    for (size_t i = 0; i < r.topk_ids.size(); ++i) {
+      if (r.topk_ids[i] == id) slots.push_back(static_cast<int64_t>(i));
     }
-    for (int64_t t = 0; t < T_; ++t) {
-      for (int64_t j = 0; j < K; ++j) {
-        for (int64_t d = 0; d < D; ++d) y[t * D + d] += weights[t * K + j] * h[(t * K + j) * D + d];
-      }
-    }
+    if (slots.empty()) return;
+    const std::vector<T> z = c_.latent > 0 ? std::vector<T>(r.latent_in.begin(), r.latent_in.end())
+                                           : std::vector<T>(input.values.begin(), input.values.end());
+    RunExpert(ex, z, D, slots, h);
+  }
 
-    // 5. Latent norm and up-projection.
-    std::vector<T> routed = y;
-    if (c_.latent > 0) {
-      if (c_.latent_norm) RmsNorm(&y, T_, D);
-      Round(&y);
-      r.latent_out_normed.assign(y.begin(), y.end());
-      routed = Linear(y, T_, w_.latent_up.values.data(), H, D);
-    }
-    r.routed_out.assign(routed.begin(), routed.end());
-
-    // 6. Shared expert on x, then the sum.
+  // 6a. The shared expert on x.
+  void Shared(const BlockInput& input, BlockResult* r) const {
+    const int64_t T_ = input.tokens, H = c_.hidden;
     std::vector<T> shared(T_ * H, T(0));
     if (c_.shared_intermediate > 0) {
+      const std::vector<T> x(input.values.begin(), input.values.end());
       const int64_t S = c_.shared_intermediate;
       std::vector<T> g = Linear(x, T_, w_.shared_gate.values.data(), S, H);
       std::vector<T> u = Linear(x, T_, w_.shared_up.values.data(), S, H);
@@ -77,10 +71,38 @@ class Evaluator {
       Round(&g);
       shared = Linear(g, T_, w_.shared_down.values.data(), H, S);
     }
-    r.shared_out.assign(shared.begin(), shared.end());
-    r.output.resize(T_ * H);
-    for (int64_t i = 0; i < T_ * H; ++i) r.output[i] = static_cast<T>(routed[i] + shared[i]);
-    return r;
+    r->shared_out.assign(shared.begin(), shared.end());
+  }
+
+  // 4b-6b. Each token sums its experts in top-k slot order; latent norm and up-projection;
+  // output = routed + shared.
+  void Finish(const std::vector<double>& h, BlockResult* r) const {
+    const int64_t T_ = r->tokens, H = c_.hidden, K = c_.top_k;
+    const int64_t D = c_.latent > 0 ? c_.latent : H;
+    const std::vector<T> weights(r->topk_weights.begin(), r->topk_weights.end());
+    std::vector<T> y(T_ * D, T(0));
+    for (int64_t t = 0; t < T_; ++t) {
+      for (int64_t j = 0; j < K; ++j) {
+        for (int64_t d = 0; d < D; ++d) {
+          y[t * D + d] += weights[t * K + j] * static_cast<T>(h[(t * K + j) * D + d]);
+        }
+      }
+    }
+
+    // 5. Latent norm and up-projection.
+    std::vector<T> routed = y;
+    r->latent_out_normed.clear();
+    if (c_.latent > 0) {
+      if (c_.latent_norm) RmsNorm(&y, T_, D);
+      Round(&y);
+      r->latent_out_normed.assign(y.begin(), y.end());
+      routed = Linear(y, T_, w_.latent_up.values.data(), H, D);
+    }
+    r->routed_out.assign(routed.begin(), routed.end());
+    r->output.resize(T_ * H);
+    for (int64_t i = 0; i < T_ * H; ++i) {
+      r->output[i] = static_cast<T>(routed[i] + static_cast<T>(r->shared_out[i]));
+    }
   }
 
  private:
@@ -160,7 +182,7 @@ class Evaluator {
 
   // h[slot] = GLU(z W1^T, z W3^T) W2^T (+ biases) for every (token, slot) routed to expert e.
   void RunExpert(const ExpertWeights& ex, const std::vector<T>& z, int64_t D,
-                 const std::vector<int64_t>& slots, std::vector<T>* h) const {
+                 const std::vector<int64_t>& slots, std::vector<double>* h) const {
     const int64_t I = c_.expert_intermediate, K = c_.top_k;
     std::vector<double> row(std::max(D, I));
     std::vector<T> a(slots.size() * I);
@@ -210,6 +232,40 @@ class Evaluator {
   const BlockWeights& w_;
 };
 
+// Calls f with the evaluator of precision p.
+template <typename F>
+absl::Status WithEvaluator(Precision p, const BlockConfig& c, const BlockWeights& w, F f) {
+  switch (p) {
+    case Precision::kF64: f(Evaluator<double, false>(c, w)); return absl::OkStatus();
+    case Precision::kF32: f(Evaluator<float, false>(c, w)); return absl::OkStatus();
+    case Precision::kBF16: f(Evaluator<float, true>(c, w)); return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError("unknown precision");
+}
+
+absl::Status CheckInput(const BlockConfig& config, const BlockInput& input) {
+  if (input.tokens <= 0 ||
+      input.values.size() != static_cast<size_t>(input.tokens) * config.hidden) {
+    return absl::InvalidArgumentError(absl::StrCat("block input: expected [T, ", config.hidden,
+                                                   "] with T > 0, got ", input.values.size(),
+                                                   " values for T = ", input.tokens));
+  }
+  return absl::OkStatus();
+}
+
+// The routed state a later stage takes must be a route stage's output for this input.
+absl::Status CheckRouted(const BlockConfig& c, const BlockResult& r, size_t h_size) {
+  const size_t D = c.latent > 0 ? c.latent : c.hidden;
+  const size_t slots = static_cast<size_t>(r.tokens) * c.top_k;
+  if (r.tokens <= 0 || r.topk_ids.size() != slots || r.topk_weights.size() != slots ||
+      (c.latent > 0 && r.latent_in.size() != static_cast<size_t>(r.tokens) * D) ||
+      h_size != slots * D) {
+    return absl::InvalidArgumentError("block stages: routed state or expert outputs do not fit "
+                                      "the block");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string PrecisionName(Precision p) {
@@ -255,21 +311,71 @@ void SelectTopK(const BlockConfig& c, const double* b, int32_t* ids) {
   std::copy(order.begin(), order.begin() + c.top_k, ids);
 }
 
+absl::Status RouteBlockCpu(const BlockConfig& c, const BlockWeights& w, const BlockInput& input,
+                           Precision p, BlockResult* r) {
+  if (absl::Status s = CheckInput(c, input); !s.ok()) return s;
+  if (absl::Status s = CheckRoutingWeights(c, w); !s.ok()) return s;
+  return WithEvaluator(p, c, w, [&](const auto& ev) { ev.Route(input, r); });
+}
+
+absl::Status RunExpertsCpu(const BlockConfig& c, const ExpertSet& experts,
+                           const BlockInput& input, const BlockResult& routed, Precision p,
+                           std::vector<double>* h) {
+  if (absl::Status s = CheckInput(c, input); !s.ok()) return s;
+  if (absl::Status s = CheckRouted(c, routed, h->size()); !s.ok()) return s;
+  for (const auto& [id, ex] : experts) {
+    if (absl::Status s = CheckExpertWeights(c, *ex); !s.ok()) return s;
+  }
+  static const BlockWeights kNoDenseWeights;
+  return WithEvaluator(p, c, kNoDenseWeights, [&](const auto& ev) {
+    for (const auto& [id, ex] : experts) ev.Expert(*ex, id, input, routed, h);
+  });
+}
+
+absl::Status RunSharedCpu(const BlockConfig& c, const BlockWeights& w, const BlockInput& input,
+                          Precision p, BlockResult* r) {
+  if (absl::Status s = CheckInput(c, input); !s.ok()) return s;
+  if (absl::Status s = CheckSharedWeights(c, w); !s.ok()) return s;
+  return WithEvaluator(p, c, w, [&](const auto& ev) { ev.Shared(input, r); });
+}
+
+absl::Status FinishBlockCpu(const BlockConfig& c, const BlockWeights& w,
+                            const std::vector<double>& h, Precision p, BlockResult* r) {
+  if (absl::Status s = CheckRouted(c, *r, h.size()); !s.ok()) return s;
+  if (r->shared_out.size() != static_cast<size_t>(r->tokens) * c.hidden) {
+    return absl::InvalidArgumentError("block stages: the shared expert has not run");
+  }
+  if (absl::Status s = CheckLatentOutWeights(c, w); !s.ok()) return s;
+  return WithEvaluator(p, c, w, [&](const auto& ev) { ev.Finish(h, r); });
+}
+
+BlockStages CpuStages() { return {RouteBlockCpu, RunExpertsCpu, RunSharedCpu, FinishBlockCpu}; }
+
+absl::StatusOr<BlockResult> RunStages(const BlockStages& stages, const BlockConfig& c,
+                                      const BlockWeights& w, const BlockInput& input,
+                                      Precision p) {
+  BlockResult r;
+  if (absl::Status s = stages.route(c, w, input, p, &r); !s.ok()) return s;
+  const size_t D = c.latent > 0 ? c.latent : c.hidden;
+  std::vector<double> h(r.topk_ids.size() * D, 0.0);
+  ExpertSet experts;
+  for (int32_t id : std::set<int32_t>(r.topk_ids.begin(), r.topk_ids.end())) {
+    if (id < 0 || static_cast<size_t>(id) >= w.experts.size()) {
+      return absl::InternalError(absl::StrCat("routing chose expert ", id, " of ",
+                                              w.experts.size()));
+    }
+    experts.emplace_back(id, &w.experts[id]);
+  }
+  if (absl::Status s = stages.experts(c, experts, input, r, p, &h); !s.ok()) return s;
+  if (absl::Status s = stages.shared(c, w, input, p, &r); !s.ok()) return s;
+  if (absl::Status s = stages.finish(c, w, h, p, &r); !s.ok()) return s;
+  return r;
+}
+
 absl::StatusOr<BlockResult> RunBlockCpu(const BlockConfig& config, const BlockWeights& weights,
                                         const BlockInput& input, Precision precision) {
   if (absl::Status s = CheckBlockWeights(config, weights); !s.ok()) return s;
-  if (input.tokens <= 0 ||
-      input.values.size() != static_cast<size_t>(input.tokens) * config.hidden) {
-    return absl::InvalidArgumentError(absl::StrCat("block input: expected [T, ", config.hidden,
-                                                   "] with T > 0, got ", input.values.size(),
-                                                   " values for T = ", input.tokens));
-  }
-  switch (precision) {
-    case Precision::kF64: return Evaluator<double, false>(config, weights).Run(input);
-    case Precision::kF32: return Evaluator<float, false>(config, weights).Run(input);
-    case Precision::kBF16: return Evaluator<float, true>(config, weights).Run(input);
-  }
-  return absl::InvalidArgumentError("unknown precision");
+  return RunStages(CpuStages(), config, weights, input, precision);
 }
 
 }  // namespace ckpt::forward

@@ -11,7 +11,9 @@
 #define CKPT_CORE_FORWARD_BLOCK_FORWARD_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -48,6 +50,41 @@ struct BlockResult {
 // Runs the block. INVALID_ARGUMENT if the input or weights do not fit `config`.
 absl::StatusOr<BlockResult> RunBlockCpu(const BlockConfig& config, const BlockWeights& weights,
                                         const BlockInput& input, Precision precision);
+
+// The block in stages, for weights that arrive piece by piece (docs/forward.md, "Streamed"):
+//   route    router logits, top-k ids and weights, expert input (latent_in); reads the routing
+//            weights: router, router_bias, correction_bias, latent_down.
+//   experts  each listed expert (ascending ids) on the (token, slot) pairs that chose it: rows
+//            (token * top_k + slot) of h [tokens * top_k, D], D = latent or hidden; h is sized
+//            by the caller, and every row is written by exactly one expert.
+//   shared   shared_out (zero without a shared expert); reads shared_gate/up/down.
+//   finish   combine (each token adds its rows of h in top-k slot order, as RunBlockCpu),
+//            latent norm and up-projection, output = routed + shared; reads latent_up and
+//            latent_norm, and takes `r` with route and shared done.
+// Each stage reads only the BlockWeights fields it names. Run in that order (shared anywhere
+// before finish) they give the whole block's bits: the values passed between stages are held
+// as double, which holds every float exactly. INVALID_ARGUMENT for shapes that do not fit.
+using ExpertSet = std::vector<std::pair<int32_t, const ExpertWeights*>>;
+struct BlockStages {
+  std::function<absl::Status(const BlockConfig&, const BlockWeights&, const BlockInput&,
+                             Precision, BlockResult*)>
+      route;
+  std::function<absl::Status(const BlockConfig&, const ExpertSet&, const BlockInput&,
+                             const BlockResult& routed, Precision, std::vector<double>* h)>
+      experts;
+  std::function<absl::Status(const BlockConfig&, const BlockWeights&, const BlockInput&,
+                             Precision, BlockResult*)>
+      shared;
+  std::function<absl::Status(const BlockConfig&, const BlockWeights&, const std::vector<double>& h,
+                             Precision, BlockResult*)>
+      finish;
+};
+BlockStages CpuStages();
+
+// Every stage of a block whose weights are all in memory: RunBlockCpu is RunStages(CpuStages()).
+absl::StatusOr<BlockResult> RunStages(const BlockStages& stages, const BlockConfig& config,
+                                      const BlockWeights& weights, const BlockInput& input,
+                                      Precision precision);
 
 // The expert selection of grouped top-k (noaux_tc, formats.md §7 step 2) on one token's
 // selection scores `b` [experts]: `config.top_k` ids in descending score order, ties to the

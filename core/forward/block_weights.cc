@@ -1,5 +1,6 @@
 #include "core/forward/block_weights.h"
 
+#include <array>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -156,8 +157,8 @@ class Loader {
 // gpt-oss stores experts stacked, gate/up interleaved on rows (even gate, odd up), as
 // `*_blocks` [E, rows, cols/32, 16] and `*_scales` [E, rows, cols/32] (formats.md §4). The
 // rows of one expert are contiguous, so the down matrix is a view; gate and up are copied.
-absl::Status LoadGptOssExperts(const Checkpoint& ckpt, const Loader& l, const BlockConfig& c,
-                               BlockWeights* w) {
+absl::Status LoadGptOssExperts(const Loader& l, const BlockConfig& c,
+                               const std::vector<int>& experts, BlockWeights* w) {
   const uint64_t E = c.experts, H = c.hidden, I = c.expert_intermediate;
   auto gu_blocks = l.Get("experts.gate_up_proj_blocks", {E, 2 * I, H / 32, 16});
   auto gu_scales = l.Get("experts.gate_up_proj_scales", {E, 2 * I, H / 32});
@@ -169,8 +170,11 @@ absl::Status LoadGptOssExperts(const Checkpoint& ckpt, const Loader& l, const Bl
                                 d_blocks.status(), d_scales.status(), d_bias.status()}) {
     if (!s.ok()) return s;
   }
-  w->experts.resize(E);
-  for (uint64_t e = 0; e < E; ++e) {
+  for (int id : experts) {
+    if (id < 0 || static_cast<uint64_t>(id) >= E) {
+      return absl::InvalidArgumentError(absl::StrCat("expert ", id, " of ", E));
+    }
+    const uint64_t e = static_cast<uint64_t>(id);
     ExpertWeights& x = w->experts[e];
     auto split = std::make_shared<std::vector<uint8_t>>();
     const uint64_t pb = H / 2, sb = H / 32;
@@ -251,112 +255,244 @@ void Fp4Matrix::DequantizeRow(int64_t r, double* out) const {
   }
 }
 
-absl::Status CheckBlockWeights(const BlockConfig& c, const BlockWeights& w) {
-  auto bad = [](const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat("block weights: ", what, " has the wrong shape"));
-  };
-  const int64_t in = c.latent > 0 ? c.latent : c.hidden;
+namespace {
+
+absl::Status BadShape(const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("block weights: ", what, " has the wrong shape"));
+}
+
+}  // namespace
+
+absl::Status CheckRoutingWeights(const BlockConfig& c, const BlockWeights& w) {
   if (w.router.rows != c.experts || w.router.cols != c.hidden ||
       w.router.values.size() != static_cast<size_t>(c.experts) * c.hidden) {
-    return bad("router " + w.router.name);
+    return BadShape("router " + w.router.name);
   }
   if (c.family == BlockFamily::kGptOss && w.router_bias.size() != static_cast<size_t>(c.experts))
-    return bad("router bias");
+    return BadShape("router bias");
   if (c.family != BlockFamily::kGptOss && w.correction_bias.size() != static_cast<size_t>(c.experts))
-    return bad("e_score_correction_bias");
-  if (c.latent > 0) {
-    if (w.latent_down.rows != c.latent || w.latent_down.cols != c.hidden) return bad("latent down");
-    if (w.latent_up.rows != c.hidden || w.latent_up.cols != c.latent) return bad("latent up");
-    if (c.latent_norm && w.latent_norm.size() != static_cast<size_t>(c.latent))
-      return bad("latent norm");
-  }
-  if (w.experts.size() != static_cast<size_t>(c.experts)) return bad("expert list");
-  for (const ExpertWeights& e : w.experts) {
-    if (e.gate.rows != c.expert_intermediate || e.gate.cols != in) return bad(e.gate.name);
-    if (e.up.rows != c.expert_intermediate || e.up.cols != in) return bad(e.up.name);
-    if (e.down.rows != in || e.down.cols != c.expert_intermediate) return bad(e.down.name);
-    if (c.family == BlockFamily::kGptOss &&
-        (e.gate_bias.size() != static_cast<size_t>(c.expert_intermediate) ||
-         e.up_bias.size() != e.gate_bias.size() || e.down_bias.size() != static_cast<size_t>(in)))
-      return bad(e.gate.name + " biases");
-  }
-  if (c.shared_intermediate > 0) {
-    if (w.shared_gate.rows != c.shared_intermediate || w.shared_gate.cols != c.hidden)
-      return bad("shared gate");
-    if (w.shared_up.rows != c.shared_intermediate || w.shared_up.cols != c.hidden)
-      return bad("shared up");
-    if (w.shared_down.rows != c.hidden || w.shared_down.cols != c.shared_intermediate)
-      return bad("shared down");
+    return BadShape("e_score_correction_bias");
+  if (c.latent > 0 && (w.latent_down.rows != c.latent || w.latent_down.cols != c.hidden)) {
+    return BadShape("latent down");
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<BlockWeights> LoadBlockWeights(const Checkpoint& ckpt, const BlockConfig& c,
-                                              int layer) {
-  const TensorNames& n = NamesFor(c.family);
-  // Multimodal checkpoints (Kimi-K3) nest the text model under "language_model.".
+absl::Status CheckExpertWeights(const BlockConfig& c, const ExpertWeights& e) {
+  const int64_t in = c.latent > 0 ? c.latent : c.hidden;
+  if (e.gate.rows != c.expert_intermediate || e.gate.cols != in) return BadShape(e.gate.name);
+  if (e.up.rows != c.expert_intermediate || e.up.cols != in) return BadShape(e.up.name);
+  if (e.down.rows != in || e.down.cols != c.expert_intermediate) return BadShape(e.down.name);
+  if (c.family == BlockFamily::kGptOss &&
+      (e.gate_bias.size() != static_cast<size_t>(c.expert_intermediate) ||
+       e.up_bias.size() != e.gate_bias.size() || e.down_bias.size() != static_cast<size_t>(in)))
+    return BadShape(e.gate.name + " biases");
+  return absl::OkStatus();
+}
+
+absl::Status CheckSharedWeights(const BlockConfig& c, const BlockWeights& w) {
+  if (c.shared_intermediate <= 0) return absl::OkStatus();
+  if (w.shared_gate.rows != c.shared_intermediate || w.shared_gate.cols != c.hidden)
+    return BadShape("shared gate");
+  if (w.shared_up.rows != c.shared_intermediate || w.shared_up.cols != c.hidden)
+    return BadShape("shared up");
+  if (w.shared_down.rows != c.hidden || w.shared_down.cols != c.shared_intermediate)
+    return BadShape("shared down");
+  return absl::OkStatus();
+}
+
+absl::Status CheckLatentOutWeights(const BlockConfig& c, const BlockWeights& w) {
+  if (c.latent <= 0) return absl::OkStatus();
+  if (w.latent_up.rows != c.hidden || w.latent_up.cols != c.latent) return BadShape("latent up");
+  if (c.latent_norm && w.latent_norm.size() != static_cast<size_t>(c.latent))
+    return BadShape("latent norm");
+  return absl::OkStatus();
+}
+
+absl::Status CheckBlockWeights(const BlockConfig& c, const BlockWeights& w) {
+  if (absl::Status s = CheckRoutingWeights(c, w); !s.ok()) return s;
+  if (w.experts.size() != static_cast<size_t>(c.experts)) return BadShape("expert list");
+  for (const ExpertWeights& e : w.experts) {
+    if (absl::Status s = CheckExpertWeights(c, e); !s.ok()) return s;
+  }
+  if (absl::Status s = CheckSharedWeights(c, w); !s.ok()) return s;
+  return CheckLatentOutWeights(c, w);
+}
+
+namespace {
+
+// "…layers.{L}.{block}", nested under "language_model." for multimodal checkpoints (Kimi-K3).
+std::string BlockPrefix(const Checkpoint& ckpt, const TensorNames& n, int layer) {
   std::string prefix;
   for (const char* root : {"language_model.model.layers.", "model.layers."}) {
     prefix = absl::StrCat(root, layer, ".", n.block);
     if (ckpt.Find(prefix + n.router)) break;
   }
-  Loader l(ckpt, prefix);
-  BlockWeights w;
+  return prefix;
+}
+
+// Expert e's three matrix modules (gate, up, down), relative to the block prefix.
+std::array<std::string, 3> ExpertModules(const TensorNames& n, int64_t e) {
+  const std::string base = absl::StrCat("experts.", e, ".");
+  return {base + n.expert_gate, base + n.expert_up, base + n.expert_down};
+}
+
+const char* const kGptOssExpertTensors[] = {
+    "experts.gate_up_proj_blocks", "experts.gate_up_proj_scales", "experts.gate_up_proj_bias",
+    "experts.down_proj_blocks",    "experts.down_proj_scales",    "experts.down_proj_bias"};
+
+}  // namespace
+
+absl::StatusOr<std::vector<TensorRef>> BlockPartTensors(const Checkpoint& ckpt,
+                                                        const BlockConfig& c, int layer,
+                                                        BlockPart part, int expert) {
+  const TensorNames& n = NamesFor(c.family);
+  const std::string prefix = BlockPrefix(ckpt, n, layer);
+  std::vector<std::string> names;
+  switch (part) {
+    case BlockPart::kRouting:
+      names = {n.router, n.router_bias, n.correction_bias};
+      if (c.latent > 0) names.push_back(n.latent_down);
+      break;
+    case BlockPart::kLatentOut:
+      if (c.latent > 0) names = {n.latent_up, c.latent_norm ? n.latent_norm : ""};
+      break;
+    case BlockPart::kShared:
+      if (c.shared_intermediate > 0) names = {n.shared_gate, n.shared_up, n.shared_down};
+      break;
+    case BlockPart::kExpert: {
+      if (c.family == BlockFamily::kGptOss) {
+        names.assign(std::begin(kGptOssExpertTensors), std::end(kGptOssExpertTensors));
+        break;
+      }
+      std::vector<TensorRef> out;
+      for (const std::string& module : ExpertModules(n, expert)) {
+        auto q = quant::ResolveWeight(ckpt, prefix + module);
+        if (!q.ok()) return q.status();
+        for (const TensorRef* t : {&q->packed, &q->scale, &q->x4t_fixed, &q->x4t_exceptions}) {
+          if (t->info != nullptr) out.push_back(*t);
+        }
+        if (q->global_scale) out.push_back(*q->global_scale);
+      }
+      return out;
+    }
+  }
+  std::vector<TensorRef> out;
+  for (const std::string& name : names) {
+    if (name.empty()) continue;
+    std::optional<TensorRef> t = ckpt.Find(prefix + name);
+    if (!t) return absl::NotFoundError(absl::StrCat(ckpt.root(), ": tensor ", prefix, name, " missing"));
+    out.push_back(*t);
+  }
+  return out;
+}
+
+std::vector<ExpertGlobalScale> ExpertGlobalScales(const Checkpoint& ckpt, const BlockConfig& c,
+                                                  int layer) {
+  std::vector<ExpertGlobalScale> out;
+  if (c.family == BlockFamily::kGptOss) return out;  // MXFP4: no global scales
+  const TensorNames& n = NamesFor(c.family);
+  const std::string prefix = BlockPrefix(ckpt, n, layer);
+  for (int64_t e = 0; e < c.experts; ++e) {
+    const std::array<std::string, 3> m = ExpertModules(n, e);
+    auto gate = quant::ResolveWeight(ckpt, prefix + m[0]);
+    auto up = quant::ResolveWeight(ckpt, prefix + m[1]);
+    if (!gate.ok() || !up.ok() || !gate->global_scale || !up->global_scale) continue;
+    out.push_back({static_cast<int>(e), *gate->global_scale, *up->global_scale});
+  }
+  return out;
+}
+
+absl::Status LoadBlockPart(const Checkpoint& ckpt, const BlockConfig& c, int layer,
+                           BlockPart part, const std::vector<int>& experts, BlockWeights* w) {
+  const TensorNames& n = NamesFor(c.family);
+  Loader l(ckpt, BlockPrefix(ckpt, n, layer));
   const int64_t H = c.hidden, E = c.experts, I = c.expert_intermediate;
   const int64_t in = c.latent > 0 ? c.latent : H;
-  auto router = l.Dense(n.router, E, H);
-  if (!router.ok()) return router.status();
-  w.router = std::move(*router);
-  if (*n.router_bias) {
-    auto b = l.Floats(n.router_bias, {static_cast<uint64_t>(E)});
-    if (!b.ok()) return b.status();
-    w.router_bias = std::move(*b);
-  }
-  if (*n.correction_bias) {
-    auto b = l.Floats(n.correction_bias, {static_cast<uint64_t>(E)});
-    if (!b.ok()) return b.status();
-    w.correction_bias = std::move(*b);
-  }
-  if (c.latent > 0) {
-    auto down = l.Dense(n.latent_down, c.latent, H);
-    if (!down.ok()) return down.status();
-    auto up = l.Dense(n.latent_up, H, c.latent);
-    if (!up.ok()) return up.status();
-    w.latent_down = std::move(*down);
-    w.latent_up = std::move(*up);
-    if (c.latent_norm) {
-      auto norm = l.Floats(n.latent_norm, {static_cast<uint64_t>(c.latent)});
-      if (!norm.ok()) return norm.status();
-      w.latent_norm = std::move(*norm);
+  switch (part) {
+    case BlockPart::kRouting: {
+      auto router = l.Dense(n.router, E, H);
+      if (!router.ok()) return router.status();
+      w->router = std::move(*router);
+      if (*n.router_bias) {
+        auto b = l.Floats(n.router_bias, {static_cast<uint64_t>(E)});
+        if (!b.ok()) return b.status();
+        w->router_bias = std::move(*b);
+      }
+      if (*n.correction_bias) {
+        auto b = l.Floats(n.correction_bias, {static_cast<uint64_t>(E)});
+        if (!b.ok()) return b.status();
+        w->correction_bias = std::move(*b);
+      }
+      if (c.latent > 0) {
+        auto down = l.Dense(n.latent_down, c.latent, H);
+        if (!down.ok()) return down.status();
+        w->latent_down = std::move(*down);
+      }
+      return CheckRoutingWeights(c, *w);
     }
+    case BlockPart::kLatentOut:
+      if (c.latent > 0) {
+        auto up = l.Dense(n.latent_up, H, c.latent);
+        if (!up.ok()) return up.status();
+        w->latent_up = std::move(*up);
+        if (c.latent_norm) {
+          auto norm = l.Floats(n.latent_norm, {static_cast<uint64_t>(c.latent)});
+          if (!norm.ok()) return norm.status();
+          w->latent_norm = std::move(*norm);
+        }
+      }
+      return CheckLatentOutWeights(c, *w);
+    case BlockPart::kShared:
+      if (c.shared_intermediate > 0) {
+        auto g = l.Dense(n.shared_gate, c.shared_intermediate, H);
+        if (!g.ok()) return g.status();
+        auto u = l.Dense(n.shared_up, c.shared_intermediate, H);
+        if (!u.ok()) return u.status();
+        auto d = l.Dense(n.shared_down, H, c.shared_intermediate);
+        if (!d.ok()) return d.status();
+        w->shared_gate = std::move(*g);
+        w->shared_up = std::move(*u);
+        w->shared_down = std::move(*d);
+      }
+      return CheckSharedWeights(c, *w);
+    case BlockPart::kExpert:
+      w->experts.resize(E);
+      if (c.family == BlockFamily::kGptOss) {
+        if (absl::Status s = LoadGptOssExperts(l, c, experts, w); !s.ok()) return s;
+      } else {
+        for (int e : experts) {
+          if (e < 0 || e >= E) {
+            return absl::InvalidArgumentError(absl::StrCat("expert ", e, " of ", E));
+          }
+          const std::array<std::string, 3> m = ExpertModules(n, e);
+          auto g = l.Fp4(m[0], I, in);
+          if (!g.ok()) return g.status();
+          auto u = l.Fp4(m[1], I, in);
+          if (!u.ok()) return u.status();
+          auto d = l.Fp4(m[2], in, I);
+          if (!d.ok()) return d.status();
+          w->experts[e].gate = std::move(*g);
+          w->experts[e].up = std::move(*u);
+          w->experts[e].down = std::move(*d);
+        }
+      }
+      for (int e : experts) {
+        if (absl::Status s = CheckExpertWeights(c, w->experts[e]); !s.ok()) return s;
+      }
+      return absl::OkStatus();
   }
-  if (c.shared_intermediate > 0) {
-    auto g = l.Dense(n.shared_gate, c.shared_intermediate, H);
-    if (!g.ok()) return g.status();
-    auto u = l.Dense(n.shared_up, c.shared_intermediate, H);
-    if (!u.ok()) return u.status();
-    auto d = l.Dense(n.shared_down, H, c.shared_intermediate);
-    if (!d.ok()) return d.status();
-    w.shared_gate = std::move(*g);
-    w.shared_up = std::move(*u);
-    w.shared_down = std::move(*d);
-  }
-  if (c.family == BlockFamily::kGptOss) {
-    if (absl::Status s = LoadGptOssExperts(ckpt, l, c, &w); !s.ok()) return s;
-  } else {
-    w.experts.resize(E);
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string base = absl::StrCat("experts.", e, ".");
-      auto g = l.Fp4(base + n.expert_gate, I, in);
-      if (!g.ok()) return g.status();
-      auto u = l.Fp4(base + n.expert_up, I, in);
-      if (!u.ok()) return u.status();
-      auto d = l.Fp4(base + n.expert_down, in, I);
-      if (!d.ok()) return d.status();
-      w.experts[e].gate = std::move(*g);
-      w.experts[e].up = std::move(*u);
-      w.experts[e].down = std::move(*d);
-    }
+  return absl::InvalidArgumentError("unknown block part");
+}
+
+absl::StatusOr<BlockWeights> LoadBlockWeights(const Checkpoint& ckpt, const BlockConfig& c,
+                                              int layer) {
+  BlockWeights w;
+  std::vector<int> all(c.experts);
+  for (int e = 0; e < c.experts; ++e) all[e] = e;
+  for (BlockPart part :
+       {BlockPart::kRouting, BlockPart::kLatentOut, BlockPart::kShared, BlockPart::kExpert}) {
+    if (absl::Status s = LoadBlockPart(ckpt, c, layer, part, all, &w); !s.ok()) return s;
   }
   if (absl::Status s = CheckBlockWeights(c, w); !s.ok()) return s;
   return w;

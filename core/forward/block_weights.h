@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -75,8 +76,40 @@ struct BlockWeights {
   DenseMatrix shared_down;              // [hidden, shared]
 };
 
-// Checks every shape against `config`. INVALID_ARGUMENT naming the tensor.
+// Checks every shape against `config`. INVALID_ARGUMENT naming the tensor. The parts are
+// what each stage of block_forward.h reads.
 absl::Status CheckBlockWeights(const BlockConfig& config, const BlockWeights& w);
+absl::Status CheckRoutingWeights(const BlockConfig& config, const BlockWeights& w);
+absl::Status CheckExpertWeights(const BlockConfig& config, const ExpertWeights& e);
+absl::Status CheckSharedWeights(const BlockConfig& config, const BlockWeights& w);
+absl::Status CheckLatentOutWeights(const BlockConfig& config, const BlockWeights& w);
+
+// The streamed forward reads a block in parts, each when its tensors have arrived
+// (docs/forward.md, "Streamed"): the routing weights (router, its biases, the latent down
+// projection), one expert, the shared expert, the latent output weights (up projection, norm).
+enum class BlockPart { kRouting, kExpert, kShared, kLatentOut };
+
+// The tensors part `part` of layer `layer` reads (kExpert: of expert `expert`; gpt-oss stores
+// its experts stacked, so each of its experts reads the six stacked tensors). NOT_FOUND or
+// INVALID_ARGUMENT as LoadBlockWeights.
+absl::StatusOr<std::vector<TensorRef>> BlockPartTensors(const Checkpoint& ckpt,
+                                                        const BlockConfig& config, int layer,
+                                                        BlockPart part, int expert = -1);
+
+// Loads part `part` into `w`: the fields its stage (block_forward.h BlockStages) reads; for
+// kExpert, w->experts[e] for each e of `experts` (w->experts is sized to the block's experts).
+// Errors as LoadBlockWeights.
+absl::Status LoadBlockPart(const Checkpoint& ckpt, const BlockConfig& config, int layer,
+                           BlockPart part, const std::vector<int>& experts, BlockWeights* w);
+
+// The (w1, w3) weight_global_scale tensors of every expert of the layer whose w1 and w3 are
+// both NVFP4: what the vLLM w1/w3 collapse (forward_audit.h) looks at on every expert.
+struct ExpertGlobalScale {
+  int expert = 0;
+  TensorRef w1, w3;
+};
+std::vector<ExpertGlobalScale> ExpertGlobalScales(const Checkpoint& ckpt,
+                                                  const BlockConfig& config, int layer);
 
 // Loads layer `layer`'s block. Expert spans point into `ckpt`, which must outlive the result.
 // Errors name the tensor: NOT_FOUND (missing), INVALID_ARGUMENT (dtype/shape), DATA_LOSS.

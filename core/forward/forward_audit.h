@@ -6,8 +6,10 @@
 // (docs/forward.md "Backend emulation").
 //
 // The report is typed (core/evidence/block_forward.h: magnitudes are exact decimal strings), ready
-// to go into a signed evidence record; its JSON is written there. The device is injected as a
-// BlockRunner so that core/ does not depend on gpu/.
+// to go into a signed evidence record; its JSON is written there. The device is injected as
+// BlockStages (block_forward.h) so that core/ does not depend on gpu/. The checkpoints are read
+// once through the bounded stream, holding only what the tokens route to
+// (core/forward/forward_stream.h; docs/forward.md, "Streamed").
 #ifndef CKPT_CORE_FORWARD_FORWARD_AUDIT_H_
 #define CKPT_CORE_FORWARD_FORWARD_AUDIT_H_
 
@@ -21,12 +23,10 @@
 #include "core/checkpoint.h"
 #include "core/evidence/block_forward.h"
 #include "core/forward/block_forward.h"
+#include "core/io/tree_image.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::forward {
-
-using BlockRunner = std::function<absl::StatusOr<BlockResult>(
-    const BlockConfig&, const BlockWeights&, const BlockInput&, Precision)>;
 
 // What the evidence records about a GPU a forward ran on.
 struct GpuProperties {
@@ -39,7 +39,7 @@ struct GpuProperties {
 struct ForwardDevice {
   std::string name;  // "cpu", "cuda"
   std::string description;
-  BlockRunner run;
+  BlockStages stages;
   std::optional<GpuProperties> gpu;  // set for GPU devices
 };
 
@@ -52,10 +52,6 @@ ForwardDevice CpuDevice();
 enum class Emulation { kNone, kVllmW13Collapse };
 std::string EmulationName(Emulation e);
 absl::StatusOr<Emulation> ParseEmulation(const std::string& s);  // "", "none", "vllm-w13-collapse"
-
-// Applies `e` to a derived block's weights in place. Returns how many experts it changed (for
-// the collapse: NVFP4 experts whose w1 and w3 global scales differ).
-int ApplyEmulation(Emulation e, BlockWeights& weights);
 
 // The MoE layers a spec names: "all" (every layer of num_hidden_layers that is not dense, per
 // first_k_dense_replace; gpt-oss: every layer) or a comma-separated list of layer indices
@@ -73,6 +69,9 @@ struct ForwardAuditOptions {
   std::string input_path;   // optional safetensors with BF16 `input`
   std::string output_path;  // optional: where the derived run's tensors are written (one layer)
   Emulation emulation = Emulation::kNone;
+  // The read (core/io/tree_stream.h): bytes of checkpoint data held at once, threads.
+  uint64_t memory_window = kDefaultMemoryWindow;
+  unsigned threads = 0;
 };
 
 struct ForwardAuditResult {
@@ -85,29 +84,26 @@ struct ForwardAuditResult {
 };
 
 // Errors (a checkpoint, config or input that cannot be used) are statuses; a difference is a
-// result with passed = false.
+// result with passed = false. RESOURCE_EXHAUSTED when one unit of the forward (an expert on both
+// trees, a layer's routing or shared expert) does not fit options.memory_window. `stats`, when
+// given, gets the read's bytes and peak bytes held.
+struct ForwardReadStats {
+  uint64_t bytes_read = 0;
+  uint64_t peak_kept_bytes = 0;  // at most options.memory_window
+};
 absl::StatusOr<ForwardAuditResult> RunForwardAudit(const ForwardAuditOptions& options,
-                                                   const ForwardDevice& device);
-// The same on checkpoints already read (an audit's one read); `source` may be null. The
-// options' root and source paths are not used.
-absl::StatusOr<ForwardAuditResult> RunForwardAudit(const Checkpoint& derived,
-                                                   const Checkpoint* source,
-                                                   const ForwardAuditOptions& options,
-                                                   const ForwardDevice& device);
+                                                   const ForwardDevice& device,
+                                                   ForwardReadStats* stats = nullptr);
 
-// Several layers (`layers`, a ResolveLayers spec), one block's weights in memory at a time, the
-// same input for every layer. The report (schema ckpt-audit.model-forward/1) holds each layer's
-// report as RunForwardAudit gives it, the layers that passed and an overall verdict (its JSON
-// adds a summary row per layer: verdict, differing output elements, max |diff|, output ULP
-// histogram, output SHA-256s); `passed` when every layer passed. `options.layer` is not used.
-absl::StatusOr<ForwardAuditResult> RunModelForward(const Checkpoint& derived,
-                                                   const Checkpoint* source,
-                                                   const std::string& layers,
-                                                   const ForwardAuditOptions& options,
-                                                   const ForwardDevice& device);
+// Several layers (`layers`, a ResolveLayers spec), the same input for every layer. The report
+// (schema ckpt-audit.model-forward/1) holds each layer's report as RunForwardAudit gives it, the
+// layers that passed and an overall verdict (its JSON adds a summary row per layer: verdict,
+// differing output elements, max |diff|, output ULP histogram, output SHA-256s); `passed` when
+// every layer passed. `options.layer` is not used.
 absl::StatusOr<ForwardAuditResult> RunModelForward(const std::string& layers,
                                                    const ForwardAuditOptions& options,
-                                                   const ForwardDevice& device);
+                                                   const ForwardDevice& device,
+                                                   ForwardReadStats* stats = nullptr);
 
 }  // namespace ckpt::forward
 

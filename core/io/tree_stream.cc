@@ -84,7 +84,13 @@ struct FileStream {
 
 struct Item {
   std::vector<size_t> slots;
-  size_t missing = 0;  // slots not yet complete
+  size_t missing = 0;              // slots not yet complete
+  size_t waiting = 0;              // items of its `after` not yet run or dropped
+  std::vector<size_t> dependents;  // items whose `after` names this one
+  bool decided = false;            // `after` done and `wanted` (if any) has answered
+  bool dropped = false;            // `wanted` said no: never runs, holds nothing
+  bool queued = false;             // put in ready_
+  bool done = false;               // ran or dropped
 };
 
 // One step on a stream, decided under the lock and done outside it.
@@ -161,6 +167,11 @@ class Streamer {
     for (std::thread& t : pool) t.join();
     progress_.End();
     if (!error_.ok()) return error_;
+    for (size_t w = 0; w < items_.size(); ++w) {
+      if (!items_[w].done) {
+        return absl::InternalError(absl::StrCat(work_[w].label, ": never ran"));
+      }
+    }
     StreamResult result;
     result.bytes_read = bytes_read_;
     result.peak_kept_bytes = peak_;
@@ -183,6 +194,14 @@ class Streamer {
     std::map<std::pair<size_t, const TensorInfo*>, size_t> slot_of;
     items_.resize(work_.size());
     for (size_t w = 0; w < work_.size(); ++w) {
+      for (size_t a : work_[w].after) {
+        if (a >= w) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              work_[w].label, ": depends on work item ", a, ", which does not come before it"));
+        }
+        items_[a].dependents.push_back(w);
+        ++items_[w].waiting;
+      }
       uint64_t need = 0;
       for (const auto& [file, info] : work_[w].tensors) {
         auto it = by_file_.find(file);
@@ -211,8 +230,7 @@ class Streamer {
             kept_, " bytes of small files and headers that is over the memory window of ",
             options_.memory_window, " bytes (raise it with --memory-window)"));
       }
-      if (items_[w].missing == 0) ready_.push_back(w);
-      PlanReadAhead(items_[w]);
+      PlanReadAhead(w);
     }
     PlanRevisits();
     for (FileStream& s : streams_) {
@@ -226,6 +244,9 @@ class Streamer {
       Arm(s);
     }
     RankWork();
+    for (size_t w = 0; w < items_.size(); ++w) {
+      if (items_[w].waiting == 0) Decide(w);
+    }
     return absl::OkStatus();
   }
 
@@ -233,7 +254,9 @@ class Streamer {
   // cursors rather than names: the first input image that holds any of its tensors, then the
   // last file there (files in image order) and the offset its cursor must reach there (the end
   // of its furthest tensor read in order, or the trigger of one read ahead); the list order
-  // breaks ties. Work on files kept whole comes first.
+  // breaks ties. Work on files kept whole comes first. Work with `wanted` comes after the work
+  // it waits for (which is admitted first and can always complete); other dependent work keeps
+  // its place: it holds its tensors until what it waits for has run.
   void RankWork() {
     std::vector<std::tuple<size_t, size_t, uint64_t>> rank(items_.size(), {0, 0, 0});
     for (size_t w = 0; w < items_.size(); ++w) {
@@ -248,6 +271,10 @@ class Streamer {
         rank[w] = std::max(rank[w], std::make_tuple(image, s.stream, Reach(s)));
       }
     }
+    for (size_t w = 0; w < items_.size(); ++w) {
+      if (!work_[w].wanted) continue;
+      for (size_t a : work_[w].after) rank[w] = std::max(rank[w], rank[a]);
+    }
     order_.resize(items_.size());
     for (size_t w = 0; w < items_.size(); ++w) order_[w] = w;
     std::stable_sort(order_.begin(), order_.end(),
@@ -258,11 +285,28 @@ class Streamer {
   // order) and its other tensors that lie beyond the anchor, not adjacent to it, when together
   // they are smaller than the anchor: those are read ahead when the cursor reaches the anchor,
   // so the item runs as soon as the anchor is in and holding the partners until the cursor
-  // passes them costs less than holding the anchor until it reaches them.
-  void PlanReadAhead(const Item& item) {
+  // passes them costs less than holding the anchor until it reaches them. An item's own
+  // read_ahead_from replaces the rule in the files it names.
+  void PlanReadAhead(size_t w) {
+    std::map<size_t, uint64_t> from;  // stream -> offset
+    for (const auto& [file, info] : work_[w].read_ahead_from) {
+      auto it = by_file_.find(file);
+      if (it == by_file_.end()) continue;
+      const uint64_t at = file->data_start() + info->begin;
+      auto [pos, fresh] = from.emplace(it->second, at);
+      if (!fresh) pos->second = std::min(pos->second, at);
+    }
     std::map<size_t, std::vector<size_t>> by_stream;
-    for (size_t j : item.slots) by_stream[slots_[j].stream].push_back(j);
+    for (size_t j : items_[w].slots) by_stream[slots_[j].stream].push_back(j);
     for (const auto& [stream, js] : by_stream) {
+      if (auto f = from.find(stream); f != from.end()) {
+        for (size_t j : js) {
+          if (slots_[j].begin > f->second) {
+            slots_[j].trigger = std::min(slots_[j].trigger, f->second);
+          }
+        }
+        continue;
+      }
       size_t anchor = js.front();
       for (size_t j : js) {
         const Slot& a = slots_[anchor];
@@ -328,13 +372,19 @@ class Streamer {
     while (s.armed_next < s.ahead.size() && slots_[s.ahead[s.armed_next]].trigger <= s.pos) {
       const size_t j = s.ahead[s.armed_next++];
       const Slot& slot = slots_[j];
-      if (!slot.granted && (slot.revisit || slot.begin > s.pos)) s.armed.insert({slot.key(), j});
+      if (!slot.granted && !Unneeded(slot) && (slot.revisit || slot.begin > s.pos)) {
+        s.armed.insert({slot.key(), j});
+      }
     }
     for (auto it = s.armed.begin(); it != s.armed.end();) {
       const Slot& slot = slots_[it->second];
       it = !slot.revisit && slot.begin <= s.pos ? s.armed.erase(it) : std::next(it);
     }
   }
+
+  // Every item that needed the slot was dropped before it got memory: the cursor hashes it
+  // from scratch.
+  static bool Unneeded(const Slot& s) { return s.users == 0 && !s.granted; }
 
   // How far the cursor must go for a slot: its end, or for one read ahead, its trigger.
   static uint64_t Reach(const Slot& s) { return s.trigger != kNever ? s.trigger : s.end; }
@@ -367,7 +417,7 @@ class Streamer {
       size_t i = f.path_next;
       for (; i < f.slots.size() && slots_[f.slots[i]].begin < end; ++i) {
         Slot& s = slots_[f.slots[i]];
-        if (s.admitted || s.revisit) continue;  // the cursor does not hold a revisit slot
+        if (s.admitted || s.revisit || Unneeded(s)) continue;  // the cursor holds neither
         cost += s.size();
         if (apply) s.admitted = true;
       }
@@ -387,10 +437,22 @@ class Streamer {
     return cost;
   }
 
+  // The next item to admit must wait for the work it depends on to say whether it is wanted.
+  bool Undecided(size_t k) const {
+    return work_[k].wanted && !items_[k].decided && !items_[k].slots.empty();
+  }
+
   // Admits items in order until `slot` is admitted, while what the admitted work needs fits in
-  // the window besides what is held. False when the next item does not fit now.
+  // the window besides what is held. False when the next item does not fit now, or waits for
+  // the work it depends on. Dropped items are skipped.
   bool AdmitFor(const Slot& slot) {
     while (!slot.admitted && admitted_ < items_.size()) {
+      if (items_[order_[admitted_]].dropped) {
+        ++admitted_;
+        next_cost_.reset();
+        continue;
+      }
+      if (Undecided(order_[admitted_])) return false;
       if (!next_cost_) next_cost_ = Admit(order_[admitted_], /*apply=*/false);
       if (kept_ + need_ + *next_cost_ > options_.memory_window) return false;
       Admit(order_[admitted_++], /*apply=*/true);
@@ -414,11 +476,60 @@ class Streamer {
 
   void Lend(Slot& slot) {
     slot.complete = true;
+    if (slot.users == 0) return;  // every item that needed it was dropped while it was read
     slot.lent = true;
     File(slot).Lend(*slot.info, slot.bytes.get());
     for (size_t w : slot.work) {
-      if (--items_[w].missing == 0) ready_.push_back(w);
+      if (--items_[w].missing == 0) MaybeReady(w);
     }
+  }
+
+  void MaybeReady(size_t w) {
+    Item& item = items_[w];
+    if (item.queued || item.dropped || !item.decided || item.missing > 0 || item.waiting > 0) {
+      return;
+    }
+    item.queued = true;
+    ready_.push_back(w);
+  }
+
+  // Every item of w's `after` is done: ask `wanted`.
+  void Decide(size_t w) {
+    if (items_[w].decided) return;
+    items_[w].decided = true;
+    if (work_[w].wanted && !work_[w].wanted()) {
+      items_[w].dropped = true;
+      for (size_t i : items_[w].slots) Unuse(i);
+      Done(w);
+      return;
+    }
+    MaybeReady(w);
+  }
+
+  // w ran or was dropped: the items that wait for it may now be decided.
+  void Done(size_t w) {
+    items_[w].done = true;
+    for (size_t d : items_[w].dependents) {
+      if (--items_[d].waiting == 0) Decide(d);
+    }
+  }
+
+  // One item that needed the slot ran or was dropped: free what nobody needs any more (a tensor
+  // read ahead stays until the cursor has hashed it).
+  void Unuse(size_t i) {
+    Slot& slot = slots_[i];
+    if (--slot.users > 0) return;
+    if (!slot.granted) {  // never got memory: no longer counted, never read ahead (or again)
+      if (slot.admitted) need_ -= slot.size();
+      streams_[slot.stream].armed.erase({slot.key(), i});
+      if (slot.revisit) --streams_[slot.stream].revisits_left;
+      return;
+    }
+    if (slot.lent) {
+      File(slot).Reclaim(*slot.info);
+      slot.lent = false;
+    }
+    if (slot.passed) Free(slot);
   }
 
   void Fail(absl::Status s) {
@@ -442,7 +553,7 @@ class Streamer {
     }
     if (s.next < s.slots.size()) {
       const Slot& n = slots_[s.slots[s.next]];
-      if (s.pos < n.begin || n.granted || n.admitted || n.revisit) return 0;
+      if (s.pos < n.begin || n.granted || n.admitted || n.revisit || Unneeded(n)) return 0;
       key = std::min(key, n.key());
     }
     return key == kNone ? 0 : key + 1;
@@ -483,7 +594,9 @@ class Streamer {
         Slot& slot = slots_[s.slots[s.next]];
         step->slot = s.slots[s.next];
         step->length = std::min(chunk_, slot.end - s.pos);
-        if (!slot.revisit) {  // a revisit slot is hashed into scratch, re-read at its trigger
+        // A slot no admitted work needs, or one read again at its trigger, is hashed through
+        // the scratch chunk.
+        if (!slot.revisit && !Unneeded(slot)) {
           if (!slot.granted) {
             if (!AdmitFor(slot)) continue;
             Grant(slot);
@@ -512,7 +625,11 @@ class Streamer {
       ++count;
     }
     std::string next = "no work item is waiting";
-    if (admitted_ < items_.size()) {
+    while (admitted_ < items_.size() && items_[order_[admitted_]].dropped) ++admitted_;
+    if (admitted_ < items_.size() && Undecided(order_[admitted_])) {
+      next = absl::StrCat(work_[order_[admitted_]].label,
+                          " waits for the work it depends on, which cannot get its tensors");
+    } else if (admitted_ < items_.size()) {
       const Slot* far = nullptr;
       const uint64_t cost = Admit(order_[admitted_], /*apply=*/false, &far);
       next = absl::StrCat(work_[order_[admitted_]].label, " needs ", cost,
@@ -659,31 +776,17 @@ class Streamer {
     while (s.next < s.slots.size() && slots_[s.slots[s.next]].end <= s.pos) {
       Slot& slot = slots_[s.slots[s.next]];
       slot.passed = true;
-      if (slot.revisit) {  // hashed, not kept: read again at its trigger
-      } else if (slot.complete) {  // read ahead: kept until the cursor passed it
-        if (slot.users == 0) Free(slot);
-      } else {
-        if (!slot.granted) {  // an empty tensor: no bytes to read, a valid pointer
-          slot.admitted = true;
-          Grant(slot);
-        }
-        Lend(slot);
-      }
       ++s.next;
+      // Hashed from scratch (a revisit slot is read again at its trigger).
+      if (slot.revisit || Unneeded(slot)) continue;
+      if (!slot.granted) {  // an empty tensor: no bytes to read, a valid pointer
+        slot.admitted = true;
+        Grant(slot);
+      }
+      if (!slot.complete) Lend(slot);  // else read ahead: kept until the cursor passed it
+      if (slot.users == 0) Free(slot);
     }
     Arm(s);
-  }
-
-  // Under the lock, after work item `w` ran: free what nobody needs any more (a tensor read
-  // ahead stays until the cursor has hashed it).
-  void Release(size_t w) {
-    for (size_t i : items_[w].slots) {
-      Slot& slot = slots_[i];
-      if (--slot.users > 0) continue;
-      File(slot).Reclaim(*slot.info);
-      slot.lent = false;
-      if (slot.passed) Free(slot);
-    }
   }
 
   void Worker() {
@@ -704,7 +807,8 @@ class Streamer {
         lock.lock();
         --running_;
         if (!s.ok()) Fail(std::move(s));
-        Release(w);
+        for (size_t i : items_[w].slots) Unuse(i);
+        Done(w);
         cv_.notify_all();
         continue;
       }

@@ -48,12 +48,32 @@ namespace ckpt {
 // window below it is refused (services/cli ParseByteSize).
 inline constexpr uint64_t kMinReadChunk = 64ull << 10;
 
+using StreamTensors = std::vector<std::pair<const SafetensorsFile*, const TensorInfo*>>;
+
 // Work on tensor bytes: `run` is called once, on a stream thread, when every listed tensor's
 // bytes are available through its SafetensorsFile (tensors of files kept whole always are).
+//
+// Dependent work (docs/audit-engine.md, "Work that depends on other work"), e.g. the block
+// forward's experts, which are needed only if the router chose them:
+//   after            items (indices into StreamTrees' list, each before this one) that must have
+//                    run (or been dropped) before this one runs; its tensors may be held
+//                    meanwhile, and are counted in the window as usual.
+//   wanted           when set, asked once (under the stream's lock: cheap, no I/O) when every
+//                    item of `after` has run; false drops the item: it never runs and its
+//                    tensors are hashed as they stream past unless other work needs them. Such
+//                    an item is admitted (gets memory) only after the answer, so a dropped item
+//                    never holds memory.
+//   read_ahead_from  in each file holding one of these tensors, this item's tensors that lie
+//                    beyond the first of them are read ahead (pread into their buffers, hashed
+//                    later from there) once the file's cursor reaches it: a layer's router,
+//                    stored after its experts, is read when the cursor reaches the experts.
 struct StreamWork {
   std::string label;  // names the item in messages
-  std::vector<std::pair<const SafetensorsFile*, const TensorInfo*>> tensors;
+  StreamTensors tensors;
   std::function<absl::Status()> run;
+  std::vector<size_t> after = {};
+  std::function<bool()> wanted = {};
+  StreamTensors read_ahead_from = {};
 };
 
 // Bytes of a file that no work item holds, handed over as the file's cursor hashes them (a copy
@@ -79,8 +99,8 @@ struct StreamResult {
 // threads). Errors: RESOURCE_EXHAUSTED (see above; also before reading when one work item
 // alone does not fit), DATA_LOSS naming the file and offset (a file changed, shrank or grew
 // since ReadTree read its header, or during this read), CANCELLED, or the first error a work
-// item or sink returned (INVALID_ARGUMENT for a sink on a file that is not streamed). Nothing is
-// lent after return.
+// item or sink returned; INVALID_ARGUMENT for a sink on a file that is not streamed, or when an
+// `after` names no earlier item. Nothing is lent after return.
 absl::StatusOr<StreamResult> StreamTrees(
     const std::vector<std::shared_ptr<const TreeImage>>& images, std::vector<StreamWork> work,
     const ReadOptions& options, Progress& progress, std::vector<StreamSink> sinks = {});

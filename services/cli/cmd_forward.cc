@@ -1,12 +1,15 @@
 // `ckpt-audit forward`: run one layer's MoE block (`--layer L`) or several (`--layers all|L1,..`)
 // on a derived checkpoint (and its source) on the CPU reference or the CUDA kernels, optionally
 // emulating a serving backend's loader, and report whether the outputs are bit-identical
-// (core/forward/forward_audit.h; docs/forward.md).
+// (core/forward/forward_audit.h; docs/forward.md). Both trees are read once in
+// --memory-window, holding only the experts the tokens route to.
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/forward/forward_audit.h"
 #include "core/text/json_dump.h"
 #include "services/cli/cli_util.h"
@@ -105,8 +108,30 @@ void PrintSummary(const evidence::BlockForward& r) {
                 l.verdict.c_str(), differing.c_str(), max_diff.c_str(), hist.c_str(),
                 emulated.c_str());
   }
-  std::printf("verdict: %s (%d of %d layers passed)\n", r.verdict.c_str(),
-              static_cast<int>(r.layers_passed), static_cast<int>(r.layers.size()));
+}
+
+// The last line. When the emulated backend's output diverges (exit 1), that leads: the stored
+// weights' verdict follows it.
+void PrintVerdict(const evidence::BlockForward& r) {
+  std::vector<std::string> diverging;
+  for (const evidence::ForwardLayer& l : r.layers) {
+    if (l.backend_emulation && l.backend_emulation->verdict != "bit-identical") {
+      diverging.push_back(std::to_string(l.layer));
+    }
+  }
+  std::string stored = r.verdict;
+  if (r.multi_layer()) {
+    absl::StrAppend(&stored, " (", r.layers_passed, " of ", r.layers.size(), " layers passed)");
+  }
+  if (diverging.empty()) {
+    if (r.multi_layer()) std::printf("verdict: %s\n", stored.c_str());
+    return;
+  }
+  std::printf("verdict: emulated %s output DIFFERS on %zu of %zu layers (layer%s %s); stored "
+              "weights: %s\n",
+              r.emulation.c_str(), diverging.size(), r.layers.size(),
+              diverging.size() == 1 ? "" : "s", absl::StrJoin(diverging, ", ").c_str(),
+              stored.c_str());
 }
 
 int Run(const ForwardArgs& a) {
@@ -134,6 +159,7 @@ int Run(const ForwardArgs& a) {
     PrintHeader(r->report);
     for (const evidence::ForwardLayer& layer : r->report.layers) PrintLayer(layer);
     if (r->report.multi_layer()) PrintSummary(r->report);
+    PrintVerdict(r->report);
   }
   return r->passed && !r->emulation_differs ? kExitOk : kExitCheckFailed;
 }
@@ -157,6 +183,8 @@ void AddForwardCommand(CLI::App& app, int* exit_code) {
                   "write output and intermediates here (--layer only)");
   cmd->add_option("--emulate", a->emulate,
                   "also compute the derived side as a backend loads it: vllm-w13-collapse");
+  AddMemoryWindowFlag(cmd, &a->options.memory_window);
+  cmd->add_option("--threads", a->options.threads, "reading threads (0: all cores)");
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->callback([=] { *exit_code = Run(*a); });
 }

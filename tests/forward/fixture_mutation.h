@@ -51,6 +51,32 @@ inline void ScaleOneByPowerOfTwo(const std::filesystem::path& root, const std::s
   f.write(&byte, 1);
 }
 
+// Sets the E4M3 weight_scale of the first 16-block of row 0 of `module` that holds a nonzero
+// nibble to NaN (0x7F): loading the module is then DATA_LOSS naming it.
+inline void PoisonFirstActiveScale(const std::filesystem::path& root, const std::string& module) {
+  auto ckpt = Checkpoint::Open(root.string());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto scale = (*ckpt)->Find(module + ".weight_scale");
+  auto packed = (*ckpt)->Find(module + ".weight_packed");
+  ASSERT_TRUE(scale && packed) << module;
+  ASSERT_EQ(scale->info->dtype, DType::kF8_E4M3);
+  const auto p = packed->bytes();
+  uint64_t block = 0;
+  for (;; ++block) {
+    ASSERT_LT(block * 8, packed->info->shape[1]);
+    bool active = false;
+    for (int k = 0; k < 8; ++k) active |= (p[block * 8 + k] & 0x77) != 0;
+    if (active) break;
+  }
+  const uint64_t offset = scale->file->data_start() + scale->info->begin + block;
+  const std::string path = scale->file->path();
+  ckpt->reset();
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(offset));
+  const char nan = 0x7F;
+  f.write(&nan, 1);
+}
+
 // Writes `len` bytes at `offset` of the file `path`.
 inline void Overwrite(const std::string& path, uint64_t offset, const void* data, size_t len) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);

@@ -27,6 +27,13 @@ CliRun Cli(const std::string& args) {
 
 const std::string kSource = " --source " + Fixture("mini-kimi-mxfp4").string();
 
+std::string LastLine(const std::string& out) {
+  std::string s = out;
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  const size_t at = s.rfind('\n');
+  return at == std::string::npos ? s : s.substr(at + 1);
+}
+
 TEST(ForwardCli, IdenticalPairExitsZeroWithJson) {
   TempDir dir;
   const std::string out = (dir / "y.safetensors").string();
@@ -79,6 +86,41 @@ TEST(ForwardCli, EveryLayerWithSummaryAndEmulation) {
   EXPECT_EQ(e.rc, 1) << e.out;
   EXPECT_NE(e.out.find("vllm-w13-collapse (16 experts changed) vs source: output different"),
             std::string::npos) << e.out;
+  // The summary leads with the emulated divergence that makes the exit code 1.
+  EXPECT_EQ(LastLine(e.out),
+            "verdict: emulated vllm-w13-collapse output DIFFERS on 1 of 2 layers (layer 2); "
+            "stored weights: bit-identical (2 of 2 layers passed)")
+      << e.out;
+  CliRun one = Cli("--root " + copy.string() + kSource +
+                   " --layer 2 --tokens 2 --emulate vllm-w13-collapse");
+  EXPECT_EQ(one.rc, 1) << one.out;
+  EXPECT_EQ(LastLine(one.out),
+            "verdict: emulated vllm-w13-collapse output DIFFERS on 1 of 1 layers (layer 2); "
+            "stored weights: bit-identical")
+      << one.out;
+}
+
+// Both trees are read in --memory-window: a window smaller than one layer gives the same
+// report; sizes that are no window are refused, and a window no unit fits names the flag.
+TEST(ForwardCli, MemoryWindow) {
+  const std::string args = "--root " + Fixture("mini-kimi-nvfp4").string() + kSource +
+                           " --layers all --tokens 4 --json";
+  CliRun unbounded = Cli(args);
+  ASSERT_EQ(unbounded.rc, 0) << unbounded.err;
+  for (const char* window : {"1M", "1048576", "1.5M", "1MiB"}) {
+    CliRun bounded = Cli(args + " --memory-window " + window);
+    ASSERT_EQ(bounded.rc, 0) << window << ": " << bounded.err;
+    EXPECT_EQ(bounded.out, unbounded.out) << window;
+  }
+  for (const char* bad : {"0", "1x", "1.5", "65535", "0.5K", "-1", "99999999999999999999", "M"}) {
+    CliRun r = Cli(args + " --memory-window " + std::string(bad));
+    EXPECT_EQ(r.rc, 2) << bad << ": " << r.out;
+    EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << bad << ": " << r.err;
+  }
+  CliRun tiny = Cli(args + " --memory-window 64K");
+  EXPECT_EQ(tiny.rc, 2) << tiny.out;
+  EXPECT_NE(tiny.err.find("RESOURCE_EXHAUSTED"), std::string::npos) << tiny.err;
+  EXPECT_NE(tiny.err.find("--memory-window"), std::string::npos) << tiny.err;
 }
 
 TEST(ForwardCli, DiffExitCodes) {
