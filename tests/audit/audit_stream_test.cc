@@ -251,11 +251,14 @@ TEST_F(AuditStreamTest, PartnersFarApartAreResourceExhaustedNotGrowth) {
   auto whole = Audit(1ull << 32, NoProgress());
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_EQ(whole->OverallVerdict(), evidence::Verdict::kPass);
+  // Half the small window: the derived modules wait at the far end of their shards while the
+  // source's are held (the non-quantized tensors, compared by the digests the cursor takes,
+  // hold nothing).
   AuditStats stats;
-  auto rec = Audit(kSmallWindow, NoProgress(), &stats);
+  auto rec = Audit(kSmallWindow / 2, NoProgress(), &stats);
   ASSERT_FALSE(rec.ok());
   EXPECT_EQ(rec.status().code(), absl::StatusCode::kResourceExhausted) << rec.status();
-  EXPECT_THAT(std::string(rec.status().message()), HasSubstr("memory window of 1048576 bytes"));
+  EXPECT_THAT(std::string(rec.status().message()), HasSubstr("memory window of 524288 bytes"));
   EXPECT_THAT(std::string(rec.status().message()), HasSubstr("are held for checks"));
 }
 

@@ -126,7 +126,7 @@ TEST_F(EngineCliTest, InspectReadsOnlyHeaders) {
 
 TEST_F(EngineCliTest, MemoryWindowTakesSizesAndRefusesNonsense) {
   const std::string root = Fixture("mini-kimi-nvfp4");
-  for (const char* ok : {"1048576", "1M", "1MiB", "1.5G", "2GiB", "256k"}) {
+  for (const char* ok : {"1048576", "1M", "1MiB", "1.5G", "2GiB", "1536k"}) {
     CliResult r = RunCli(std::string("quant-check ") + root + " --memory-window " + ok,
                          tmp_.path());
     EXPECT_EQ(r.rc, 0) << ok << "\n" << r.err;

@@ -24,13 +24,13 @@ using ::ckpt::testing::ReadHook;
 using ::ckpt::testing::TempDir;
 using ::testing::HasSubstr;
 
-// One Kimi-K3-shaped MoE layer of 96 small experts in one shard per tree: ~440 KiB of NVFP4
-// scales ahead of the packed weights, ~190 KiB of headers and small files per tree.
-constexpr uint64_t kWindow = 768ull << 10;
+// One Kimi-K3-shaped MoE layer of 64 small experts in one shard per tree: 1.1 MiB of NVFP4
+// scales ahead of the packed weights, about 250 KiB of headers (raw and parsed) per tree.
+constexpr uint64_t kWindow = 1536ull << 10;
 
 bench::ScaleOptions Layer(bench::ScaleFormat format, uint64_t vocab = 0) {
   bench::ScaleOptions o;
-  o.geometry = {bench::ScaleFamily::kKimiK3, 256, 128, 192, 96, 4, 1, 1, 0, vocab};
+  o.geometry = {bench::ScaleFamily::kKimiK3, 256, 256, 384, 64, 4, 1, 1, 0, vocab};
   o.seed = 11;
   o.threads = 2;
   o.format = format;
@@ -133,15 +133,15 @@ TEST_F(ReadBehindTest, ScaleChangedBeforeItsSecondReadIsDataLoss) {
   EXPECT_THAT(std::string(rec.status().message()), HasSubstr(shard_.filename().string()));
 }
 
-// Embeddings and head of 2048 x 256 BF16 (1 MiB each, on each side) are larger than the window:
+// Embeddings and head of 4096 x 256 BF16 (2 MiB each, on each side) are larger than the window:
 // the pair check compares them by the SHA-256 the cursor takes as they pass, holding neither,
 // and still finds one changed byte.
 TEST(ReadWithoutHoldingTest, TensorsLargerThanTheWindowAreComparedByDigest) {
   TempDir tmp;
   ASSERT_TRUE(bench::WriteScaleCheckpoint((tmp / "src").string(),
-                                          Layer(bench::ScaleFormat::kMxfp4, 2048)).ok());
+                                          Layer(bench::ScaleFormat::kMxfp4, 4096)).ok());
   ASSERT_TRUE(bench::WriteScaleCheckpoint((tmp / "dst").string(),
-                                          Layer(bench::ScaleFormat::kNvfp4, 2048)).ok());
+                                          Layer(bench::ScaleFormat::kNvfp4, 4096)).ok());
   AuditOptions o;
   o.root = (tmp / "dst").string();
   o.source = (tmp / "src").string();
@@ -152,7 +152,7 @@ TEST(ReadWithoutHoldingTest, TensorsLargerThanTheWindowAreComparedByDigest) {
   EXPECT_EQ(rec->OverallVerdict(), evidence::Verdict::kPass);
   EXPECT_LE(stats.peak_kept_bytes, kWindow);
   ASSERT_TRUE(rec->pair_audit.has_value());
-  EXPECT_GE(rec->pair_audit->ignored_bytes_compared, 2 * (2048u * 256 * 2));
+  EXPECT_GE(rec->pair_audit->ignored_bytes_compared, 2 * (4096u * 256 * 2));
 
   fs::path shard;
   for (const auto& e : fs::directory_iterator(tmp / "dst")) {

@@ -23,7 +23,7 @@ using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::Fixture;
 using ::ckpt::testing::TempDir;
 
-constexpr uint64_t kWindow = 1ull << 20;
+constexpr uint64_t kWindow = 3ull << 19;
 // The audit adds the pair check's units, which hold the same tensors at other times (the
 // fixture's shared expert is a third of this window on both trees).
 constexpr uint64_t kAuditWindow = 3ull << 19;

@@ -150,7 +150,7 @@ TEST(QuantCli, TranscodeResumeRedoesAFinishedShardCorruptedMeanwhile) {
 TEST(QuantCli, TranscodeMemoryWindowAndMissingParent) {
   TempDir dir;
   ASSERT_EQ(Cli("transcode --to nvfp4 " + kSrc + " " + (dir / "want").string()).rc, 0);
-  CliRun small = Cli("transcode --memory-window 128K --to nvfp4 " + kSrc + " " +
+  CliRun small = Cli("transcode --memory-window 240K --to nvfp4 " + kSrc + " " +
                      (dir / "small").string());
   ASSERT_EQ(small.rc, 0) << small.err;
   EXPECT_EQ(Files(dir / "small"), Files(dir / "want"));
