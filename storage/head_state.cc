@@ -1,20 +1,19 @@
 #include "storage/head_state.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "core/io/small_file.h"
 #include "storage/log_verifier.h"
 
 namespace ckpt::storage {
 namespace {
 
-constexpr off_t kMaxHeadFile = 64 << 10;  // a note is a few hundred bytes
+constexpr size_t kMaxHeadFile = 64 << 10;  // a note is a few hundred bytes
 
 std::string Errno(const std::string& path, const char* what) {
   return absl::StrCat(path, ": ", what, ": ", std::strerror(errno));
@@ -53,43 +52,20 @@ std::string DescribeHead(const TreeHead& head) {
 }
 
 absl::StatusOr<std::optional<SignedHead>> ReadHeadFile(const std::string& path) {
-  // O_NONBLOCK: a FIFO planted at the path must not hang the open; it is refused below.
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
-  if (fd.get() < 0) {
-    if (errno == ENOENT) return std::optional<SignedHead>();
-    return absl::FailedPreconditionError(Errno(path, "cannot open the tree head file"));
-  }
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, ": the tree head file is not a regular file"));
-  }
-  if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, ": the tree head file must belong to this user (uid ", ::geteuid(),
-        ") and be writable by nobody else; it has uid ", st.st_uid, " and mode ",
-        absl::StrFormat("%04o", st.st_mode & 07777)));
-  }
-  if (st.st_size > kMaxHeadFile) {
-    return absl::DataLossError(absl::StrCat(path, ": ", st.st_size,
-                                            " bytes is too large for a tree head file"));
-  }
-  std::string note(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
-  while (got < note.size()) {
-    ssize_t n = ::pread(fd.get(), note.data() + got, note.size() - got, static_cast<off_t>(got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return absl::DataLossError(Errno(path, "read"));
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  note.resize(got);
-  auto head = ParseCheckpoint(note);
+  io::SmallFileRules rules;
+  rules.what = "tree head file";
+  rules.max_bytes = kMaxHeadFile;
+  rules.forbidden_mode = 022;  // whoever can write it decides which head is remembered
+  rules.owner_root_or_self = true;
+  absl::StatusOr<std::string> note = io::ReadSmallFile(path, rules);
+  if (absl::IsNotFound(note.status())) return std::optional<SignedHead>();
+  if (!note.ok()) return absl::FailedPreconditionError(note.status().message());
+  auto head = ParseCheckpoint(*note);
   if (!head.ok()) {
     return absl::DataLossError(absl::StrCat(path, ": not a tree head file: ",
                                             head.status().message()));
   }
-  return std::optional<SignedHead>(SignedHead{*std::move(head), std::move(note)});
+  return std::optional<SignedHead>(SignedHead{*std::move(head), *std::move(note)});
 }
 
 absl::Status WriteHeadFile(const std::string& path, const std::string& note) {

@@ -703,7 +703,8 @@ TEST_F(LogTest, HeadAtStartAdoptsOrRefuses) {
   ASSERT_EQ(::chmod(head_path.c_str(), 0620), 0);
   auto loose = CheckHeadAtStart(path_, head_path, trust_);
   EXPECT_EQ(loose.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(loose.status().message(), HasSubstr("writable by nobody else"));
+  EXPECT_THAT(loose.status().message(),
+              HasSubstr("tree head file is writable by group (mode 0620)"));
 }
 
 // A log that does not verify is never adopted: the daemon warns and remembers nothing.
