@@ -7,37 +7,20 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/fd.h"
 #include "core/io/small_file.h"
 #include "storage/log_verifier.h"
 
 namespace ckpt::storage {
 namespace {
 
+using io::Fd;
+
 constexpr size_t kMaxHeadFile = 64 << 10;  // a note is a few hundred bytes
 
 std::string Errno(const std::string& path, const char* what) {
   return absl::StrCat(path, ": ", what, ": ", std::strerror(errno));
 }
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  // Closes now; false when close reports an error (a delayed write error).
-  bool Close() {
-    int fd = fd_;
-    fd_ = -1;
-    return ::close(fd) == 0;
-  }
-
- private:
-  int fd_;
-};
 
 std::string DirectoryOf(const std::string& path) {
   size_t slash = path.rfind('/');

@@ -10,20 +10,15 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/fd.h"
 #include "core/io/small_file.h"
 
 namespace ckpt::evidence {
 namespace {
 
-constexpr size_t kMaxKeyFile = 1 << 20;
+using io::Fd;
 
-struct Fd {
-  explicit Fd(int f) : fd(f) {}
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-  int fd;
-};
+constexpr size_t kMaxKeyFile = 1 << 20;
 
 struct BioDeleter {
   void operator()(BIO* b) const { BIO_free(b); }
@@ -54,19 +49,19 @@ absl::StatusOr<std::string> ReadPrivateKeyFile(const std::string& path) {
 
 absl::Status WritePrivateKeyFile(const std::string& path, const std::string& pem) {
   Fd f(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (f.fd < 0) {
+  if (f.get() < 0) {
     if (errno == EEXIST) return absl::AlreadyExistsError(absl::StrCat(path, ": already exists"));
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::strerror(errno)));
   }
-  ::fchmod(f.fd, 0600);  // the umask may have narrowed it further, never widened; be exact
+  ::fchmod(f.get(), 0600);  // the umask may have narrowed it further, never widened; be exact
   size_t put = 0;
   while (put < pem.size()) {
-    ssize_t n = ::write(f.fd, pem.data() + put, pem.size() - put);
+    ssize_t n = ::write(f.get(), pem.data() + put, pem.size() - put);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return absl::DataLossError(absl::StrCat(path, ": write failed"));
     put += static_cast<size_t>(n);
   }
-  if (::fsync(f.fd) != 0) return absl::DataLossError(absl::StrCat(path, ": fsync failed"));
+  if (::fsync(f.get()) != 0) return absl::DataLossError(absl::StrCat(path, ": fsync failed"));
   return absl::OkStatus();
 }
 

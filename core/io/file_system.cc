@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/io/fd.h"
 
 namespace ckpt::io {
 namespace {
@@ -20,21 +21,6 @@ absl::Status ErrnoStatus(const std::string& what, const std::string& label, int 
   if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
   return absl::DataLossError(msg);
 }
-
-// Owns one descriptor.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  const int fd_;
-};
 
 absl::StatusOr<FileIdentity> FstatOf(int fd, const std::string& label) {
   struct stat st;

@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/checkpoint.h"
+#include "core/io/fd.h"
 #include "core/io/tree_stream.h"
 #include "core/parallel.h"
 #include "core/quant/codecs.h"
@@ -32,34 +33,14 @@
 namespace ckpt::quant {
 namespace {
 
+using io::Fd;
+
 namespace fs = std::filesystem;
 
 constexpr char kRunRecord[] = ".transcode-run.json";
 constexpr uint64_t kIoChunk = 8ull << 20;  // compare and hash buffers, one per thread
 
 std::string Errno() { return std::strerror(errno); }
-
-// An owned file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    Reset();
-    fd_ = std::exchange(o.fd_, -1);
-    return *this;
-  }
-  ~Fd() { Reset(); }
-  int get() const { return fd_; }
-  bool ok() const { return fd_ >= 0; }
-  void Reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_;
-};
 
 absl::Status WriteAt(int fd, const std::string& label, uint64_t offset,
                      std::span<const uint8_t> bytes) {
