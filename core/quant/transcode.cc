@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -39,6 +40,7 @@ namespace fs = std::filesystem;
 
 constexpr char kRunRecord[] = ".transcode-run.json";
 constexpr uint64_t kIoChunk = 8ull << 20;  // compare and hash buffers, one per thread
+constexpr uint64_t kWritebackEvery = 256ull << 20;
 
 std::string Errno() { return std::strerror(errno); }
 
@@ -165,6 +167,7 @@ struct OutShard {
   Fd fd;
   bool existed = false;  // resume: left by the interrupted run; compared before written
   std::atomic<bool> differed{false};
+  std::atomic<uint64_t> unsynced{0};  // bytes written, for the writeback in Place
   Digest sha256{};
 
   // Writes `bytes` at `offset`; for a file the interrupted run left, only the chunks that
@@ -187,6 +190,12 @@ struct OutShard {
       }
     } else if (absl::Status s = WriteAt(fd.get(), label, offset, bytes); !s.ok()) {
       return s;
+    }
+    // Starts the disk writing what is dirty every kWritebackEvery bytes, so that the fsync in
+    // Finish waits for little (asynchronous; errors surface at that fsync).
+    const uint64_t before = unsynced.fetch_add(bytes.size());
+    if (before / kWritebackEvery != (before + bytes.size()) / kWritebackEvery) {
+      ::sync_file_range(fd.get(), 0, 0, SYNC_FILE_RANGE_WRITE);
     }
     if (last) MaybeKillForTest();
     return absl::OkStatus();
@@ -214,23 +223,32 @@ struct OutShard {
                                                 " bytes: ", Errno()));
       }
     }
-    if (absl::Status s = Fsync(fd.get(), label); !s.ok()) return s;
     // SHA-256 is sequential and the layout puts the global scales first: they depend on every
     // packed byte of their fused group, so the digest cannot be taken in order while writing
-    // without holding the shard; it is taken here, from the file this process wrote and
-    // fsynced, through the same descriptor, before the directory is published.
+    // without holding the shard; it is taken here, from the file this process wrote, through
+    // the same descriptor, while the fsync runs beside it; the directory is published only
+    // after both.
+    absl::Status synced;
+    std::thread syncer([&] { synced = Fsync(fd.get(), label); });
     Sha256 h;
+    absl::Status read = absl::OkStatus();
     std::vector<uint8_t> buf(std::min<uint64_t>(kIoChunk, std::max<uint64_t>(layout.file_size, 1)));
-    for (uint64_t pos = 0; pos < layout.file_size;) {
+    for (uint64_t pos = 0; pos < layout.file_size && read.ok();) {
       const size_t n = std::min<uint64_t>(buf.size(), layout.file_size - pos);
       absl::StatusOr<size_t> got = ReadAt(fd.get(), label, pos, std::span<uint8_t>(buf.data(), n));
-      if (!got.ok()) return got.status();
-      if (*got != n) return absl::DataLossError(absl::StrCat(label, ": ends at ", pos + *got));
-      h.Update(std::span<const uint8_t>(buf.data(), n));
-      ::posix_fadvise(fd.get(), static_cast<off_t>(pos), static_cast<off_t>(n),
-                      POSIX_FADV_DONTNEED);
-      pos += n;
+      if (!got.ok()) {
+        read = got.status();
+      } else if (*got != n) {
+        read = absl::DataLossError(absl::StrCat(label, ": ends at ", pos + *got));
+      } else {
+        h.Update(std::span<const uint8_t>(buf.data(), n));
+        pos += n;
+      }
     }
+    syncer.join();
+    if (!synced.ok()) return synced;
+    if (!read.ok()) return read;
+    ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED);  // written, hashed: not kept cached
     sha256 = h.Finish();
     fd.Reset();
     return absl::OkStatus();
