@@ -6,8 +6,12 @@ namespace ckpt::audit {
 
 absl::Status ForwardCheck::Plan(const Checkpoints& trees, WorkPlan& plan) {
   if (trees.root == nullptr) return absl::OkStatus();
-  auto layers = forward::ResolveLayers(layers_, trees.root->text_config());
-  if (!layers.ok()) return layers.status();
+  absl::StatusOr<std::vector<int>> layers = std::vector<int>{options_.layer};
+  if (!layers_.empty()) layers = forward::ResolveLayers(layers_, trees.root->text_config());
+  if (!layers.ok()) {
+    return absl::Status(layers.status().code(),
+                        absl::StrCat(trees.root->root(), ": ", layers.status().message()));
+  }
   auto planned = forward::StreamedForward::Plan(*trees.root, trees.source, *std::move(layers),
                                                 options_, device_);
   if (!planned.ok()) return planned.status();
@@ -73,6 +77,32 @@ evidence::CheckResult RecordOf(const forward::ForwardAuditResult& r) {
   c.details.Set("device", rep.device);
   c.details.Set("layers", rep.layer_spec);
   return c;
+}
+
+absl::StatusOr<forward::ForwardAuditResult> RunForward(const std::string& layers,
+                                                       const forward::ForwardAuditOptions& o,
+                                                       const forward::ForwardDevice& device,
+                                                       forward::ForwardReadStats* stats) {
+  if (!layers.empty() && !o.output_path.empty()) {
+    return absl::InvalidArgumentError("--output writes one layer's tensors; use --layer");
+  }
+  EngineOptions options;
+  options.root = o.root;
+  options.source = o.source;
+  options.threads = o.threads;
+  options.memory_window = o.memory_window;
+  options.file_digests = false;  // the forward's report names output digests, not files
+  auto engine = Engine::Open(options, NoProgress());
+  if (!engine.ok()) return engine.status();
+  const Engine& e = **engine;
+  if (e.root().checkpoint == nullptr) return e.root().checkpoint_status;
+  if (e.has_source() && e.source().checkpoint == nullptr) return e.source().checkpoint_status;
+  ForwardCheck check(layers, o, device);
+  auto streamed = (*engine)->Run({&check}, NoProgress());
+  if (!streamed.ok()) return streamed.status();
+  if (absl::Status s = (*engine)->CheckUnchanged(*streamed); !s.ok()) return s;
+  if (stats != nullptr) *stats = {streamed->bytes_read, streamed->peak_kept_bytes};
+  return std::move(check).Result();
 }
 
 }  // namespace ckpt::audit

@@ -6,9 +6,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/checkpoint.h"
-#include "core/forward/forward_stream.h"
-#include "core/io/tree_stream.h"
 
 namespace ckpt::forward {
 namespace {
@@ -18,46 +15,6 @@ int IntOr(const nlohmann::json& c, const char* key, int fallback) {
   if (it == c.end() || !it->is_number_integer()) return fallback;
   const long long v = it->get<long long>();
   return v < 0 || v > (1 << 20) ? fallback : static_cast<int>(v);
-}
-
-// Reads the headers of `o.root` (and `o.source`), plans the forward of the layers `spec` names
-// (empty: o.layer alone), streams both trees once in the window and finishes into the report.
-absl::StatusOr<ForwardAuditResult> RunStreamed(const ForwardAuditOptions& o,
-                                               const ForwardDevice& device,
-                                               const std::string& spec, ForwardReadStats* stats) {
-  ReadOptions read = Checkpoint::ReadOnly();
-  read.keep = ReadOptions::Keep::kStreamTensorData;
-  read.memory_window = o.memory_window;
-  read.threads = o.threads;
-  std::vector<std::shared_ptr<const TreeImage>> images;
-  std::shared_ptr<const Checkpoint> derived, source;
-  for (const std::string* root : {&o.root, &o.source}) {
-    if (root->empty()) continue;
-    auto ckpt = Checkpoint::Open(*root, read);
-    if (!ckpt.ok()) return ckpt.status();
-    std::shared_ptr<const Checkpoint> shared = *std::move(ckpt);
-    // The image lives as long as its checkpoint: the stream lends tensors to its shards.
-    images.push_back(std::shared_ptr<const TreeImage>(shared, &shared->image()));
-    (derived == nullptr ? derived : source) = std::move(shared);
-  }
-  std::vector<int> layers = {o.layer};
-  if (!spec.empty()) {
-    auto resolved = ResolveLayers(spec, derived->text_config());
-    if (!resolved.ok()) {
-      return absl::Status(resolved.status().code(),
-                          absl::StrCat(derived->root(), ": ", resolved.status().message()));
-    }
-    layers = *std::move(resolved);
-  }
-  auto plan = StreamedForward::Plan(*derived, source.get(), std::move(layers), o, device);
-  if (!plan.ok()) return plan.status();
-  auto streamed = StreamTrees(images, (*plan)->Work(0), read, NoProgress());
-  if (!streamed.ok()) return streamed.status();
-  for (const auto& image : streamed->images) {
-    if (absl::Status s = image->CheckUnchanged(); !s.ok()) return s;
-  }
-  if (stats != nullptr) *stats = {streamed->bytes_read, streamed->peak_kept_bytes};
-  return (*plan)->Finish(spec);
 }
 
 }  // namespace
@@ -109,22 +66,6 @@ absl::StatusOr<std::vector<int>> ResolveLayers(const std::string& spec,
 
 ForwardDevice CpuDevice() {
   return {"cpu", "CPU reference (core/forward)", CpuStages(), std::nullopt};
-}
-
-absl::StatusOr<ForwardAuditResult> RunForwardAudit(const ForwardAuditOptions& o,
-                                                   const ForwardDevice& device,
-                                                   ForwardReadStats* stats) {
-  return RunStreamed(o, device, "", stats);
-}
-
-absl::StatusOr<ForwardAuditResult> RunModelForward(const std::string& spec,
-                                                   const ForwardAuditOptions& o,
-                                                   const ForwardDevice& device,
-                                                   ForwardReadStats* stats) {
-  if (!o.output_path.empty()) {
-    return absl::InvalidArgumentError("--output writes one layer's tensors; use --layer");
-  }
-  return RunStreamed(o, device, spec, stats);
 }
 
 }  // namespace ckpt::forward

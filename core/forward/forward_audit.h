@@ -1,9 +1,9 @@
-// The forward diff audit behind `ckpt-audit forward`: run one layer's block (or every requested
-// MoE layer) on the derived checkpoint (and on the source, when given) on a device, then report
-// bitwise equality, max |diff|, differing elements and ULP histograms per tensor, SHA-256 of
-// every output tensor, a determinism re-run, for a non-CPU device its relative error against
-// the CPU reference, and optionally the derived side as a serving backend would compute it
-// (docs/forward.md "Backend emulation").
+// The forward diff audit behind `ckpt-audit forward` (run by core/audit/forward_check.h
+// RunForward): one layer's block (or every requested MoE layer) on the derived checkpoint (and
+// on the source, when given) on a device, then report bitwise equality, max |diff|, differing
+// elements and ULP histograms per tensor, SHA-256 of every output tensor, a determinism re-run,
+// for a non-CPU device its relative error against the CPU reference, and optionally the derived
+// side as a serving backend would compute it (docs/forward.md "Backend emulation").
 //
 // The report is typed (core/evidence/block_forward.h: magnitudes are exact decimal strings), ready
 // to go into a signed evidence record; its JSON is written there. The device is injected as
@@ -83,27 +83,11 @@ struct ForwardAuditResult {
   bool emulation_differs = false;
 };
 
-// Errors (a checkpoint, config or input that cannot be used) are statuses; a difference is a
-// result with passed = false. RESOURCE_EXHAUSTED when one unit of the forward (an expert on both
-// trees, a layer's routing or shared expert) does not fit options.memory_window. `stats`, when
-// given, gets the read's bytes and peak bytes held.
+// Read statistics of a forward (core/audit/forward_check.h RunForward).
 struct ForwardReadStats {
   uint64_t bytes_read = 0;
-  uint64_t peak_kept_bytes = 0;  // at most options.memory_window
+  uint64_t peak_kept_bytes = 0;  // at most the memory window
 };
-absl::StatusOr<ForwardAuditResult> RunForwardAudit(const ForwardAuditOptions& options,
-                                                   const ForwardDevice& device,
-                                                   ForwardReadStats* stats = nullptr);
-
-// Several layers (`layers`, a ResolveLayers spec), the same input for every layer. The report
-// (schema ckpt-audit.model-forward/1) holds each layer's report as RunForwardAudit gives it, the
-// layers that passed and an overall verdict (its JSON adds a summary row per layer: verdict,
-// differing output elements, max |diff|, output ULP histogram, output SHA-256s); `passed` when
-// every layer passed. `options.layer` is not used.
-absl::StatusOr<ForwardAuditResult> RunModelForward(const std::string& layers,
-                                                   const ForwardAuditOptions& options,
-                                                   const ForwardDevice& device,
-                                                   ForwardReadStats* stats = nullptr);
 
 }  // namespace ckpt::forward
 

@@ -46,8 +46,9 @@ class StreamedForward {
   // the list StreamTrees gets (their `after` indices count from it).
   std::vector<StreamWork> Work(size_t first);
 
-  // After StreamTrees ran the work: RunModelForward's report for a non-empty `spec`, else
-  // RunForwardAudit's report of the one layer (writing options.output_path when set).
+  // After StreamTrees ran the work: the report of every layer for a non-empty `spec` (schema
+  // ckpt-audit.model-forward/1), else the one layer's report (writing options.output_path
+  // when set).
   absl::StatusOr<ForwardAuditResult> Finish(const std::string& spec);
 
  private:

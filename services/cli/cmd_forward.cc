@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/audit/forward_check.h"
 #include "core/forward/forward_audit.h"
 #include "core/text/json_dump.h"
 #include "services/cli/cli_util.h"
@@ -150,8 +151,7 @@ int Run(const ForwardArgs& a) {
   o.precision = *p;
   o.emulation = *emulation;
   o.layer = a.layer;
-  auto r = a.layers.empty() ? forward::RunForwardAudit(o, *device)
-                            : forward::RunModelForward(a.layers, o, *device);
+  auto r = audit::RunForward(a.layers, o, *device);
   if (!r.ok()) return ReportError(r.status());
   if (a.json) {
     std::printf("%s\n", DumpJson(r->report.ToJson(), 2).c_str());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/audit/audit_checks.h"
+#include "core/audit/forward_check.h"
 #include "core/io/tree_image.h"
 #include "core/quant/safetensors_writer.h"
 #include "gmock/gmock.h"
@@ -101,6 +102,23 @@ TEST(HeaderWindowTest, APairAuditsTwoTreesInOneWindow) {
   EXPECT_THAT(rec.status().message(), HasSubstr("safetensors header of "));
   EXPECT_LE(read->load(), o.memory_window);
   EXPECT_GT(read->load(), 8 * kMiB);  // the derived tree's headers were read
+}
+
+// The forward command reads through the same engine: its two trees' headers share the window
+// too (it used to open each tree with a window of its own).
+TEST(HeaderWindowTest, AForwardReadsBothTreesHeadersInOneWindow) {
+  TempDir tmp;
+  const fs::path derived = WriteBigHeaders(tmp, "derived", 4, 2 * kMiB);
+  const fs::path source = WriteBigHeaders(tmp, "source", 4, 2 * kMiB);
+  forward::ForwardAuditOptions o;
+  o.root = derived.string();
+  o.source = source.string();
+  o.memory_window = 24 * kMiB;
+  auto r = RunForward("", o, forward::CpuDevice());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr(source.string()));
+  EXPECT_THAT(r.status().message(), HasSubstr("safetensors header of "));
 }
 
 // A read that only hashes (fingerprint) parses each header and drops its bytes, keeping the

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 
+#include "core/audit/forward_check.h"
 #include "core/forward/block_io.h"
 #include "core/forward/result_diff.h"
 #include "core/forward/tensor_file_diff.h"
@@ -37,7 +38,7 @@ ForwardAuditOptions PairOptions(const std::string& derived, Precision p) {
 TEST(ForwardAudit, Nvfp4AndX4TAreBitIdenticalToSource) {
   for (const char* derived : {"mini-kimi-nvfp4", "mini-kimi-x4t"}) {
     for (Precision p : {Precision::kF64, Precision::kF32, Precision::kBF16}) {
-      auto r = RunForwardAudit(PairOptions(Fixture(derived).string(), p), CpuDevice());
+      auto r = audit::RunForward("", PairOptions(Fixture(derived).string(), p), CpuDevice());
       ASSERT_TRUE(r.ok()) << derived << ": " << r.status();
       const nlohmann::json r_json = r->report.ToJson();
       EXPECT_TRUE(r->passed) << derived << " " << PrecisionName(p) << "\n" << r_json.dump(1);
@@ -51,7 +52,7 @@ TEST(ForwardAudit, Nvfp4AndX4TAreBitIdenticalToSource) {
 }
 
 TEST(ForwardAudit, ReportHasNoFloatingPointNumbers) {
-  auto r = RunForwardAudit(PairOptions(Fixture("mini-kimi-nvfp4").string(), Precision::kF32),
+  auto r = audit::RunForward("", PairOptions(Fixture("mini-kimi-nvfp4").string(), Precision::kF32),
                            CpuDevice());
   ASSERT_TRUE(r.ok()) << r.status();
   const nlohmann::json r_json = r->report.ToJson();
@@ -64,7 +65,7 @@ TEST(ForwardAudit, ReportHasNoFloatingPointNumbers) {
 
 TEST(ForwardAudit, MutatedSelectedExpertScaleIsReported) {
   // Which experts the seeded input selects, from the source run.
-  auto base = RunForwardAudit(PairOptions(Fixture("mini-kimi-nvfp4").string(), Precision::kF64),
+  auto base = audit::RunForward("", PairOptions(Fixture("mini-kimi-nvfp4").string(), Precision::kF64),
                               CpuDevice());
   ASSERT_TRUE(base.ok()) << base.status();
   auto src = Checkpoint::Open(Fixture("mini-kimi-mxfp4").string());
@@ -81,7 +82,7 @@ TEST(ForwardAudit, MutatedSelectedExpertScaleIsReported) {
   ScaleOneByPowerOfTwo(copy, "language_model.model.layers.1.block_sparse_moe.experts." +
                            std::to_string(selected) + ".w1");
   for (Precision p : {Precision::kF64, Precision::kBF16}) {
-    auto r = RunForwardAudit(PairOptions(copy.string(), p), CpuDevice());
+    auto r = audit::RunForward("", PairOptions(copy.string(), p), CpuDevice());
     ASSERT_TRUE(r.ok()) << r.status();
     const nlohmann::json r_json = r->report.ToJson();
     EXPECT_FALSE(r->passed);
@@ -101,7 +102,7 @@ TEST(ForwardAudit, OutputFileRoundTripsThroughStrictReader) {
   TempDir dir;
   ForwardAuditOptions o = PairOptions(Fixture("mini-kimi-nvfp4").string(), Precision::kF32);
   o.output_path = (dir / "out.safetensors").string();
-  auto r = RunForwardAudit(o, CpuDevice());
+  auto r = audit::RunForward("", o, CpuDevice());
   ASSERT_TRUE(r.ok()) << r.status();
   const nlohmann::json r_json = r->report.ToJson();
   auto f = SafetensorsFile::Open(o.output_path);
@@ -117,7 +118,7 @@ TEST(ForwardAudit, OutputFileRoundTripsThroughStrictReader) {
   ForwardAuditOptions again = o;
   again.input_path = o.output_path;
   again.output_path.clear();
-  auto r2 = RunForwardAudit(again, CpuDevice());
+  auto r2 = audit::RunForward("", again, CpuDevice());
   ASSERT_TRUE(r2.ok()) << r2.status();
   const nlohmann::json r2_json = r2->report.ToJson();
   EXPECT_EQ(r2_json["derived"]["output_sha256"], r_json["derived"]["output_sha256"]);
@@ -127,10 +128,10 @@ TEST(ForwardAudit, OutputFileRoundTripsThroughStrictReader) {
 TEST(ForwardAudit, ErrorsAreStatuses) {
   ForwardAuditOptions o = PairOptions(Fixture("mini-kimi-nvfp4").string(), Precision::kF64);
   o.layer = 0;  // dense
-  EXPECT_EQ(RunForwardAudit(o, CpuDevice()).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(audit::RunForward("", o, CpuDevice()).status().code(), absl::StatusCode::kInvalidArgument);
   o.layer = 1;
   o.input_path = Fixture("malformed/valid_e8m0.safetensors").string();
-  EXPECT_EQ(RunForwardAudit(o, CpuDevice()).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(audit::RunForward("", o, CpuDevice()).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ModelForward, LayerSpecs) {
@@ -149,7 +150,7 @@ TEST(ModelForward, LayerSpecs) {
 
 TEST(ModelForward, EveryFixtureLayerIsBitIdenticalToSource) {
   for (const char* derived : {"mini-kimi-nvfp4", "mini-kimi-x4t"}) {
-    auto r = RunModelForward("all", PairOptions(Fixture(derived).string(), Precision::kBF16),
+    auto r = audit::RunForward("all", PairOptions(Fixture(derived).string(), Precision::kBF16),
                              CpuDevice());
     ASSERT_TRUE(r.ok()) << derived << ": " << r.status();
     const nlohmann::json r_json = r->report.ToJson();
@@ -180,7 +181,7 @@ TEST(ModelForward, MutatedLayerIsTheOneReported) {
     ScaleOneByPowerOfTwo(copy, "language_model.model.layers.2.block_sparse_moe.experts." +
                              std::to_string(e) + ".w2");
   }
-  auto r = RunModelForward("all", PairOptions(copy.string(), Precision::kF32), CpuDevice());
+  auto r = audit::RunForward("all", PairOptions(copy.string(), Precision::kF32), CpuDevice());
   ASSERT_TRUE(r.ok()) << r.status();
   const nlohmann::json r_json = r->report.ToJson();
   EXPECT_FALSE(r->passed);
@@ -204,7 +205,7 @@ TEST(ModelForward, MutatedLayerIsTheOneReported) {
 TEST(ModelForward, VllmW13CollapseEmulation) {
   ForwardAuditOptions o = PairOptions(Fixture("mini-kimi-nvfp4").string(), Precision::kBF16);
   o.emulation = Emulation::kVllmW13Collapse;
-  auto original = RunModelForward("all", o, CpuDevice());
+  auto original = audit::RunForward("all", o, CpuDevice());
   ASSERT_TRUE(original.ok()) << original.status();
   const nlohmann::json original_json = original->report.ToJson();
   EXPECT_TRUE(original->passed);
@@ -221,7 +222,7 @@ TEST(ModelForward, VllmW13CollapseEmulation) {
                                         std::to_string(e) + ".w3");
   }
   o.root = copy.string();
-  auto mutated = RunModelForward("all", o, CpuDevice());
+  auto mutated = audit::RunForward("all", o, CpuDevice());
   ASSERT_TRUE(mutated.ok()) << mutated.status();
   const nlohmann::json mutated_json = mutated->report.ToJson();
   EXPECT_TRUE(mutated->passed) << "lossless on disk: the stored weights give the same bits";
@@ -239,7 +240,7 @@ TEST(ModelForward, VllmW13CollapseEmulation) {
   // Emulation leaves MXFP4 (no global scales) alone.
   ForwardAuditOptions x4t = PairOptions(Fixture("mini-kimi-x4t").string(), Precision::kF64);
   x4t.emulation = Emulation::kVllmW13Collapse;
-  auto r = RunModelForward("1", x4t, CpuDevice());
+  auto r = audit::RunForward("1", x4t, CpuDevice());
   ASSERT_TRUE(r.ok()) << r.status();
   const nlohmann::json r_json = r->report.ToJson();
   EXPECT_EQ(r_json["summary"][0]["emulated_experts_changed"], 0);
@@ -250,7 +251,7 @@ TEST(ModelForward, OutputFileNeedsOneLayer) {
   ForwardAuditOptions o = PairOptions(Fixture("mini-kimi-nvfp4").string(), Precision::kF32);
   TempDir dir;
   o.output_path = (dir / "y.safetensors").string();
-  EXPECT_EQ(RunModelForward("all", o, CpuDevice()).status().code(),
+  EXPECT_EQ(audit::RunForward("all", o, CpuDevice()).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -258,10 +259,10 @@ TEST(TensorFileDiff, ComparesForwardOutputs) {
   TempDir dir;
   ForwardAuditOptions o = PairOptions(Fixture("mini-kimi-nvfp4").string(), Precision::kF32);
   o.output_path = (dir / "a.safetensors").string();
-  ASSERT_TRUE(RunForwardAudit(o, CpuDevice()).ok());
+  ASSERT_TRUE(audit::RunForward("", o, CpuDevice()).ok());
   o.root = Fixture("mini-kimi-x4t").string();
   o.output_path = (dir / "b.safetensors").string();
-  ASSERT_TRUE(RunForwardAudit(o, CpuDevice()).ok());
+  ASSERT_TRUE(audit::RunForward("", o, CpuDevice()).ok());
   auto same = DiffTensorFiles((dir / "a.safetensors").string(), (dir / "b.safetensors").string());
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_TRUE(same->identical) << same->report.dump(1);
@@ -275,7 +276,7 @@ TEST(TensorFileDiff, ComparesForwardOutputs) {
   }
   o.root = copy.string();
   o.output_path = (dir / "c.safetensors").string();
-  ASSERT_TRUE(RunForwardAudit(o, CpuDevice()).ok());
+  ASSERT_TRUE(audit::RunForward("", o, CpuDevice()).ok());
   auto d = DiffTensorFiles((dir / "a.safetensors").string(), (dir / "c.safetensors").string());
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_FALSE(d->identical);

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/audit/audit_checks.h"
+#include "core/audit/forward_check.h"
 #include "core/forward/block_io.h"
 #include "core/forward/result_diff.h"
 #include "core/sha256.h"
@@ -64,10 +65,10 @@ TEST(ForwardStream, WindowSmallerThanOneLayerGivesTheUnboundedReport) {
                           LayerBytes(mxfp4, 1, "block_sparse_moe.experts.0.")));
   for (const char* derived : {"mini-kimi-nvfp4", "mini-kimi-x4t"}) {
     ForwardReadStats small, large;
-    auto bounded = RunModelForward("all", Options(Fixture(derived).string(), kWindow),
+    auto bounded = audit::RunForward("all", Options(Fixture(derived).string(), kWindow),
                                    CpuDevice(), &small);
     ASSERT_TRUE(bounded.ok()) << derived << ": " << bounded.status();
-    auto unbounded = RunModelForward("all", Options(Fixture(derived).string(), kUnbounded),
+    auto unbounded = audit::RunForward("all", Options(Fixture(derived).string(), kUnbounded),
                                      CpuDevice(), &large);
     ASSERT_TRUE(unbounded.ok()) << derived << ": " << unbounded.status();
     EXPECT_TRUE(bounded->passed) << derived;
@@ -123,7 +124,7 @@ TEST(ForwardStream, UnitsGiveTheWholeBlockBits) {
     o.precision = p;
     for (int layer : {1, 2}) {
       o.layer = layer;
-      auto streamed = RunForwardAudit(o, CpuDevice());
+      auto streamed = audit::RunForward("", o, CpuDevice());
       ASSERT_TRUE(streamed.ok()) << streamed.status();
       auto cfg = ParseBlockConfig((*ckpt)->text_config(), layer);
       auto w = LoadBlockWeights(**ckpt, *cfg, layer);
@@ -146,7 +147,7 @@ TEST(ForwardStream, UnselectedExpertsAreNeverLoaded) {
   ForwardAuditOptions o = Options(original, kWindow);
   o.layer = 1;
   o.tokens = 1;
-  auto base = RunForwardAudit(o, CpuDevice());
+  auto base = audit::RunForward("", o, CpuDevice());
   ASSERT_TRUE(base.ok()) << base.status();
   auto ckpt = Checkpoint::Open(original);
   ASSERT_TRUE(ckpt.ok());
@@ -163,7 +164,7 @@ TEST(ForwardStream, UnselectedExpertsAreNeverLoaded) {
     if (!selected.count(e)) PoisonFirstActiveScale(copy, kExperts + std::to_string(e) + ".w1");
   }
   o.root = copy.string();
-  auto poisoned = RunForwardAudit(o, CpuDevice());
+  auto poisoned = audit::RunForward("", o, CpuDevice());
   ASSERT_TRUE(poisoned.ok()) << poisoned.status();
   EXPECT_TRUE(poisoned->passed);
   EXPECT_EQ(poisoned->report.layers.front().derived.tensor_sha256,
@@ -171,7 +172,7 @@ TEST(ForwardStream, UnselectedExpertsAreNeverLoaded) {
 
   // The same poison on a selected expert is seen (the expert is loaded and validated).
   PoisonFirstActiveScale(copy, kExperts + std::to_string(*selected.begin()) + ".w1");
-  auto seen = RunForwardAudit(o, CpuDevice());
+  auto seen = audit::RunForward("", o, CpuDevice());
   EXPECT_EQ(seen.status().code(), absl::StatusCode::kDataLoss) << seen.status();
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 
+#include "core/audit/forward_check.h"
 #include "core/checkpoint.h"
 #include "core/forward/block_io.h"
 #include "core/forward/result_diff.h"
@@ -207,7 +208,7 @@ TEST(CudaForward, AuditDeviceReportsPairIdenticalOnGpu) {
     o.tokens = 8;
     o.seed = 3;
     o.precision = Precision::kBF16;
-    auto r = forward::RunForwardAudit(o, CudaDevice());
+    auto r = audit::RunForward("", o, CudaDevice());
     ASSERT_TRUE(r.ok()) << r.status();
     const nlohmann::json r_json = r->report.ToJson();
     EXPECT_TRUE(r->passed) << r_json.dump(1);
@@ -247,7 +248,7 @@ forward::ForwardAuditOptions ModelOptions(const std::string& derived) {
 TEST(CudaForward, EveryFixtureLayerAgreesWithCpuAndSource) {
   SKIP_WITHOUT_GPU();
   for (const char* derived : {"mini-kimi-nvfp4", "mini-kimi-x4t"}) {
-    auto r = forward::RunModelForward("all", ModelOptions(Fixture(derived).string()),
+    auto r = audit::RunForward("all", ModelOptions(Fixture(derived).string()),
                                       CudaDevice());
     ASSERT_TRUE(r.ok()) << r.status();
     const nlohmann::json r_json = r->report.ToJson();
@@ -280,7 +281,7 @@ TEST(CudaForward, VllmW13CollapseEmulationOnGpu) {
     forward::ForwardAuditOptions o =
         ModelOptions(mutated ? copy.string() : Fixture("mini-kimi-nvfp4").string());
     o.emulation = forward::Emulation::kVllmW13Collapse;
-    auto r = forward::RunModelForward("all", o, CudaDevice());
+    auto r = audit::RunForward("all", o, CudaDevice());
     ASSERT_TRUE(r.ok()) << r.status();
     const nlohmann::json r_json = r->report.ToJson();
     EXPECT_TRUE(r->passed) << "lossless on disk";
