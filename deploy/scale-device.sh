@@ -3,9 +3,9 @@
 # rig"; bench/scale/run_scale.sh).
 #
 #   bash deploy/scale-device.sh --pack DEST   # here: ckpt-audit, ckpt-scale-gen (stripped),
-#                                             # their shared libraries, run_scale.sh and this
-#                                             # script into DEST (an ignored folder that the
-#                                             # device call carries)
+#                                             # their shared libraries, run_scale.sh,
+#                                             # run_parts.sh and this script into DEST (an
+#                                             # ignored folder that the device call carries)
 #   bash DEST/scale-device.sh [RUN_SCALE ARGS]  # there: run_scale.sh, results into $OUT
 #
 # The device has no Debian packages, so the Abseil/OpenSSL/libstdc++ libraries travel in
@@ -21,7 +21,7 @@ if [ "${1:-}" = "--pack" ]; then
   done
   ldd "$dest"/bin/* | awk '/=> \// {print $3}' | sort -u |
     grep -v -E '/(libc|libm|libgcc_s|ld-linux[^/]*)\.so' | xargs -r -I{} cp -L {} "$dest/lib/"
-  cp "$(dirname "$0")/../bench/scale/run_scale.sh" "$0" "$dest/"
+  cp "$(dirname "$0")/../bench/scale/run_scale.sh" "$(dirname "$0")/../bench/scale/run_parts.sh" "$0" "$dest/"
   du -sh "$dest"
   exit 0
 fi
