@@ -46,7 +46,6 @@ namespace fs = std::filesystem;
 
 constexpr char kRunRecord[] = ".transcode-run.json";
 constexpr uint64_t kIoChunk = 8ull << 20;  // compare and hash buffers, one per thread
-constexpr uint64_t kWritebackEvery = 256ull << 20;
 
 std::string Errno() { return std::strerror(errno); }
 
@@ -173,7 +172,6 @@ struct OutShard {
   Fd fd;
   bool existed = false;  // resume: left by the interrupted run; compared before written
   std::atomic<bool> differed{false};
-  std::atomic<uint64_t> unsynced{0};  // bytes written, for the writeback in Place
   std::atomic<uint64_t> placed{0};    // bytes placed: the shard is complete at file_size
   std::function<void()> on_complete;  // set before the stream: hands the shard to a Finisher
   bool finished = false;              // Finish ran (sha256 is set)
@@ -199,12 +197,6 @@ struct OutShard {
       }
     } else if (absl::Status s = WriteAt(fd.get(), label, offset, bytes); !s.ok()) {
       return s;
-    }
-    // Starts the disk writing what is dirty every kWritebackEvery bytes, so that the fsync in
-    // Finish waits for little (asynchronous; errors surface at that fsync).
-    const uint64_t before = unsynced.fetch_add(bytes.size());
-    if (before / kWritebackEvery != (before + bytes.size()) / kWritebackEvery) {
-      ::sync_file_range(fd.get(), 0, 0, SYNC_FILE_RANGE_WRITE);
     }
     if (last) MaybeKillForTest();
     if (placed.fetch_add(bytes.size()) + bytes.size() == layout.file_size && on_complete) {
