@@ -274,10 +274,7 @@ class Merger {
                                        " read other header bytes than the merge reads now"));
           }
           if (!pf.hashed) continue;
-          if (owner != nullptr) {
-            return Refuse(absl::StrCat(TreeName(t), " file ", f.name, " is hashed by ",
-                                       owner_part->label, " and ", p->label));
-          }
+          // Only the part the file belongs to may hash it: so at most one does.
           if (assigned_.file_part[t].at(f.name) != p->part.spec.index) {
             return Refuse(absl::StrCat(TreeName(t), " file ", f.name, " is hashed by ", where,
                                        ", which is not the part it belongs to"));
