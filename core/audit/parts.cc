@@ -393,7 +393,8 @@ absl::Status Outcomes(const char* check_name, const std::vector<const SignedPart
 }  // namespace
 
 absl::StatusOr<evidence::EvidenceRecord> MergeAuditParts(const std::vector<SignedPart>& given,
-                                                         Progress& progress) {
+                                                         Progress& progress,
+                                                         const MergeOptions& merge) {
   if (given.empty()) return Refuse("no parts given");
   const AuditPart& first = given.front().part;
   const unsigned count = first.spec.count;
@@ -429,6 +430,8 @@ absl::StatusOr<evidence::EvidenceRecord> MergeAuditParts(const std::vector<Signe
 
   auto options = AuditOptionsOf(first.options);
   if (!options.ok()) return options.status();
+  options->threads = merge.threads;
+  options->memory_window = merge.memory_window;
   auto run = AuditRun::Open(*options, progress);
   if (!run.ok()) return run.status();
   AuditRun& r = **run;

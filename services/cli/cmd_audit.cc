@@ -95,7 +95,7 @@ absl::StatusOr<evidence::EvidenceRecord> Merge(const AuditArgs& a, Progress& pro
     if (!part.ok()) return part.status();
     parts.push_back(*std::move(part));
   }
-  return audit::MergeAuditParts(parts, progress);
+  return audit::MergeAuditParts(parts, progress, {a.options.threads, a.options.memory_window});
 }
 
 absl::Status WriteSummary(const evidence::EvidenceRecord& rec, const storage::EvidenceLog& log,
