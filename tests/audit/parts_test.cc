@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/core/hf_layouts.h"
 #include "tests/test_util.h"
 
 namespace ckpt::audit {
@@ -157,6 +158,34 @@ TEST_F(PartsTest, AFindingInOnePartIsTheMergedRecordsFinding) {
   EXPECT_EQ(Comparable(*merged), Comparable(*single));
   ASSERT_TRUE(merged->pair_audit.has_value());
   EXPECT_EQ(merged->pair_audit->mismatches.by_code.count("ignored-tensor-differs"), 1u);
+}
+
+// Hugging Face layouts (docs/hf-layouts.md): a hub cache snapshot audited against a local-dir
+// download of its source. Their own checks compare names and etags with the digests the parts
+// took, including the git blob id of a shard whose etag is one (a file committed without LFS:
+// only the part that hashes the shard computes it).
+TEST_F(PartsTest, HuggingFaceLayoutsMergeIntoTheSingleMachineRecord) {
+  const std::string commit(40, 'c');
+  derived_ = ::ckpt::testing::MakeHubSnapshot("mini-kimi-nvfp4", tmp_ / "hub", "org/nv", commit)
+                 .snapshot;
+  source_ = ::ckpt::testing::MakeLocalDir("mini-kimi-mxfp4", tmp_ / "local", commit);
+  const std::string shard = "model-00001-of-00002.safetensors";
+  ::ckpt::testing::WriteAll(
+      ::ckpt::testing::MetadataOf(source_, shard),
+      commit + "\n" + ::ckpt::testing::GitBlobIdHex(::ckpt::testing::ReadAll(source_ / shard)) +
+          "\n1764460800.25\n");
+  auto single = RunAudit(Options(), NoProgress());
+  ASSERT_TRUE(single.ok()) << single.status();
+  size_t layout_checks = 0;
+  for (const evidence::CheckResult& c : single->checks) {
+    if (c.name.find("hf_layout") == std::string::npos) continue;
+    ++layout_checks;
+    EXPECT_EQ(c.verdict, evidence::Verdict::kPass) << c.name;
+  }
+  ASSERT_EQ(layout_checks, 2u);
+  auto merged = Merge(Parts(3));
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(Comparable(*merged), Comparable(*single));
 }
 
 TEST_F(PartsTest, MissingPartIsRefused) {
