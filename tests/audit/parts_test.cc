@@ -271,6 +271,51 @@ TEST_F(PartsTest, FileHashedByNoPartOrTwoIsRefused) {
   }
 }
 
+// The trees changed after the parts read them: the merge, which reads every header and small
+// file again, does not see what the parts saw.
+TEST_F(PartsTest, TreeChangedBetweenThePartsAndTheMergeIsRefused) {
+  std::vector<std::string> parts = Parts(2);
+  std::vector<uint8_t> config = ::ckpt::testing::ReadAll(derived_ / "config.json");
+  config.push_back('\n');
+  ::ckpt::testing::WriteAll(derived_ / "config.json", config);
+  auto merged = Merge(parts);
+  EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(merged.status().message(), HasSubstr("config.json"));
+}
+
+// A trusted node's part that is not a well-formed part: refused as such, never trusted in part.
+TEST_F(PartsTest, MalformedPartsAreInvalid) {
+  const std::vector<std::function<void(json&)>> edits = {
+      [](json& p) { p.erase("files"); },
+      [](json& p) { p["files"][0]["size"] = "large"; },
+      [](json& p) { p["files"][0]["seen"] = "not hex"; },
+      [](json& p) { p["part"]["index"] = 7; },
+      [](json& p) { p["schema"] = "something/else"; },
+      [](json& p) {  // more findings listed than counted
+        for (json& u : p["pair_units"]) {
+          u["found"]["listed"].push_back({{"code", "x"}, {"tensor", "t"}, {"row", -1},
+                                          {"group", -1}, {"message", "m"},
+                                          {"numbers", json::object()}});
+        }
+      },
+      [](json& p) {  // more findings listed than the list keeps
+        for (json& u : p["scale_window_units"]) {
+          u["members"][0]["nan"]["cap"] = 0;
+          u["members"][0]["nan"]["by_code"]["x"] = 1;
+          u["members"][0]["nan"]["listed"].push_back(
+              {{"code", "x"}, {"tensor", "t"}, {"row", -1}, {"group", -1}, {"message", "m"},
+               {"numbers", json::object()}});
+        }
+      },
+  };
+  const std::vector<std::string> parts = Parts(1);
+  for (size_t i = 0; i < edits.size(); ++i) {
+    auto merged = Merge({Edited(parts[0], edits[i], node_.get())});
+    EXPECT_EQ(merged.status().code(), absl::StatusCode::kInvalidArgument) << i;
+    EXPECT_THAT(merged.status().message(), HasSubstr("not an audit part")) << i;
+  }
+}
+
 // The two command lines the cluster scripts run (deploy/): parts written with the node key, a
 // merge refused for a missing part or for parts checked against the record trust store (the
 // log unchanged), then the merge of all parts appending one record, as `audit` does.
