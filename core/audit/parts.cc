@@ -15,7 +15,10 @@ namespace {
 
 const char* TreeName(unsigned tree) { return tree == 0 ? "root" : "source"; }
 
-std::string PartName(const PartSpec& s) { return absl::StrCat("part ", s.index, "/", s.count); }
+// "FILE (part I/N)": a part as refusals name it.
+std::string Named(const SignedPart& p) {
+  return absl::StrCat(p.label, " (part ", p.part.spec.index, "/", p.part.spec.count, ")");
+}
 
 // Where each file of the images holding a safetensors header is: (tree, index in its files).
 std::map<const SafetensorsFile*, std::pair<unsigned, size_t>> FilesByHeader(
@@ -170,8 +173,8 @@ absl::StatusOr<AuditPart> RunAuditPart(const AuditOptions& options, const PartSp
   if (!plan.ok()) return plan.status();
   const std::vector<std::shared_ptr<const TreeImage>> opened = e.images();
   const PartAssignment assigned = AssignParts(opened, *plan, spec.count);
-  absl::Status kept =
-      plan->KeepOnly([&](const std::string& key) { return assigned.key_part.at(key) == spec.index; });
+  absl::Status kept = plan->KeepOnly(
+      [&](const std::string& key) { return assigned.key_part.at(key) == spec.index; });
   if (!kept.ok()) return kept;
   auto streamed = e.Stream(*std::move(plan), progress, [&](size_t tree, const ImageFile& f) {
     return assigned.file_part[tree].at(f.name) != spec.index;
@@ -251,7 +254,7 @@ class Merger {
     for (const auto& image : images) total += image->files.size();
     for (const SignedPart* p : parts_) {
       if (p->part.files.size() != total) {
-        return Refuse(absl::StrCat(p->label, " (", PartName(p->part.spec), ") lists ",
+        return Refuse(absl::StrCat(Named(*p), " lists ",
                                    p->part.files.size(), " files; the trees hold ", total));
       }
     }
@@ -262,7 +265,7 @@ class Merger {
         const SignedPart* owner_part = nullptr;
         for (const SignedPart* p : parts_) {
           const PartFile& pf = p->part.files[at];
-          const std::string where = absl::StrCat(p->label, " (", PartName(p->part.spec), ")");
+          const std::string where = Named(*p);
           if (pf.tree != t || pf.name != f.name || pf.size != f.size()) {
             return Refuse(absl::StrCat(where, " lists ", TreeName(pf.tree), " file ",
                                        pf.name, " (", pf.size, " bytes) where the ",
@@ -299,7 +302,7 @@ class Merger {
       for (const PartRange& r : p->part.ranges) {
         auto found = hashed_.find({r.tree, r.file, r.tensor.name});
         if (found == hashed_.end()) {
-          return Refuse(absl::StrCat(p->label, " (", PartName(p->part.spec), ") read tensor '",
+          return Refuse(absl::StrCat(Named(*p), " read tensor '",
                                      r.tensor.name, "' of ", TreeName(r.tree), " file ", r.file,
                                      ", which no part hashed"));
         }
@@ -307,11 +310,10 @@ class Merger {
         if (owner == p || tensor->begin != r.tensor.begin || tensor->end != r.tensor.end ||
             tensor->sha256 != r.tensor.sha256) {
           return Refuse(absl::StrCat(
-              TreeName(r.tree), " file ", r.file, ", tensor '", r.tensor.name, "': ", p->label,
-              " (", PartName(p->part.spec), ") checked bytes [", r.tensor.begin, ", ",
-              r.tensor.end, ") with sha256 ", ToHex(r.tensor.sha256), ", but ", owner->label,
-              " (", PartName(owner->part.spec), "), which hashed the file, saw [", tensor->begin,
-              ", ", tensor->end, ") with sha256 ", ToHex(tensor->sha256)));
+              TreeName(r.tree), " file ", r.file, ", tensor '", r.tensor.name, "': ", Named(*p),
+              " checked bytes [", r.tensor.begin, ", ", r.tensor.end, ") with sha256 ",
+              ToHex(r.tensor.sha256), ", but ", Named(*owner), ", which hashed the file, saw [",
+              tensor->begin, ", ", tensor->end, ") with sha256 ", ToHex(tensor->sha256)));
         }
       }
     }
@@ -369,7 +371,7 @@ absl::Status Outcomes(const char* check_name, const std::vector<const SignedPart
   for (const SignedPart* p : parts) {
     for (const Unit& u : units_of(p->part)) {
       if (u.unit >= check.units() || u.name != check.unit_name(u.unit) || skip(u.unit)) {
-        return Refuse(absl::StrCat(p->label, " (", PartName(p->part.spec), ") ran ", check_name,
+        return Refuse(absl::StrCat(Named(*p), " ran ", check_name,
                                    " unit ", u.unit, " '", EncodeName(u.name),
                                    "', which the audit does not plan"));
       }
@@ -400,10 +402,9 @@ absl::StatusOr<evidence::EvidenceRecord> MergeAuditParts(const std::vector<Signe
   const unsigned count = first.spec.count;
   std::vector<const SignedPart*> parts(count, nullptr);
   for (const SignedPart& p : given) {
-    const std::string where = absl::StrCat(p.label, " (", PartName(p.part.spec), ")");
+    const std::string where = Named(p);
     if (p.part.spec.count != count || p.part.spec.index >= count) {
-      return Refuse(absl::StrCat(where, " does not belong with ", given.front().label, " (",
-                                 PartName(first.spec), ")"));
+      return Refuse(absl::StrCat(where, " does not belong with ", Named(given.front())));
     }
     if (!(p.part.options == first.options)) {
       return Refuse(absl::StrCat(where, " was run with other options than ",
@@ -446,7 +447,8 @@ absl::StatusOr<evidence::EvidenceRecord> MergeAuditParts(const std::vector<Signe
 
   ScaleWindowCheck& window = r.window();
   absl::Status s = Outcomes<WindowUnitResult>(
-      "scale_window", parts, window, [](const AuditPart& p) -> const auto& { return p.window_units; },
+      "scale_window", parts, window,
+      [](const AuditPart& p) -> const auto& { return p.window_units; },
       [&](const WindowUnitResult& u) { window.SetOutcome(u.unit, quant::PartialOf(u.members)); },
       [](size_t) { return false; });
   if (!s.ok()) return s;

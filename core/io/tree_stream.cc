@@ -749,8 +749,9 @@ class Streamer {
   // A skimmed file's slot, once its last byte is in its buffer (outside the lock: the stream is
   // busy, and the slot is lent only after this step): the SHA-256 of the bytes the work reads.
   static void Skimmed(Slot& slot, const Step& step) {
-    const uint64_t done = step.kind == Step::Kind::kReadAhead ? slot.filled + step.length
-                                                              : step.offset + step.length - slot.begin;
+    const uint64_t done = step.kind == Step::Kind::kReadAhead
+                              ? slot.filled + step.length
+                              : step.offset + step.length - slot.begin;
     if (step.kind == Step::Kind::kHashKept || done < slot.size()) return;
     slot.digest = Sha256Of(std::span<const uint8_t>(slot.bytes.get(), slot.size()));
   }
