@@ -51,7 +51,8 @@ show_logs() {
   [ "${#JOBS[@]}" = 0 ] || echo "---- jobs"
   for j in "${JOBS[@]}"; do
     scontrol show job "$j" -o 2>/dev/null | awk '{
-      for (i = 1; i <= NF; i++) if ($i ~ /^(JobId|ArrayTaskId|JobState|Reason|ExitCode)=/) printf "%s ", $i
+      for (i = 1; i <= NF; i++)
+        if ($i ~ /^(JobId|ArrayTaskId|JobState|Reason|ExitCode)=/) printf "%s ", $i
       print "" }'
   done
   for f in munged slurmctld slurmd; do
@@ -95,7 +96,7 @@ alive() {
 echo "== single-host Slurm cluster under $WORK"
 mungekey --create --keyfile="$WORK/munge/munge.key"
 munged --foreground --socket="$WORK/munge/socket" --key-file="$WORK/munge/munge.key" \
-  --pid-file="$WORK/munge/munged.pid" --seed-file="$WORK/munge/seed" \
+  --pid-file="$WORK/munge/munged.pid" --seed-file="$WORK/munge/seed" --origin=127.0.0.1 \
   --log-file="$WORK/log/munged.log" >"$WORK/log/munged.out" 2>&1 &
 PIDS+=($!)
 

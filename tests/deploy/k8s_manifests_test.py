@@ -135,7 +135,7 @@ class Checker:
         containers = spec.get("initContainers", []) + spec["containers"]
         mounted = set()
         installed = {}  # (volume, path in it) -> (mode, source volume)
-        result = {"reads": [], "writes": [], "merge_inputs": [], "programs": []}
+        result = {"reads": [], "writes": [], "merge_inputs": [], "trees": [], "mounts": []}
         for container in containers:
             cwhere = f"{where} container {container['name']}"
             mounts = container.get("volumeMounts", [])
@@ -143,6 +143,8 @@ class Checker:
                 if m["name"] not in volumes:
                     self.error(cwhere, f"mount {m['mountPath']} names no volume {m['name']}")
                 mounted.add(m["name"])
+                if container in spec["containers"]:
+                    result["mounts"].append((m["mountPath"], claim(volumes.get(m["name"], {}))))
 
             def mount_of(p, mounts=mounts):
                 best = [m for m in mounts if under(p, m["mountPath"])]
@@ -201,16 +203,17 @@ class Checker:
             writes.append(plain[2])
         arguments = []
         if program in self.clis:
-            result["programs"].append(program)
             arguments = self.invocation(where, program, plain[1:])
             for flag, value in arguments:
+                mount = mount_of(value)
+                if flag in (None, "--source") and mount is not None:
+                    result["trees"].append((value, claim(volumes.get(mount["name"], {}))))
                 if flag == "--part" and value != PART_EXPRESSION:
                     self.error(where, f"--part {value}: expected {PART_EXPRESSION}")
                 if flag == "--part" and env.get("PARTS") is None:
                     self.error(where, "--part without a PARTS env value")
                 if flag in WRITE_FLAGS:
                     writes.append(value)
-                mount = mount_of(value)
                 if flag == "--merge" and mount is not None:
                     result["merge_inputs"].append((value, volumes.get(mount["name"], {})))
                 if flag in SECRET_FLAGS | TRUST_FLAGS and mount is not None:
@@ -232,7 +235,8 @@ class Checker:
         elif installed is not None:
             mode, source = installed
             if "secret" not in source and "configMap" not in source:
-                self.error(where, f"{flag} {path} is installed from neither a Secret nor a ConfigMap")
+                self.error(where, f"{flag} {path} is installed from neither a Secret nor a "
+                           "ConfigMap")
                 return
         else:
             self.error(where, f"{flag} {path}: nothing installs it from a Secret or ConfigMap")
@@ -282,12 +286,20 @@ class Checker:
                 job = self.document(f"{name}[{i}]", doc)
                 if job is not None and "Job " in job["where"]:
                     jobs.append(job)
-        merges = [j for j in jobs if j["merge_inputs"]]
         for job in [j for j in jobs if j["indexed"]]:
             finals = [(p.replace("$JOB_COMPLETION_INDEX", "0"), v) for p, v in job["writes"]]
-            if not any(fnmatch.fnmatch(p, pattern) and claim(v) and claim(v) == claim(mv)
-                       for m in merges for pattern, mv in m["merge_inputs"] for p, v in finals):
+            merges = [m for m in jobs if any(
+                fnmatch.fnmatch(p, pattern) and claim(v) and claim(v) == claim(mv)
+                for pattern, mv in m["merge_inputs"] for p, v in finals)]
+            if not merges:
                 self.error(job["where"], "no merge Job reads its parts from the same claim")
+            # The merge opens the trees again at the paths the parts used.
+            for merge in merges:
+                for tree, tree_claim in job["trees"]:
+                    at = [(mp, c) for mp, c in merge["mounts"] if under(tree, mp)]
+                    if not at or max(at, key=lambda m: len(m[0]))[1] != tree_claim:
+                        self.error(merge["where"], f"does not mount {tree} from claim "
+                                   f"{tree_claim} as the parts do")
         return self.errors
 
 
@@ -320,6 +332,9 @@ class ManifestTest(unittest.TestCase):
         pod = self.files[name][0]["spec"]["template"]["spec"]
         return pod["initContainers" if init else "containers"]
 
+    def named(self, items, name):
+        return next(i for i in items if i["name"] == name)
+
     def script(self, name, edit):
         c = self.containers(name)[0]
         c["args"] = [edit(c["args"][0])]
@@ -330,11 +345,14 @@ class ManifestTest(unittest.TestCase):
         pod = lambda name: spec(name)["template"]["spec"]  # noqa: E731
         mutations = {
             "completions 7 != parallelism 8": lambda: spec(parts).update(completions=7),
-            "PARTS 4 != completions 8": lambda: self.containers(parts)[0]["env"][0].update(value="4"),
+            "PARTS 4 != completions 8": lambda: self.containers(parts)[0]["env"][0].update(
+                value="4"),
             "--part 0/$PARTS: expected": lambda: self.script(
                 parts, lambda s: s.replace('"$JOB_COMPLETION_INDEX/$PARTS"', "0/$PARTS")),
-            "names no volume": lambda: pod(parts)["volumes"].pop(0),
-            "mounted by no container": lambda: self.containers(merge)[0]["volumeMounts"].pop(1),
+            "names no volume": lambda: pod(parts)["volumes"].remove(
+                self.named(pod(parts)["volumes"], "parts")),
+            "mounted by no container": lambda: self.containers(merge)[0]["volumeMounts"].remove(
+                self.named(self.containers(merge)[0]["volumeMounts"], "evidence")),
             "no option --parts": lambda: self.script(
                 parts, lambda s: s.replace("--part ", "--parts ")),
             "no option --part-trusted": lambda: self.script(
@@ -343,17 +361,19 @@ class ManifestTest(unittest.TestCase):
                 merge, lambda s: s.replace("ckpt-audit audit", "ckpt-audit audits")),
             "lies on no volume mount": lambda: self.script(
                 parts, lambda s: s.replace("/models/kimi-k3-mxfp4", "/data/kimi-k3-mxfp4")),
-            "is read-only": lambda: self.containers(merge)[0]["volumeMounts"][0].update(
-                readOnly=True),
+            "is read-only": lambda: self.named(
+                self.containers(merge)[0]["volumeMounts"], "parts").update(readOnly=True),
             "nothing installs it": lambda: self.containers(merge, init=True)[0].update(
-                command=["sh", "-c", "install -m 0600 /secret/key/signing.pem "
-                         "/etc/ckpt-audit/signing.pem"]),
+                args=["install -m 0600 /secret/key/signing.pem /etc/ckpt-audit/signing.pem"]),
             "mode 0644; ckpt-audit refuses": lambda: self.containers(parts, init=True)[0].update(
                 command=["install", "-m", "0644", "/secret/node-key/node.pem",
                          "/etc/ckpt-audit/node.pem"]),
             "$JOB_COMPLETION_INDEX is neither": lambda: spec(parts).pop("completionMode"),
-            "no merge Job reads its parts": lambda: pod(merge)["volumes"][0].update(
-                persistentVolumeClaim={"claimName": "elsewhere"}),
+            "no merge Job reads its parts": lambda: self.named(pod(merge)["volumes"], "parts")
+            .update(persistentVolumeClaim={"claimName": "elsewhere"}),
+            "does not mount /models/kimi-k3-mxfp4": lambda: self.containers(merge)[0][
+                "volumeMounts"].remove(self.named(self.containers(merge)[0]["volumeMounts"],
+                                                  "models")),
             "unexpected apiVersion/kind": lambda: self.files[merge][0].update(
                 apiVersion="batch/v2"),
         }
