@@ -50,4 +50,19 @@ std::string ToHex(std::span<const uint8_t> bytes) {
   return out;
 }
 
+bool FromHex(std::string_view hex, std::span<uint8_t> out) {
+  if (hex.size() != 2 * out.size()) return false;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
+
 }  // namespace ckpt

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace ckpt {
 
@@ -28,6 +29,9 @@ class Sha256 {
 
 Digest Sha256Of(std::span<const uint8_t> bytes);
 std::string ToHex(std::span<const uint8_t> bytes);
+// Fills `out` with the bytes whose ToHex is `hex` (two lower-case hex digits a byte); false
+// when `hex` is not that form of exactly out.size() bytes.
+bool FromHex(std::string_view hex, std::span<uint8_t> out);
 
 }  // namespace ckpt
 

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/audit/audit_run.h"
 #include "core/audit/engine.h"
 #include "core/audit/forward_check.h"
 #include "core/audit/layout_check.h"
@@ -77,11 +78,42 @@ evidence::Finding Unreadable(const char* code, const absl::Status& s) {
 
 }  // namespace
 
-absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
-                                                  Progress& progress, AuditStats* stats) {
+namespace {
+
+quant::PairVerifyOptions PairOptionsOf(const AuditOptions& options) {
+  quant::PairVerifyOptions popt;
+  popt.threads = options.threads;
+  popt.format.root_map = options.root_map;
+  return popt;
+}
+
+forward::ForwardAuditOptions ForwardOptionsOf(const AuditOptions& options) {
+  forward::ForwardAuditOptions fopt;
+  fopt.precision = options.forward_device.name == "cpu" ? forward::Precision::kF64
+                                                        : forward::Precision::kBF16;
+  // Audits always measure the vLLM w1/w3 global-scale collapse (docs/forward.md; free when no
+  // NVFP4 expert's w1 and w3 global scales differ), unless another emulation is asked for.
+  fopt.emulation = options.forward_emulation == forward::Emulation::kNone
+                       ? forward::Emulation::kVllmW13Collapse
+                       : options.forward_emulation;
+  return fopt;
+}
+
+}  // namespace
+
+AuditRun::AuditRun(const AuditOptions& options, const quant::ScaleWindowConfig& policy)
+    : options_(options),
+      window_(policy),
+      pair_(PairOptionsOf(options)),
+      forward_(options.forward_layers, ForwardOptionsOf(options), options.forward_device) {}
+
+absl::StatusOr<std::unique_ptr<AuditRun>> AuditRun::Open(const AuditOptions& options,
+                                                        Progress& progress,
+                                                        bool tensor_digests) {
   auto policy = PolicyByName(options.policy);
   if (!policy.ok()) return policy.status();
-  evidence::EvidenceRecord rec;
+  std::unique_ptr<AuditRun> run(new AuditRun(options, *policy));
+  evidence::EvidenceRecord& rec = run->rec_;
   rec.started_at = evidence::Rfc3339Now();
   rec.environment = evidence::CollectEnvironment();
   rec.policy = PolicyRefOf(*policy);
@@ -96,43 +128,47 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   eopt.links = options.links;
   eopt.threads = options.threads;
   eopt.memory_window = options.memory_window;
+  eopt.tensor_digests = tensor_digests;
   auto engine = Engine::Open(eopt, progress);
   if (!engine.ok()) return engine.status();
-  const Engine& e = **engine;
-  const Checkpoint* ckpt = e.root().checkpoint.get();
+  run->engine_ = *std::move(engine);
+  return run;
+}
 
+std::vector<Check*> AuditRun::checks() {
   // Every check plans from the headers and consumes its tensors as the one read streams them
   // past (docs/audit-engine.md).
-  ScaleWindowCheck window(*policy);
-  quant::PairVerifyOptions popt;
-  popt.threads = options.threads;
-  popt.format.root_map = options.root_map;
-  PairCheck pair(popt);
-  forward::ForwardAuditOptions fopt;
-  fopt.precision = options.forward_device.name == "cpu" ? forward::Precision::kF64
-                                                        : forward::Precision::kBF16;
-  // Audits always measure the vLLM w1/w3 global-scale collapse (docs/forward.md; free when no
-  // NVFP4 expert's w1 and w3 global scales differ), unless another emulation is asked for.
-  fopt.emulation = options.forward_emulation == forward::Emulation::kNone
-                       ? forward::Emulation::kVllmW13Collapse
-                       : options.forward_emulation;
-  ForwardCheck fwd(options.forward_layers, fopt, options.forward_device);
-  std::vector<Check*> checks = {&window, &pair};
-  if (!options.forward_layers.empty()) checks.push_back(&fwd);
-  auto streamed = (*engine)->Run(checks, progress);
+  std::vector<Check*> checks = {&window_, &pair_};
+  if (!options_.forward_layers.empty()) checks.push_back(&forward_);
+  return checks;
+}
+
+absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
+                                                  Progress& progress, AuditStats* stats) {
+  auto run = AuditRun::Open(options, progress);
+  if (!run.ok()) return run.status();
+  auto streamed = (*run)->engine().Run((*run)->checks(), progress);
   if (!streamed.ok()) return streamed.status();
   if (stats != nullptr) stats->peak_kept_bytes = streamed->peak_kept_bytes;
+  uint64_t bytes_read = 0;
+  for (const auto& image : streamed->images) bytes_read += image->bytes_read;
+  if (stats != nullptr) stats->bytes_read = bytes_read;
+  return std::move(**run).Record(streamed->images, bytes_read);
+}
 
-  const TreeImage& derived_read = *streamed->images[0];
+absl::StatusOr<evidence::EvidenceRecord> AuditRun::Record(
+    const std::vector<std::shared_ptr<const TreeImage>>& images, uint64_t bytes_read) && {
+  evidence::EvidenceRecord rec = std::move(rec_);
+  const Engine& e = *engine_;
+  const Checkpoint* ckpt = e.root().checkpoint.get();
+  const TreeImage& derived_read = *images[0];
   const Fingerprint derived_fp = FingerprintOf(derived_read, e.root().walk.ignore_paths);
   rec.root = derived_read.root;
   rec.subjects = SubjectsOf(derived_fp);
   rec.checks.push_back(RecordOf(derived_fp));
-  uint64_t bytes_read = derived_read.bytes_read;
   if (e.has_source()) {
-    const TreeImage& source_read = *streamed->images[1];
+    const TreeImage& source_read = *images[1];
     const Fingerprint source_fp = FingerprintOf(source_read, e.source().walk.ignore_paths);
-    bytes_read += source_read.bytes_read;
     std::vector<evidence::Subject> files = SubjectsOf(source_fp);
     files.pop_back();  // the manifest ROOT has its own field
     rec.source = evidence::SourceBinding{source_read.root, source_fp.manifest.RootHex(),
@@ -140,11 +176,10 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   }
   // Storage bytes read by the whole audit (both trees): each byte once.
   rec.checks.front().counts["bytes_read"] = static_cast<int64_t>(bytes_read);
-  if (stats != nullptr) stats->bytes_read = bytes_read;
   AddLayoutCheck("hf_layout", e.root().layout, derived_read, &rec.refs.model_ref, &rec);
   if (e.has_source()) {
-    AddLayoutCheck("source_hf_layout", e.source().layout, *streamed->images[1],
-                   &rec.refs.source_ref, &rec);
+    AddLayoutCheck("source_hf_layout", e.source().layout, *images[1], &rec.refs.source_ref,
+                   &rec);
   }
   CheckResult structure;
   structure.name = "checkpoint_structure";
@@ -159,7 +194,7 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
     AddUncheckedWeightFiles(*ckpt, &structure);  // fails for weights a loader reads unchecked
   }
   rec.checks.push_back(std::move(structure));
-  if (ckpt != nullptr) rec.checks.push_back(RecordOf(std::move(window).Result()));
+  if (ckpt != nullptr) rec.checks.push_back(RecordOf(std::move(window_).Result()));
   if (e.has_source() && e.source().checkpoint == nullptr) {
     CheckResult c;
     c.name = "pair_verify";
@@ -167,29 +202,31 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
     c.findings.push_back(Unreadable("unreadable-source", e.source().checkpoint_status));
     rec.checks.push_back(std::move(c));
   }
-  if (pair.planned()) {
-    quant::PairVerifyResult r = std::move(pair).Result();
+  if (pair_.planned()) {
+    quant::PairVerifyResult r = std::move(pair_).Result();
     rec.checks.push_back(RecordOf(r));
-    if (!options.root_map.empty()) {  // what the X4T checkpoint_root was compared with
+    if (!options_.root_map.empty()) {  // what the X4T checkpoint_root was compared with
       std::vector<std::string> maps;
-      for (const quant::RootMapping& m : options.root_map) {
+      for (const quant::RootMapping& m : options_.root_map) {
         maps.push_back(EncodeName(m.declared) + "=" + EncodeName(m.actual));
       }
       rec.checks.back().details.Set("root_map", std::move(maps));
     }
     rec.pair_audit = PairAuditOf(r);
   }
-  if (fwd.planned()) {
-    absl::StatusOr<forward::ForwardAuditResult> r = std::move(fwd).Result();
+  if (forward_.planned()) {
+    absl::StatusOr<forward::ForwardAuditResult> r = std::move(forward_).Result();
     if (!r.ok()) return r.status();
     rec.checks.push_back(RecordOf(*r));
     rec.block_forward = std::move(r->report);
-    if (const auto& g = options.forward_device.gpu) {
+    if (const auto& g = options_.forward_device.gpu) {
       rec.environment.gpu = evidence::GpuInfo{g->name, g->sm, g->driver, g->cuda};
     }
   }
   // Every verdict above was computed from the bytes read; the names must still lead to them.
-  if (absl::Status s = e.CheckUnchanged(*streamed); !s.ok()) return s;
+  for (const auto& image : images) {
+    if (absl::Status s = image->CheckUnchanged(); !s.ok()) return s;
+  }
   rec.finished_at = evidence::Rfc3339Now();
   return rec;
 }

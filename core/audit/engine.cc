@@ -41,6 +41,16 @@ void WorkPlan::Need(const Checkpoint& ckpt, const std::vector<std::string>& name
   }
 }
 
+absl::Status WorkPlan::KeepOnly(const std::function<bool(const std::string& key)>& keep) {
+  if (!last_.empty()) {
+    return absl::FailedPreconditionError(
+        "the block forward's units depend on each other and cannot be split into parts");
+  }
+  std::erase_if(keyed_, [&](const Keyed& k) { return !keep(k.key); });
+  sinks_.clear();
+  return absl::OkStatus();
+}
+
 WorkPlan::Planned WorkPlan::Take() && {
   std::stable_sort(keyed_.begin(), keyed_.end(),
                    [](const Keyed& a, const Keyed& b) { return a.key < b.key; });
@@ -62,7 +72,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& option
   e->read_.threads = options.threads;
   e->read_.memory_window = options.memory_window;
   e->read_.file_digests = options.file_digests;
-  e->read_.tensor_digests = false;  // records name files and the manifest ROOT, not tensors
+  // Records name files and the manifest ROOT, not tensors; a split audit's parts name tensors.
+  e->read_.tensor_digests = options.tensor_digests;
   auto root = ReadHeaders(options.root, options.root_dir, options.links, e->read_, progress);
   if (!root.ok()) return root.status();
   e->root_ = *std::move(root);
@@ -77,15 +88,32 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& option
   return e;
 }
 
-absl::StatusOr<StreamResult> Engine::Run(const std::vector<Check*>& checks, Progress& progress) {
+absl::StatusOr<StreamResult> Engine::Run(const std::vector<Check*>& checks,
+                                         Progress& progress) const {
+  absl::StatusOr<WorkPlan> plan = Plan(checks);
+  if (!plan.ok()) return plan.status();
+  return Stream(*std::move(plan), progress);
+}
+
+absl::StatusOr<WorkPlan> Engine::Plan(const std::vector<Check*>& checks) const {
   WorkPlan plan;
   for (Check* c : checks) {
     if (absl::Status s = c->Plan(checkpoints(), plan); !s.ok()) return s;
   }
+  return plan;
+}
+
+absl::StatusOr<StreamResult> Engine::Stream(WorkPlan plan, Progress& progress,
+                                            const SkimFiles& skim) const {
+  WorkPlan::Planned planned = std::move(plan).Take();
+  return StreamTrees(images(), std::move(planned.work), read_, progress,
+                     std::move(planned.sinks), skim);
+}
+
+std::vector<std::shared_ptr<const TreeImage>> Engine::images() const {
   std::vector<std::shared_ptr<const TreeImage>> images = {root_.image};
   if (source_) images.push_back(source_->image);
-  WorkPlan::Planned planned = std::move(plan).Take();
-  return StreamTrees(images, std::move(planned.work), read_, progress, std::move(planned.sinks));
+  return images;
 }
 
 absl::Status Engine::CheckUnchanged(const StreamResult& streamed) const {

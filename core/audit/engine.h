@@ -39,6 +39,9 @@ struct EngineOptions {
   // wait for), whatever the size of the trees: core/io/tree_stream.h.
   uint64_t memory_window = kDefaultMemoryWindow;
   bool file_digests = true;  // every file's SHA-256 (and the OMS manifest) from the same read
+  // Every tensor's SHA-256 too: what a part of a split audit reports for the files it hashes,
+  // so that the merge can check the ranges other parts read there (docs/audit-parts.md).
+  bool tensor_digests = false;
 };
 
 // One tree's listing and headers: the first half of its one read.
@@ -66,6 +69,15 @@ class WorkPlan {
   void AddLast(StreamWork work) { last_.push_back(std::move(work)); }
   size_t last_count() const { return last_.size(); }
   void AddSink(StreamSink sink) { sinks_.push_back(std::move(sink)); }
+  // A part of a split audit (core/audit/parts.h) keeps only the keyed units of its own keys and
+  // no sink (what sinks compare, whole tensors' digests, the merge takes from the parts that
+  // hash the files). Units added with AddLast cannot be split: FAILED_PRECONDITION.
+  absl::Status KeepOnly(const std::function<bool(const std::string& key)>& keep);
+  struct Keyed {
+    std::string key;
+    StreamWork work;
+  };
+  const std::vector<Keyed>& keyed() const { return keyed_; }
   // Adds to `work` the tensors of `ckpt` named in `names` (names it does not hold are skipped).
   static void Need(const Checkpoint& ckpt, const std::vector<std::string>& names,
                    StreamWork* work);
@@ -77,10 +89,6 @@ class WorkPlan {
   Planned Take() &&;
 
  private:
-  struct Keyed {
-    std::string key;
-    StreamWork work;
-  };
   std::vector<Keyed> keyed_;
   std::vector<StreamWork> last_;
   std::vector<StreamSink> sinks_;
@@ -119,7 +127,14 @@ class Engine {
   // returned images carry every file's digests. Afterwards each check's result is complete.
   // Errors: those of StreamTrees (RESOURCE_EXHAUSTED, DATA_LOSS, CANCELLED) and of a check's
   // planning or units. Run once.
-  absl::StatusOr<StreamResult> Run(const std::vector<Check*>& checks, Progress& progress);
+  absl::StatusOr<StreamResult> Run(const std::vector<Check*>& checks, Progress& progress) const;
+  // Run in two halves, for a split audit (core/audit/parts.h): each part plans every check, keeps
+  // its own units and streams them, skimming the files other parts hash; the merge only plans.
+  absl::StatusOr<WorkPlan> Plan(const std::vector<Check*>& checks) const;
+  absl::StatusOr<StreamResult> Stream(WorkPlan plan, Progress& progress,
+                                      const SkimFiles& skim = {}) const;
+  // The trees' images as read by Open (headers and small files), root first.
+  std::vector<std::shared_ptr<const TreeImage>> images() const;
 
   // DATA_LOSS naming the first file of either tree whose name no longer leads to what was read.
   absl::Status CheckUnchanged(const StreamResult& streamed) const;

@@ -24,16 +24,30 @@ class PairCheck : public Check {
   // After Engine::Run, when planned().
   quant::PairVerifyResult Result() &&;
 
+  // A split audit (core/audit/parts.h): the units planned, which of them this process ran and
+  // what each gave; at the merge, what the part that ran unit `i` gave. A unit compared by
+  // digest runs in no part: the merge gives it the digests the parts that hashed its files took.
+  size_t units() const { return plan_ ? plan_->units.size() : 0; }
+  const std::string& unit_name(size_t i) const { return plan_->units[i].name; }
+  bool ran(size_t i) const { return ran_[i] != 0; }
+  // The tensor compared by digest in unit `i`, or null when the unit reads its tensors.
+  const std::string* hashed_tensor(size_t i) const;
+  const quant::PairUnitOutcome& outcome(size_t i) const { return outcomes_[i]; }
+  void SetOutcome(size_t i, quant::PairUnitOutcome o) { outcomes_[i] = std::move(o); }
+  void SetDigests(size_t i, const Digest& source, const Digest& derived);
+
  private:
   const quant::PairVerifyOptions options_;
   Checkpoints trees_;
   std::optional<quant::PairPlan> plan_;
   std::vector<quant::PairUnitOutcome> outcomes_;  // parallel to plan_->units
+  std::vector<char> ran_;                         // parallel to plan_->units
   // A non-quantized unit whose tensors are streamed is compared by the SHA-256 of each side,
   // taken as the cursor passes (never held: an embedding or head larger than the window).
   struct Hashed {
     size_t unit = 0;
     Sha256 source, derived;
+    bool given = false;  // SetDigests: outcomes_[unit] is set
   };
   std::vector<std::unique_ptr<Hashed>> hashed_;
 };

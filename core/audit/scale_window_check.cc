@@ -15,6 +15,7 @@ absl::Status ScaleWindowCheck::Plan(const Checkpoints& trees, WorkPlan& plan) {
   if (!units.ok()) return units.status();
   units_ = *std::move(units);
   parts_.resize(units_.size());
+  ran_.assign(units_.size(), 0);
   for (size_t i = 0; i < units_.size(); ++i) {
     StreamWork w{absl::StrCat("scale_window ", units_[i].fused_group), {}, {}};
     WorkPlan::Need(*ckpt_, units_[i].tensors, &w);
@@ -22,6 +23,7 @@ absl::Status ScaleWindowCheck::Plan(const Checkpoints& trees, WorkPlan& plan) {
       auto part = policy_.Scan(*ckpt_, units_[i]);
       if (!part.ok()) return part.status();
       parts_[i] = *std::move(part);
+      ran_[i] = 1;
       return absl::OkStatus();
     };
     plan.Add(units_[i].members.front().name, std::move(w));

@@ -19,11 +19,20 @@ class ScaleWindowCheck : public Check {
   // After Engine::Run.
   quant::ScaleWindowResult Result() &&;
 
+  // A split audit (core/audit/parts.h): the units planned (by fused group), which of them this
+  // process ran and what each gave; at the merge, what the part that ran unit `i` gave.
+  size_t units() const { return units_.size(); }
+  const std::string& unit_name(size_t i) const { return units_[i].fused_group; }
+  bool ran(size_t i) const { return ran_[i] != 0; }
+  const quant::ScaleWindowPartial& outcome(size_t i) const { return parts_[i]; }
+  void SetOutcome(size_t i, quant::ScaleWindowPartial p) { parts_[i] = std::move(p); }
+
  private:
   const quant::ScaleWindowPolicy policy_;
   const Checkpoint* ckpt_ = nullptr;
   std::vector<quant::ScaleWindowUnit> units_;
   std::vector<quant::ScaleWindowPartial> parts_;  // parallel to units_
+  std::vector<char> ran_;                         // parallel to units_
 };
 
 // The record's scale_window check, and the thresholds it names.

@@ -82,6 +82,16 @@ absl::StatusOr<std::string> RecordPayload(const EvidenceRecord& r) {
   }
   if (!refs.empty()) predicate["refs"] = refs;
   if (!r.invoker.empty()) predicate["invoker"] = r.invoker;
+  if (!r.parts.empty()) {
+    ojson parts = ojson::array();
+    for (const PartRef& p : r.parts) {
+      if (!IsSha256Hex(p.digest)) {
+        return absl::InvalidArgumentError("a part's digest is not 64 lower-case hex characters");
+      }
+      parts.push_back({{"signer", p.signer}, {"host", EncodeName(p.host)}, {"sha256", p.digest}});
+    }
+    predicate["parts"] = parts;
+  }
   ojson statement = {{"_type", "https://in-toto.io/Statement/v1"},
                      {"subject", *subjects},
                      {"predicateType", kEvidencePredicateType},

@@ -63,6 +63,14 @@ struct ExternalRefs {
   std::string image_digest;  // the container image the audit ran in
 };
 
+// One part of an audit split across machines and merged into one record
+// (docs/audit-parts.md): who signed it, where it ran, and the SHA-256 of its signed envelope.
+struct PartRef {
+  std::string signer;  // key id of the node key
+  std::string host;
+  std::string digest;  // lowercase hex
+};
+
 struct EvidenceRecord {
   std::string root;  // real path of the audited checkpoint directory as opened
   std::optional<SourceBinding> source;  // pair audits only
@@ -73,6 +81,7 @@ struct EvidenceRecord {
   std::vector<CheckResult> checks;
   std::optional<PairAudit> pair_audit;   // a pair audit's full result
   std::optional<BlockForward> block_forward;  // the block forward's report, when one ran
+  std::vector<PartRef> parts;  // a merged split audit's parts, by index; empty otherwise
   Environment environment;
   std::string started_at;  // RFC 3339 UTC
   std::string finished_at;

@@ -13,19 +13,9 @@ namespace {
 
 using nlohmann::json;
 
-absl::StatusOr<Digest> DigestFromHex(const std::string& hex) {
+absl::StatusOr<Digest> HexDigest(const std::string& hex) {
   Digest d{};
-  if (hex.size() != 64) return absl::InvalidArgumentError("digest is not 64 hex digits");
-  for (size_t i = 0; i < 32; ++i) {
-    auto nibble = [](char c) -> int {
-      if (c >= '0' && c <= '9') return c - '0';
-      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-      return -1;
-    };
-    int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return absl::InvalidArgumentError("digest is not lowercase hex");
-    d[i] = static_cast<uint8_t>(hi << 4 | lo);
-  }
+  if (!FromHex(hex, d)) return absl::InvalidArgumentError("digest is not 64 lower-case hex digits");
   return d;
 }
 
@@ -56,7 +46,7 @@ absl::StatusOr<ParsedPart> ParsePart(const json& j, size_t ordinal) {
       ff.path = f.at("path").get<std::string>();
       ff.size = f.at("size").get<uint64_t>();
       ff.tensor_count = f.at("tensors").get<size_t>();
-      auto d = DigestFromHex(f.at("sha256").get<std::string>());
+      auto d = HexDigest(f.at("sha256").get<std::string>());
       if (!d.ok()) return bad(absl::StrCat(ff.path, ": ", d.status().message()));
       ff.sha256 = *d;
       p.files.push_back(std::move(ff));
@@ -66,7 +56,7 @@ absl::StatusOr<ParsedPart> ParsePart(const json& j, size_t ordinal) {
       tf.file = t.at("file").get<std::string>();
       tf.tensor = t.at("tensor").get<std::string>();
       tf.bytes = t.at("bytes").get<uint64_t>();
-      auto d = DigestFromHex(t.at("sha256").get<std::string>());
+      auto d = HexDigest(t.at("sha256").get<std::string>());
       if (!d.ok()) return bad(absl::StrCat(tf.file, ":", tf.tensor, ": ", d.status().message()));
       tf.sha256 = *d;
       p.tensors.push_back(std::move(tf));
@@ -80,21 +70,28 @@ absl::StatusOr<ParsedPart> ParsePart(const json& j, size_t ordinal) {
 
 }  // namespace
 
-std::vector<TreeFile> FilesOfPart(const std::vector<TreeFile>& tree, const PartSpec& spec) {
-  std::vector<size_t> order(tree.size());
+std::vector<unsigned> AssignLargestFirst(const std::vector<uint64_t>& sizes, unsigned count) {
+  std::vector<size_t> order(sizes.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return tree[a].size > tree[b].size; });
-  std::vector<uint64_t> load(spec.count, 0);
-  std::vector<bool> mine(tree.size(), false);
+                   [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+  std::vector<uint64_t> load(count, 0);
+  std::vector<unsigned> part_of(sizes.size(), 0);
   for (size_t i : order) {
-    size_t part = std::min_element(load.begin(), load.end()) - load.begin();
-    load[part] += tree[i].size;
-    mine[i] = part == spec.index;
+    const unsigned part = std::min_element(load.begin(), load.end()) - load.begin();
+    load[part] += sizes[i];
+    part_of[i] = part;
   }
+  return part_of;
+}
+
+std::vector<TreeFile> FilesOfPart(const std::vector<TreeFile>& tree, const PartSpec& spec) {
+  std::vector<uint64_t> sizes;
+  for (const TreeFile& f : tree) sizes.push_back(f.size);
+  const std::vector<unsigned> part_of = AssignLargestFirst(sizes, spec.count);
   std::vector<TreeFile> out;
   for (size_t i = 0; i < tree.size(); ++i) {
-    if (mine[i]) out.push_back(tree[i]);
+    if (part_of[i] == spec.index) out.push_back(tree[i]);
   }
   return out;
 }

@@ -17,6 +17,11 @@
 
 namespace ckpt {
 
+// The part (0..count-1) of each of `sizes`: largest first to the least-loaded part (ties to the
+// lowest index, a stable sort), the same on every machine. An audit split in parts assigns
+// groups of files by it (core/audit/parts.h).
+std::vector<unsigned> AssignLargestFirst(const std::vector<uint64_t>& sizes, unsigned count);
+
 // The files of `tree` that part `spec` hashes, in the tree's order.
 std::vector<TreeFile> FilesOfPart(const std::vector<TreeFile>& tree, const PartSpec& spec);
 

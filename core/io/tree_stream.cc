@@ -52,6 +52,7 @@ struct Slot {
   bool passed = false;    // the cursor has hashed past it
   uint64_t filled = 0;    // bytes read ahead so far
   std::unique_ptr<uint8_t[]> bytes;
+  Digest digest{};  // of a skimmed file's slot, once complete
   uint64_t size() const { return end - begin; }
   size_t key() const { return work.front(); }
 };
@@ -75,6 +76,7 @@ struct FileStream {
   size_t path_next = 0;
   uint64_t storage_bytes = 0;  // read from storage by this stream
   bool busy = false, done = false;
+  bool skim = false;  // not hashed: the cursor skips what no work needs (SkimFiles)
   std::vector<StreamSink> sinks;  // by offset
   // Touched only by the thread that holds `busy`.
   size_t sink_next = 0;  // sinks before it lie before the cursor
@@ -99,6 +101,7 @@ struct Step {
     kRead,       // read at the cursor and hash (into a slot's buffer, or the thread's scratch)
     kHashKept,   // hash at the cursor from a slot read ahead: no storage read
     kReadAhead,  // read a slot's bytes ahead of the cursor: hashed later, from the buffer
+    kSkip,       // a skimmed file: move the cursor past bytes no work needs, without reading
   };
   Kind kind = Kind::kRead;
   size_t stream = 0;
@@ -119,7 +122,8 @@ class Streamer {
   }
 
   absl::StatusOr<StreamResult> Run(const std::vector<std::shared_ptr<const TreeImage>>& images,
-                                   std::vector<StreamWork> work, std::vector<StreamSink> sinks) {
+                                   std::vector<StreamWork> work, std::vector<StreamSink> sinks,
+                                   const SkimFiles& skim) {
     work_ = std::move(work);
     for (const auto& image : images) {
       auto copy = std::make_shared<TreeImage>(*image);
@@ -134,6 +138,7 @@ class Streamer {
         s.pos = *f.stream_from;
         s.size = f.size();
         s.path_end = s.pos;
+        s.skim = skim && skim(out_.size(), f);
         if (f.safetensors != nullptr) by_file_[f.safetensors.get()] = streams_.size();
         streams_.push_back(std::move(s));
       }
@@ -149,6 +154,9 @@ class Streamer {
       auto it = by_file_.find(sink.file);
       if (it == by_file_.end() || sink.begin < streams_[it->second].pos) {
         return absl::InvalidArgumentError("a stream sink lies outside the streamed bytes");
+      }
+      if (streams_[it->second].skim) {
+        return absl::InvalidArgumentError("a stream sink lies in a file that is not hashed");
       }
       streams_[it->second].sinks.push_back(std::move(sink));
     }
@@ -176,6 +184,15 @@ class Streamer {
     result.bytes_read = bytes_read_;
     result.peak_kept_bytes = peak_;
     for (const FileStream& s : streams_) s.image->bytes_read += s.storage_bytes;
+    for (const FileStream& s : streams_) {
+      if (!s.skim) continue;
+      for (size_t j : s.slots) {
+        const Slot& slot = slots_[j];
+        if (!slot.complete) continue;  // only dropped work needed it: never read
+        result.ranges.push_back({s.image_index, s.out->name, slot.info->name, slot.begin,
+                                 slot.end, slot.size() == 0 ? Sha256Of({}) : slot.digest});
+      }
+    }
     for (auto& image : out_) {
       for (const ImageFile& f : image->files) {
         if (f.stream_from) return absl::InternalError(absl::StrCat(f.path, ": not streamed"));
@@ -352,8 +369,8 @@ class Streamer {
   // read. Depends only on the headers and the window.
   void PlanRevisits() {
     std::vector<uint64_t> behind(streams_.size(), 0);
-    auto candidate = [](const Slot& s) {
-      return s.revisit_votes == s.work.size() && s.trigger == kNever;
+    auto candidate = [this](const Slot& s) {
+      return s.revisit_votes == s.work.size() && s.trigger == kNever && !streams_[s.stream].skim;
     };
     for (const Slot& s : slots_) {
       if (candidate(s)) behind[s.stream] += s.size();
@@ -595,8 +612,11 @@ class Streamer {
         step->slot = s.slots[s.next];
         step->length = std::min(chunk_, slot.end - s.pos);
         // A slot no admitted work needs, or one read again at its trigger, is hashed through
-        // the scratch chunk.
-        if (!slot.revisit && !Unneeded(slot)) {
+        // the scratch chunk; a skimmed file skips a slot no work needs.
+        if (s.skim && Unneeded(slot)) {
+          step->kind = Step::Kind::kSkip;
+          step->length = slot.end - s.pos;
+        } else if (!slot.revisit && !Unneeded(slot)) {
           if (!slot.granted) {
             if (!AdmitFor(slot)) continue;
             Grant(slot);
@@ -606,7 +626,8 @@ class Streamer {
         }
       } else {
         const uint64_t until = s.next < s.slots.size() ? slots_[s.slots[s.next]].begin : s.size;
-        step->length = std::min(chunk_, until - s.pos);
+        step->length = s.skim ? until - s.pos : std::min(chunk_, until - s.pos);
+        if (s.skim) step->kind = Step::Kind::kSkip;
       }
       // The last step closes the file: not while a revisit slot still has to be re-read.
       if (s.pos + step->length == s.size && s.revisits_left > 0) continue;
@@ -660,6 +681,8 @@ class Streamer {
       if (!id.ok()) return id.status();
       if (!(*id == f.identity)) return io::ChangedWhileRead(s.label, f.identity, *id);
       s.file = *std::move(opened);
+    }
+    if (s.hashers == nullptr && !s.skim) {
       s.hashers =
           std::make_unique<io_internal::FileHashers>(options_, s.size, f.wants_git_blob_id);
       if (f.safetensors != nullptr && options_.tensor_digests) {
@@ -667,7 +690,9 @@ class Streamer {
       }
       if (f.content != nullptr) s.hashers->Update(0, *f.content);
     }
-    if (step.length > 0) {
+    if (step.kind == Step::Kind::kSkip) {
+      progress_.Advance(step.length);
+    } else if (step.length > 0) {
       uint8_t* dst = step.into;
       if (dst == nullptr) {
         if (!scratch) scratch.reset(new uint8_t[chunk_]);
@@ -683,10 +708,11 @@ class Streamer {
       // The digests are of the bytes in memory, the ones every check reads: a range read
       // ahead is hashed from its buffer when the cursor reaches it, and one read behind the
       // cursor must have the hash of the bytes the cursor hashed.
-      if (step.kind != Step::Kind::kReadAhead) {
+      if (step.kind != Step::Kind::kReadAhead && !s.skim) {
         s.hashers->Update(step.offset, bytes);
         if (absl::Status st = Feed(s, step.offset, bytes); !st.ok()) return st;
       }
+      if (s.skim && step.slot != kNone && step.into != nullptr) Skimmed(slots_[step.slot], step);
       if (step.slot != kNone && slots_[step.slot].revisit) {
         if (absl::Status st = Revisit(s, slots_[step.slot], step, bytes); !st.ok()) return st;
       }
@@ -710,11 +736,20 @@ class Streamer {
     absl::StatusOr<io::FileIdentity> after = s.file->Identity();
     if (!after.ok()) return after.status();
     if (!(*after == f.identity)) return io::ChangedWhileRead(s.label, f.identity, *after);
-    s.hashers->Finish(s.out);
+    if (!s.skim) s.hashers->Finish(s.out);
     s.out->stream_from.reset();
     s.file.reset();
     s.hashers.reset();
     return absl::OkStatus();
+  }
+
+  // A skimmed file's slot, once its last byte is in its buffer (outside the lock: the stream is
+  // busy, and the slot is lent only after this step): the SHA-256 of the bytes the work reads.
+  static void Skimmed(Slot& slot, const Step& step) {
+    const uint64_t done = step.kind == Step::Kind::kReadAhead ? slot.filled + step.length
+                                                              : step.offset + step.length - slot.begin;
+    if (step.kind == Step::Kind::kHashKept || done < slot.size()) return;
+    slot.digest = Sha256Of(std::span<const uint8_t>(slot.bytes.get(), slot.size()));
   }
 
   // A step on a revisit slot, outside the lock (only this stream's thread touches the slot's
@@ -757,7 +792,7 @@ class Streamer {
   // buffers the cursor has passed and no work needs.
   void Advance(const Step& step) {
     FileStream& s = streams_[step.stream];
-    if (step.kind != Step::Kind::kHashKept) {
+    if (step.kind != Step::Kind::kHashKept && step.kind != Step::Kind::kSkip) {
       s.storage_bytes += step.length;
       bytes_read_ += step.length;
     }
@@ -867,9 +902,10 @@ class Streamer {
 
 absl::StatusOr<StreamResult> StreamTrees(
     const std::vector<std::shared_ptr<const TreeImage>>& images, std::vector<StreamWork> work,
-    const ReadOptions& options, Progress& progress, std::vector<StreamSink> sinks) {
+    const ReadOptions& options, Progress& progress, std::vector<StreamSink> sinks,
+    const SkimFiles& skim) {
   Streamer streamer(options, progress);
-  return streamer.Run(images, std::move(work), std::move(sinks));
+  return streamer.Run(images, std::move(work), std::move(sinks), skim);
 }
 
 }  // namespace ckpt

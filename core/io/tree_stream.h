@@ -87,10 +87,27 @@ struct StreamSink {
   std::function<absl::Status(uint64_t offset, std::span<const uint8_t> bytes)> consume;
 };
 
+// One tensor's bytes read from a skimmed file (below), and their SHA-256.
+struct RangeDigest {
+  size_t image = 0;  // index into StreamTrees' input
+  std::string file;  // ImageFile::name
+  std::string tensor;
+  uint64_t begin = 0, end = 0;  // absolute offsets in the file
+  Digest sha256{};
+};
+
+// Files (by input image and ImageFile) a stream does not hash: one part of an audit split
+// across machines reads only the tensors its own work needs from the files another part hashes
+// (docs/audit-parts.md). A skimmed file's cursor skips every byte no work item needs: nothing is
+// read ahead of it or behind it, it gets no file or tensor digests, and each tensor read there
+// gives a RangeDigest instead. Sinks on a skimmed file are INVALID_ARGUMENT.
+using SkimFiles = std::function<bool(size_t image, const ImageFile& file)>;
+
 struct StreamResult {
-  // The input images with every deferred file completed (digests set, stream_from cleared,
-  // bytes_read including this stream).
+  // The input images with every deferred file completed (digests set, except for skimmed
+  // files; stream_from cleared; bytes_read including this stream).
   std::vector<std::shared_ptr<const TreeImage>> images;
+  std::vector<RangeDigest> ranges;  // the tensors read from skimmed files, by file and offset
   uint64_t bytes_read = 0;       // from storage by this stream (each byte once)
   uint64_t peak_kept_bytes = 0;  // kept files and headers plus tensors held, at most the window
 };
@@ -103,7 +120,8 @@ struct StreamResult {
 // `after` names no earlier item. Nothing is lent after return.
 absl::StatusOr<StreamResult> StreamTrees(
     const std::vector<std::shared_ptr<const TreeImage>>& images, std::vector<StreamWork> work,
-    const ReadOptions& options, Progress& progress, std::vector<StreamSink> sinks = {});
+    const ReadOptions& options, Progress& progress, std::vector<StreamSink> sinks = {},
+    const SkimFiles& skim = {});
 
 }  // namespace ckpt
 

@@ -41,6 +41,28 @@ void FindingList::Merge(const FindingList& other, const std::string& prefix) {
   }
 }
 
+absl::StatusOr<FindingList> FindingList::Restore(size_t cap, std::vector<Finding> kept,
+                                                 std::map<std::string, uint64_t> by_code) {
+  FindingList list(cap);
+  std::map<std::string, uint64_t> listed;
+  for (const Finding& f : kept) ++listed[f.code];
+  for (const auto& [code, n] : by_code) list.total_ += n;
+  for (const auto& [code, n] : listed) {
+    auto it = by_code.find(code);
+    if (it == by_code.end() || it->second < n) {
+      return absl::InvalidArgumentError(absl::StrCat("finding list: more '", code,
+                                                     "' findings listed than counted"));
+    }
+  }
+  if (kept.size() > cap) {
+    return absl::InvalidArgumentError(absl::StrCat("finding list: ", kept.size(), " listed of ",
+                                                   list.total_, " with a cap of ", cap));
+  }
+  list.kept_ = std::move(kept);
+  list.by_code_ = std::move(by_code);
+  return list;
+}
+
 uint64_t FindingList::count(const std::string& code) const {
   auto it = by_code_.find(code);
   return it == by_code_.end() ? 0 : it->second;

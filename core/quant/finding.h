@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::quant {
@@ -39,6 +40,11 @@ class FindingList {
   const std::vector<Finding>& kept() const { return kept_; }
   const std::map<std::string, uint64_t>& by_code() const { return by_code_; }
   nlohmann::json ToJson() const;  // {"total", "by_code", "listed": [...], "cap"}
+  // The list a split audit's part computed (core/audit/parts.h): its cap, kept findings and
+  // counts. INVALID_ARGUMENT when they cannot be one list's (more kept than the cap, or more of
+  // a code kept than counted).
+  static absl::StatusOr<FindingList> Restore(size_t cap, std::vector<Finding> kept,
+                                             std::map<std::string, uint64_t> by_code);
 
  private:
   size_t cap_;

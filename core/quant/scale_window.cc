@@ -216,6 +216,27 @@ struct ScaleWindowPartial::Member {
 };
 
 
+std::vector<ScaleWindowMemberResult> MembersOf(const ScaleWindowPartial& partial) {
+  std::vector<ScaleWindowMemberResult> out;
+  for (const auto& m : partial.members) {
+    out.push_back({m->order, m->scan.stats, m->scan.nan, m->over_span});
+  }
+  return out;
+}
+
+ScaleWindowPartial PartialOf(std::vector<ScaleWindowMemberResult> members) {
+  ScaleWindowPartial partial;
+  for (ScaleWindowMemberResult& r : members) {
+    auto m = std::make_shared<ScaleWindowPartial::Member>();
+    m->order = r.order;
+    m->scan.stats = std::move(r.stats);
+    m->scan.nan = std::move(r.nan);
+    m->over_span = std::move(r.over_span);
+    partial.members.push_back(std::move(m));
+  }
+  return partial;
+}
+
 nlohmann::json ScaleWindowConfig::ToJson() const {
   return {{"id", id()},
           {"name", name},

@@ -91,6 +91,16 @@ struct ScaleWindowPartial {
   std::vector<std::shared_ptr<Member>> members;
 };
 
+// A partial's members as plain values, for a split audit's part file (core/audit/parts.h):
+// what Finish reads of each.
+struct ScaleWindowMemberResult {
+  size_t order = 0;
+  TensorScaleStats stats;
+  FindingList nan, over_span;
+};
+std::vector<ScaleWindowMemberResult> MembersOf(const ScaleWindowPartial& partial);
+ScaleWindowPartial PartialOf(std::vector<ScaleWindowMemberResult> members);
+
 class ScaleWindowPolicy {
  public:
   explicit ScaleWindowPolicy(ScaleWindowConfig config = {}) : config_(std::move(config)) {}

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -151,6 +152,18 @@ void AddLinkFlags(CLI::App* cmd, LinkOptions* links) {
                 "directory (hub cache snapshots are followed by their own rules)");
   cmd->add_option("--confine", links->confine,
                   "with --allow-symlinks: a directory links may also lead into (repeatable)");
+}
+
+absl::StatusOr<PartSpec> ParsePartSpec(const std::string& text) {
+  PartSpec spec;
+  char slash = 0;
+  std::istringstream in(text);
+  if (!(in >> spec.index >> slash >> spec.count) || slash != '/' || !in.eof() ||
+      spec.count == 0 || spec.index >= spec.count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--part '", text, "': expected I/N with 0 <= I < N"));
+  }
+  return spec;
 }
 
 }  // namespace ckpt::cli

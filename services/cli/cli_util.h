@@ -12,6 +12,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/fingerprint/fingerprint.h"
 #include "core/progress.h"
 
 namespace ckpt::cli {
@@ -53,6 +54,9 @@ absl::StatusOr<uint64_t> ParseByteSize(std::string_view text);
 // ParseByteSize, at least kMinReadChunk (one read chunk); a bad value is a usage error
 // (exit 2) naming the flag.
 void AddMemoryWindowFlag(CLI::App* cmd, uint64_t* window);
+
+// `--part I/N` of `fingerprint` and `audit`: INVALID_ARGUMENT unless 0 <= I < N.
+absl::StatusOr<PartSpec> ParsePartSpec(const std::string& text);
 
 }  // namespace ckpt::cli
 

@@ -1,6 +1,11 @@
 // `ckpt-audit audit ROOT`: runs every check this build supports, appends one signed evidence
 // record and its in-toto test result to the log (core/interop/publish.h) and prints the verdict
 // and the record id. Exit 0 pass, 1 fail, 2 error.
+//
+// Split across machines (docs/audit-parts.md): `audit ROOT --part I/N --part-key NODE.pem --out
+// PART.json` runs one part and writes it signed (exit 0 once written, 2 on error, nothing
+// written); `audit --merge PART.json... --part-trust NODE_KEYS --db --key` checks the parts and
+// appends the one record, as `audit` does.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -9,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/evidence/dsse.h"
 #include "core/audit/audit_checks.h"
+#include "core/audit/part_file.h"
+#include "core/audit/parts.h"
 #include "core/text/json_dump.h"
 #include "core/interop/publish.h"
 #include "services/cli/cli_util.h"
@@ -16,6 +23,7 @@
 #include "services/cli/evidence_paths.h"
 #include "services/cli/forward_device.h"
 #include "services/cli/log_heads.h"
+#include "services/cli/read_file.h"
 #include "storage/evidence_log.h"
 
 namespace ckpt::cli {
@@ -30,7 +38,65 @@ struct AuditArgs {
   std::string device = "cpu";  // of the block forward
   std::string emulate;
   bool json = false;
+  std::string part;  // "I/N"
+  std::string part_key, out;
+  std::vector<std::string> merge;  // part files
+  std::string part_trust;          // node keys: a trust file, never the record trust store
 };
+
+// One part: run, sign with the node key, write via a temporary file renamed into place.
+int RunPart(const AuditArgs& a) {
+  if (a.part_key.empty() || a.out.empty()) {
+    return ReportError(absl::InvalidArgumentError("--part needs --part-key and --out"));
+  }
+  if (!a.db.empty() || !a.key.empty() || !a.vsa.empty()) {
+    return ReportError(absl::InvalidArgumentError(
+        "--part writes a part file, not a record: --db, --key and --vsa belong to --merge"));
+  }
+  auto spec = ParsePartSpec(a.part);
+  if (!spec.ok()) return ReportError(spec.status());
+  auto key = evidence::SigningKey::Load(a.part_key);
+  if (!key.ok()) return ReportError(key.status());
+  TerminalProgress progress;
+  auto part = audit::RunAuditPart(a.options, *spec, progress);
+  if (!part.ok()) return ReportError(part.status());
+  auto envelope = audit::SignAuditPart(*part, *key);
+  if (!envelope.ok()) return ReportError(envelope.status());
+  if (absl::Status s = WriteFileAtomically(a.out, *envelope + "\n"); !s.ok()) {
+    return ReportError(s);
+  }
+  if (a.json) {
+    nlohmann::ordered_json j = {{"part", a.part},
+                                {"verdict", part->verdict},
+                                {"out", a.out},
+                                {"keyid", key->public_key().KeyId()},
+                                {"bytes_read", part->bytes_read}};
+    std::printf("%s\n", DumpJson(j, 2).c_str());
+  } else {
+    std::printf("part %s: verdict %s of its units, %llu bytes read, written to %s\n",
+                a.part.c_str(), part->verdict.c_str(),
+                static_cast<unsigned long long>(part->bytes_read), a.out.c_str());
+  }
+  return kExitOk;
+}
+
+// The parts, each opened against the node keys.
+absl::StatusOr<evidence::EvidenceRecord> Merge(const AuditArgs& a, Progress& progress) {
+  if (a.part_trust.empty()) {
+    return absl::InvalidArgumentError("--merge needs --part-trust (the node keys' trust file)");
+  }
+  auto trust = evidence::TrustStore::Load(a.part_trust);
+  if (!trust.ok()) return trust.status();
+  std::vector<audit::SignedPart> parts;
+  for (const std::string& path : a.merge) {
+    auto text = ReadSmallFile(path, 1u << 30);
+    if (!text.ok()) return text.status();
+    auto part = audit::OpenAuditPart(*text, *trust, path);
+    if (!part.ok()) return part.status();
+    parts.push_back(*std::move(part));
+  }
+  return audit::MergeAuditParts(parts, progress);
+}
 
 absl::Status WriteSummary(const evidence::EvidenceRecord& rec, const storage::EvidenceLog& log,
                           uint64_t record_id, const std::string& envelope,
@@ -46,6 +112,20 @@ absl::Status WriteSummary(const evidence::EvidenceRecord& rec, const storage::Ev
 }
 
 int Run(AuditArgs a) {
+  const bool merging = !a.merge.empty();
+  if (merging == !a.options.root.empty()) {
+    return ReportError(absl::InvalidArgumentError(
+        merging ? "--merge takes part files, not ROOT" : "ROOT is required"));
+  }
+  if (merging && (!a.options.source.empty() || !a.part.empty() || !a.map_root.empty() ||
+                  !a.options.forward_layers.empty())) {
+    return ReportError(absl::InvalidArgumentError(
+        "--merge takes the audit's options from its parts: no --source, --part, --map-root or "
+        "--forward-layers"));
+  }
+  if (!merging && !a.part_trust.empty()) {
+    return ReportError(absl::InvalidArgumentError("--part-trust belongs to --merge"));
+  }
   for (const std::string& spec : a.map_root) {
     absl::StatusOr<quant::RootMapping> m = quant::ParseRootMapping(spec);
     if (!m.ok()) return ReportError(m.status());
@@ -61,6 +141,7 @@ int Run(AuditArgs a) {
   auto emulation = forward::ParseEmulation(a.emulate);
   if (!emulation.ok()) return ReportError(emulation.status());
   a.options.forward_emulation = *emulation;
+  if (!a.part.empty()) return RunPart(a);
   auto setup = ResolveEvidenceSetup(a.db, a.key);
   if (!setup.ok()) return ReportError(setup.status());
   if (!setup->defaults_note.empty()) {
@@ -69,7 +150,7 @@ int Run(AuditArgs a) {
   auto log = OpenLogWriter(setup->db_path);
   if (!log.ok()) return ReportError(log.status());
   TerminalProgress progress;
-  auto rec = audit::RunAudit(a.options, progress);
+  auto rec = merging ? Merge(a, progress) : audit::RunAudit(a.options, progress);
   if (!rec.ok()) return ReportError(rec.status());
   auto published = interop::PublishAudit(*rec, setup->key, **log);
   if (!published.ok()) return ReportError(published.status());
@@ -94,6 +175,7 @@ int Run(AuditArgs a) {
     }
     if (!rec->refs.model_ref.empty()) j["model_ref"] = rec->refs.model_ref;
     if (!rec->refs.source_ref.empty()) j["source_ref"] = rec->refs.source_ref;
+    if (!rec->parts.empty()) j["parts"] = rec->parts.size();
     std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
     for (const auto& c : rec->checks) {
@@ -122,7 +204,7 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand(
       "audit", "Run every check on a checkpoint and append one signed evidence record");
   auto a = std::make_shared<AuditArgs>();
-  cmd->add_option("ROOT", a->options.root, "checkpoint root")->required();
+  cmd->add_option("ROOT", a->options.root, "checkpoint root (not with --merge)");
   cmd->add_option("--source", a->options.source, "source checkpoint for a pair audit");
   cmd->add_option("--policy", a->options.policy, "policy name (scale-window, marlin-safe)");
   cmd->add_option("--db", a->db, "evidence database (default: per-user)");
@@ -145,6 +227,15 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--map-root", a->map_root,
                   "/DECLARED=/ACTUAL: where an X4T checkpoint_root is mounted now");
   cmd->add_flag("--json", a->json, "machine-readable output");
+  cmd->add_option("--part", a->part,
+                  "run only part I/N of the audit and write it signed to --out (docs/audit-parts.md)");
+  cmd->add_option("--part-key", a->part_key, "the node's Ed25519 key PEM that signs the part");
+  cmd->add_option("--out", a->out, "where --part writes its signed part file");
+  cmd->add_option("--merge", a->merge,
+                  "merge these part files into one record (with --part-trust, --db, --key)")
+      ->excludes("--part");
+  cmd->add_option("--part-trust", a->part_trust,
+                  "trust file of the node keys that may sign parts (never the record trust store)");
   AddLinkFlags(cmd, &a->options.links);
   cmd->callback([=] { *exit_code = Run(*a); });
 }

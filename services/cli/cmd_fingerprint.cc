@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -32,18 +31,6 @@ struct FingerprintArgs {
   std::vector<std::string> merge;   // part JSON files
   LinkOptions links;
 };
-
-absl::StatusOr<PartSpec> ParsePart(const std::string& text) {
-  PartSpec spec;
-  char slash = 0;
-  std::istringstream in(text);
-  if (!(in >> spec.index >> slash >> spec.count) || slash != '/' || !in.eof() ||
-      spec.count == 0 || spec.index >= spec.count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--part '", text, "': expected I/N with 0 <= I < N"));
-  }
-  return spec;
-}
 
 absl::StatusOr<Fingerprint> Merge(const FingerprintArgs& args) {
   std::vector<nlohmann::json> parts;
@@ -93,7 +80,7 @@ int Run(const FingerprintArgs& args) {
     if (!args.json) {
       return ReportError(absl::InvalidArgumentError("--part writes JSON for --merge; add --json"));
     }
-    auto part = ParsePart(args.part);
+    auto part = ParsePartSpec(args.part);
     if (!part.ok()) return ReportError(part.status());
     options.part = *part;
   }

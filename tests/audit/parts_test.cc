@@ -1,0 +1,314 @@
+// An audit split in parts (docs/audit-parts.md): the fixture pair split into 1 to 5 parts
+// merges into the record of the single-machine audit, less what depends on where and when it
+// ran; parts that are missing, given twice, run with other options, signed by an untrusted key,
+// edited, or whose tensor digests disagree with the part that hashed the file are refused with
+// their reason; on a pair whose shards do not line up, the parts read each other's tensors and
+// together read little more than both trees.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_replace.h"
+#include "bench/scale/scale_checkpoint.h"
+#include "core/audit/audit_checks.h"
+#include "core/audit/part_file.h"
+#include "core/audit/parts.h"
+#include "core/evidence/base64.h"
+#include "core/evidence/dsse.h"
+#include "core/evidence/record.h"
+#include "core/text/json_dump.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_util.h"
+
+namespace ckpt::audit {
+namespace {
+
+namespace fs = std::filesystem;
+using ::ckpt::testing::CopyFixture;
+using ::ckpt::testing::TempDir;
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+// The predicate (and subjects) with exactly the fields a merged record may differ in removed:
+// times, environment, the roots as seen, the fingerprint's bytes_read, the parts.
+json Comparable(const evidence::EvidenceRecord& rec) {
+  auto payload = evidence::RecordPayload(rec);
+  EXPECT_TRUE(payload.ok()) << payload.status();
+  if (!payload.ok()) return json();
+  json j = json::parse(*payload);
+  json& p = j["predicate"];
+  for (const char* field : {"started_at", "finished_at", "environment", "root", "parts"}) {
+    p.erase(field);
+  }
+  if (p["source"].is_object()) p["source"].erase("root");
+  for (json& c : p["checks"]) {
+    if (c["name"] == "fingerprint") c["counts"].erase("bytes_read");
+  }
+  return j;
+}
+
+class PartsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    source_ = CopyFixture("mini-kimi-mxfp4", tmp_);
+    derived_ = CopyFixture("mini-kimi-nvfp4", tmp_);
+    auto node = evidence::SigningKey::Generate();
+    ASSERT_TRUE(node.ok());
+    node_ = std::make_unique<evidence::SigningKey>(*std::move(node));
+    trust_.Add(node_->public_key());
+  }
+
+  AuditOptions Options() const {
+    AuditOptions o;
+    o.root = derived_.string();
+    o.source = source_.string();
+    o.threads = 2;
+    return o;
+  }
+
+  // The signed part files of an audit split in `count` parts.
+  std::vector<std::string> Parts(unsigned count, const AuditOptions& options) {
+    std::vector<std::string> out;
+    for (unsigned i = 0; i < count; ++i) {
+      auto part = RunAuditPart(options, {i, count}, NoProgress());
+      EXPECT_TRUE(part.ok()) << part.status();
+      if (!part.ok()) return {};
+      auto envelope = SignAuditPart(*part, *node_);
+      EXPECT_TRUE(envelope.ok()) << envelope.status();
+      out.push_back(*envelope);
+    }
+    return out;
+  }
+  std::vector<std::string> Parts(unsigned count) { return Parts(count, Options()); }
+
+  absl::StatusOr<evidence::EvidenceRecord> Merge(const std::vector<std::string>& files) {
+    std::vector<SignedPart> parts;
+    for (size_t i = 0; i < files.size(); ++i) {
+      auto part = OpenAuditPart(files[i], trust_, "part-" + std::to_string(i) + ".json");
+      if (!part.ok()) return part.status();
+      parts.push_back(*std::move(part));
+    }
+    return MergeAuditParts(parts, NoProgress());
+  }
+
+  // The part file with its payload rewritten by `edit` and signed again with `key` (or, with
+  // no key, the old signature kept).
+  std::string Edited(const std::string& file, const std::function<void(json&)>& edit,
+                     const evidence::SigningKey* key) {
+    auto env = evidence::ParseEnvelope(file);
+    EXPECT_TRUE(env.ok()) << env.status();
+    json payload = json::parse(env->payload);
+    edit(payload);
+    const std::string text = DumpJson(payload);
+    if (key != nullptr) return evidence::SignEnvelope(text, kAuditPartPayloadType, *key);
+    json j = json::parse(file);
+    j["payload"] = evidence::Base64Encode(evidence::AsBytes(text));
+    return j.dump();
+  }
+
+  TempDir tmp_;
+  fs::path source_, derived_;
+  std::unique_ptr<evidence::SigningKey> node_;
+  evidence::TrustStore trust_;
+};
+
+TEST_F(PartsTest, OneToFivePartsMergeIntoTheSingleMachineRecord) {
+  auto single = RunAudit(Options(), NoProgress());
+  ASSERT_TRUE(single.ok()) << single.status();
+  const json want = Comparable(*single);
+  for (unsigned count = 1; count <= 5; ++count) {
+    auto merged = Merge(Parts(count));
+    ASSERT_TRUE(merged.ok()) << count << " parts: " << merged.status();
+    EXPECT_EQ(Comparable(*merged), want) << count << " parts";
+    ASSERT_EQ(merged->parts.size(), count);
+    for (const evidence::PartRef& p : merged->parts) {
+      EXPECT_EQ(p.signer, node_->public_key().KeyId());
+      EXPECT_EQ(p.host, single->environment.host);
+    }
+  }
+}
+
+TEST_F(PartsTest, AFindingInOnePartIsTheMergedRecordsFinding) {
+  const fs::path shard = derived_ / "model-00002-of-00002.safetensors";
+  std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(shard);
+  bytes[bytes.size() - 100] ^= 0x11;
+  ::ckpt::testing::WriteAll(shard, bytes);
+  auto single = RunAudit(Options(), NoProgress());
+  ASSERT_TRUE(single.ok()) << single.status();
+  ASSERT_EQ(single->OverallVerdict(), evidence::Verdict::kFail);
+  auto merged = Merge(Parts(3));
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->OverallVerdict(), evidence::Verdict::kFail);
+  EXPECT_EQ(Comparable(*merged), Comparable(*single));
+}
+
+TEST_F(PartsTest, MissingPartIsRefused) {
+  std::vector<std::string> parts = Parts(3);
+  parts.erase(parts.begin() + 1);
+  auto merged = Merge(parts);
+  EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(merged.status().message(), HasSubstr("part 1/3 is missing"));
+}
+
+TEST_F(PartsTest, DuplicatedPartIsRefused) {
+  std::vector<std::string> parts = Parts(3);
+  parts.push_back(parts[2]);
+  auto merged = Merge(parts);
+  EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(merged.status().message(), HasSubstr("part 2/3 is given twice"));
+}
+
+TEST_F(PartsTest, PartsOfOtherSplitsAreRefused) {
+  std::vector<std::string> parts = Parts(2);
+  parts.push_back(Parts(3)[2]);
+  auto merged = Merge(parts);
+  EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(merged.status().message(), HasSubstr("does not belong with"));
+}
+
+TEST_F(PartsTest, MixedOptionsAreRefused) {
+  std::vector<std::string> parts = Parts(2);
+  AuditOptions other = Options();
+  other.policy = "marlin-safe";
+  parts[1] = Parts(2, other)[1];
+  auto merged = Merge(parts);
+  EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(merged.status().message(), HasSubstr("other options"));
+}
+
+TEST_F(PartsTest, PartSignedByAnUntrustedKeyIsRefused) {
+  std::vector<std::string> parts = Parts(2);
+  auto stranger = evidence::SigningKey::Generate();
+  ASSERT_TRUE(stranger.ok());
+  parts[0] = Edited(parts[0], [](json&) {}, &*stranger);
+  auto merged = Merge(parts);
+  EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(merged.status().message(), HasSubstr("not a part signed by a trusted node key"));
+}
+
+TEST_F(PartsTest, EditedPartFailsItsSignature) {
+  std::vector<std::string> parts = Parts(2);
+  parts[1] = Edited(parts[1], [](json& p) { p["verdict"] = "pass"; p["bytes_read"] = 1; },
+                    nullptr);
+  auto merged = Merge(parts);
+  EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(merged.status().message(), HasSubstr("part-1.json"));
+}
+
+TEST_F(PartsTest, FileHashedByNoPartOrTwoIsRefused) {
+  for (bool hashed : {false, true}) {
+    std::vector<std::string> parts = Parts(2);
+    // The config.json of the root: hashed by exactly one part.
+    size_t owner = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      json p = json::parse(evidence::ParseEnvelope(parts[i])->payload);
+      if (p["files"][0]["hashed"] == true) owner = i;
+    }
+    const size_t edited = hashed ? 1 - owner : owner;
+    parts[edited] = Edited(
+        parts[edited],
+        [&](json& p) {
+          json& f = p["files"][0];
+          f["hashed"] = hashed;
+          if (hashed) {
+            f["sha256"] = f["seen"];
+            f["git_blob_id"] = nullptr;
+            f["tensors"] = json::array();
+          }
+        },
+        node_.get());
+    auto merged = Merge(parts);
+    EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(merged.status().message(),
+                HasSubstr(hashed ? "is hashed by part-" : "is hashed by no part"));
+  }
+}
+
+// The pair written with shards that do not line up: a module's tensors lie in files that
+// different parts hash, so parts read tensors from each other's files.
+class MisalignedPartsTest : public PartsTest {
+ protected:
+  void SetUp() override {
+    PartsTest::SetUp();
+    bench::ScaleOptions o;
+    o.geometry = {bench::ScaleFamily::kKimiK3, 256, 256, 384, 16, 2, 1, 1, 0, 0};
+    o.layers = 4;
+    o.seed = 5;
+    o.threads = 2;
+    o.shard_bytes = 700'000;
+    ASSERT_TRUE(bench::WriteScaleCheckpoint((tmp_ / "src").string(), o).ok());
+    o.format = bench::ScaleFormat::kNvfp4;
+    o.shard_bytes = 1'100'000;
+    ASSERT_TRUE(bench::WriteScaleCheckpoint((tmp_ / "dst").string(), o).ok());
+    source_ = tmp_ / "src";
+    derived_ = tmp_ / "dst";
+  }
+
+  static uint64_t TreeBytes(const fs::path& root) {
+    uint64_t n = 0;
+    for (const auto& e : fs::recursive_directory_iterator(root)) {
+      if (e.is_regular_file()) n += e.file_size();
+    }
+    return n;
+  }
+};
+
+TEST_F(MisalignedPartsTest, PartsReadEachOthersTensorsAndMergeIntoTheSingleMachineRecord) {
+  auto single = RunAudit(Options(), NoProgress());
+  ASSERT_TRUE(single.ok()) << single.status();
+  ASSERT_EQ(single->OverallVerdict(), evidence::Verdict::kPass);
+  const uint64_t trees = TreeBytes(source_) + TreeBytes(derived_);
+  for (unsigned count : {2u, 4u}) {
+    std::vector<std::string> parts = Parts(count);
+    size_t ranges = 0;
+    for (const std::string& f : parts) {
+      ranges += json::parse(evidence::ParseEnvelope(f)->payload)["ranges"].size();
+    }
+    EXPECT_GT(ranges, 0u) << count << " parts";
+    auto merged = Merge(parts);
+    ASSERT_TRUE(merged.ok()) << merged.status();
+    EXPECT_EQ(Comparable(*merged), Comparable(*single)) << count << " parts";
+    // Every part reads every header and small file; the tensors are read once, plus those
+    // read from other parts' files.
+    uint64_t read = 0;
+    for (const evidence::CheckResult& c : merged->checks) {
+      if (c.name == "fingerprint") read = c.counts.at("bytes_read");
+    }
+    EXPECT_GE(read, trees);
+    EXPECT_LE(read, trees * 5 / 4) << count << " parts";
+  }
+}
+
+TEST_F(MisalignedPartsTest, RangeWhoseDigestDisagreesWithTheHashingPartIsRefused) {
+  std::vector<std::string> parts = Parts(2);
+  // A part that read a tensor from the other part's file, re-signed by the trusted node key
+  // with that tensor's digest changed.
+  for (size_t i = 0; i < parts.size(); ++i) {
+    json p = json::parse(evidence::ParseEnvelope(parts[i])->payload);
+    if (p["ranges"].empty()) continue;
+    const std::string file = p["ranges"][0]["file"], tensor = p["ranges"][0]["name"];
+    parts[i] = Edited(
+        parts[i],
+        [](json& q) {
+          std::string d = q["ranges"][0]["sha256"];
+          d[0] = d[0] == '0' ? '1' : '0';
+          q["ranges"][0]["sha256"] = d;
+        },
+        node_.get());
+    auto merged = Merge(parts);
+    EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(merged.status().message(), HasSubstr(file));
+    EXPECT_THAT(merged.status().message(), HasSubstr("tensor '" + tensor + "'"));
+    EXPECT_THAT(merged.status().message(), HasSubstr("part-" + std::to_string(i) + ".json"));
+    EXPECT_THAT(merged.status().message(),
+                HasSubstr("part-" + std::to_string(1 - i) + ".json (part " +
+                          std::to_string(1 - i) + "/2), which hashed the file"));
+    return;
+  }
+  FAIL() << "no part read a tensor from the other part's files";
+}
+
+}  // namespace
+}  // namespace ckpt::audit
