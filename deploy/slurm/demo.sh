@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# A single-host Slurm cluster from Debian's packages runs a split fingerprint of the fixture
-# checkpoint: a 4-task job array of parts, then the merge job submitted with
-# --dependency=afterok on the array (docs/scale-out.md).
+# A single-host Slurm cluster from Debian's packages runs an audit of the fixture pair split in
+# 4 parts: a job array of audit-parts.sbatch, then audit-merge.sbatch submitted with
+# --dependency=afterok on the array, which appends one signed record (docs/scale-out.md).
 #   bash deploy/slurm/demo.sh [CKPT_AUDIT]
 # CKPT_AUDIT (the argument or the environment) is the ckpt-audit binary; without one the script
 # installs the packages when a program is missing and builds ./build like deploy/demo.sh.
 # Everything lives under one temporary directory: its own munge key and socket, slurm.conf, state,
 # spool and logs; slurmctld and slurmd listen on free ports. An existing cluster or munged, and
 # /etc/slurm, are never touched. The daemons started here are stopped on exit, also on failure.
-# Exit 0 when the merged fingerprint equals the one-machine fingerprint.
+# Prints the merged record's id and verdict; exit 0 when it passes and its log verifies.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -34,12 +34,13 @@ if [ -n "$(missing)" ]; then
 fi
 CLI=$(realpath "$CLI")
 [ -x "$CLI" ] || { echo "not an executable: $CLI" >&2; exit 1; }
-FIXTURE=$REPO/tests/data/mini-kimi-nvfp4
+TARGET=$REPO/tests/data/mini-kimi-nvfp4
+SOURCE=$REPO/tests/data/mini-kimi-mxfp4
 
 # munged insists that every directory above its socket is searchable by all.
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-slurm.XXXXXX")
 chmod 0711 "$WORK"
-mkdir -p "$WORK"/{munge,state,spool,log,parts}
+mkdir -p "$WORK"/{munge,state,spool,log,parts,keys}
 PIDS=()
 JOBS=()
 export SLURM_CONF=$WORK/slurm.conf
@@ -162,38 +163,54 @@ until [ "$state" = idle ]; do
 done
 echo "node $NODE is idle"
 
-echo "== $PARTS-part fingerprint of $FIXTURE"
-export CKPT_AUDIT=$CLI CKPT_ROOT=$FIXTURE CKPT_PARTS_DIR=$WORK/parts
+echo "== $PARTS-part audit of the fixture pair (${TARGET#"$REPO"/} against ${SOURCE#"$REPO"/})"
+# The node's part-signing key, trusted by the merge for parts only, and the record signing key.
+"$CLI" keys generate --out "$WORK/keys/node.pem" --trust "$WORK/keys/part-trust" \
+  --name "slurm-node-$NODE" >/dev/null
+"$CLI" keys generate --out "$WORK/keys/signing.pem" --trust "$WORK/keys/trusted" \
+  --name ckpt-slurm-demo >/dev/null
+export CKPT_AUDIT=$CLI CKPT_ROOT=$TARGET CKPT_SOURCE=$SOURCE CKPT_PARTS_DIR=$WORK/parts \
+  CKPT_NODE_KEY=$WORK/keys/node.pem CKPT_DB=$WORK/evidence.db CKPT_KEY=$WORK/keys/signing.pem \
+  CKPT_PART_TRUST=$WORK/keys/part-trust
 ARRAY_JOB=$(sbatch --parsable --array="0-$((PARTS - 1))" --chdir="$WORK/parts" \
-  --output="$WORK/parts/part-%a.out" "$HERE/fingerprint-parts.sbatch")
+  --output="$WORK/parts/part-%a.out" "$HERE/audit-parts.sbatch")
 ARRAY_JOB=${ARRAY_JOB%%;*}
 JOBS+=("$ARRAY_JOB")
 MERGE_JOB=$(sbatch --parsable --dependency="afterok:$ARRAY_JOB" --kill-on-invalid-dep=yes \
-  --chdir="$WORK/parts" --output="$WORK/parts/merge.out" "$HERE/fingerprint-merge.sbatch")
+  --chdir="$WORK/parts" --output="$WORK/parts/merge.out" "$HERE/audit-merge.sbatch")
 MERGE_JOB=${MERGE_JOB%%;*}
 JOBS+=("$MERGE_JOB")
 echo "parts: array job $ARRAY_JOB; merge: job $MERGE_JOB (afterok:$ARRAY_JOB)"
 
+# Finished jobs stay visible to scontrol for MinJobAge (300 s); an empty answer is a slurmctld
+# that did not reply this time.
 job_state() {
   scontrol show job "$1" -o 2>/dev/null | tr ' ' '\n' | sed -n 's/^JobState=//p' | head -n 1
 }
-while [ -n "$(squeue -h -j "$MERGE_JOB" -o %i 2>/dev/null)" ]; do
+while :; do
+  merge_state=$(job_state "$MERGE_JOB")
+  case "$merge_state" in
+    "" | PENDING | CONFIGURING | RUNNING | COMPLETING | SUSPENDED | REQUEUE* | RESIZING) ;;
+    *) break ;;
+  esac
   alive
-  [ "$SECONDS" -lt "$DEADLINE" ] || { squeue >&2; fail "jobs still queued after ${WAIT_S}s"; }
+  [ "$SECONDS" -lt "$DEADLINE" ] || { squeue >&2; fail "merge job not done after ${WAIT_S}s"; }
   sleep 1
 done
-merge_state=$(job_state "$MERGE_JOB")
-[ "$merge_state" = COMPLETED ] || fail "merge job $MERGE_JOB ended $merge_state"
+echo "merge job $MERGE_JOB: $merge_state"
+[ -s "$WORK/parts/merged.json" ] || fail "the merge wrote no result"
 
-echo "== merged fingerprint"
-single=$(mktemp "$WORK/single.XXXXXX")
-"$CLI" fingerprint "$FIXTURE" --json >"$single" 2>/dev/null
-python3 - "$WORK/parts/fingerprint.json" "$single" <<'EOF'
+echo "== merged record"
+"$CLI" verify-log --db "$WORK/evidence.db" --trust "$WORK/keys/trusted"
+python3 - "$WORK/parts/merged.json" "$PARTS" <<'EOF'
 import json, sys
-merged, single = (json.load(open(p)) for p in sys.argv[1:])
-root = merged["manifest"]["root_sha256"]
-print(f"ROOT {root} ({len(merged['files'])} files)")
-if (merged["files"], merged["manifest"]) != (single["files"], single["manifest"]):
-    sys.exit("the merged fingerprint differs from the one-machine fingerprint")
-print("equals the one-machine fingerprint: pass")
+merged = json.load(open(sys.argv[1]))
+print(f"record {merged['record_id']}: verdict {merged['verdict']} "
+      f"({merged['parts']} parts; checks: "
+      + ", ".join(f"{c['name']} {c['verdict']}" for c in merged["checks"]) + ")")
+if merged["parts"] != int(sys.argv[2]):
+    sys.exit(f"the record merges {merged['parts']} parts, not {sys.argv[2]}")
+if merged["verdict"] != "pass":
+    sys.exit("the merged audit did not pass")
 EOF
+[ "$merge_state" = COMPLETED ] || fail "merge job $MERGE_JOB ended $merge_state"
