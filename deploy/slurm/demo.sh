@@ -9,6 +9,8 @@
 # spool and logs; slurmctld and slurmd listen on free ports. An existing cluster or munged, and
 # /etc/slurm, are never touched. The daemons started here are stopped on exit, also on failure.
 # Prints the merged record's id and verdict; exit 0 when it passes and its log verifies.
+# CKPT_SLURM_PARTS (default 4) sets the number of parts, CKPT_SLURM_TIMEOUT (default 240) the
+# seconds allowed for the node to come up and the jobs to finish.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
