@@ -15,6 +15,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 PATH=$PATH:/usr/sbin:/sbin  # munged, slurmctld and slurmd live there
+# Run inside another cluster's job or shell, its settings must not reach this one's commands.
+unset "${!SLURM_@}" "${!SBATCH_@}" "${!SQUEUE_@}" "${!SINFO_@}" "${!SCANCEL_@}"
 PARTS=${CKPT_SLURM_PARTS:-4}
 WAIT_S=${CKPT_SLURM_TIMEOUT:-240}
 PROGRAMS="munged mungekey slurmctld slurmd sbatch squeue sinfo scontrol scancel python3"
