@@ -156,7 +156,7 @@ class Checker:
             if command is None:  # the image's entrypoint: ckpt-auditd (deploy/Dockerfile)
                 commands = [["ckpt-auditd", *args]] if args else []
             elif command[:2] == ["sh", "-c"]:
-                script = " ".join(command[2:] + args)
+                script = (command[2:] + args + [""])[0]  # further words are $0, $1, ...
                 for name in re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", script):
                     if name not in env and name not in env_allowed:
                         self.error(cwhere, f"${name} is neither in env nor set by Kubernetes")
@@ -183,6 +183,8 @@ class Checker:
                 redirects.append(next(it, ""))
             else:
                 plain.append(w)
+        if not plain:
+            return
         program = plain[0]
         if program == "install":
             mode, rest = "0755", plain[1:]
