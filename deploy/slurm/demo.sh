@@ -144,6 +144,7 @@ JobCompType=jobcomp/none
 MpiDefault=none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
+SchedulerParameters=batch_sched_delay=0
 ReturnToService=2
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=256 State=UNKNOWN
 PartitionName=audit Nodes=$NODE Default=YES MaxTime=30 State=UP
