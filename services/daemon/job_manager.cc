@@ -1,5 +1,6 @@
 #include "services/daemon/job_manager.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +50,8 @@ storage::JobRow RowOf(const JobSnapshot& s) {
   r.created_at = s.created_at;
   r.finished_at = s.finished_at;
   r.interruptions = s.interruptions;
+  r.parts = s.spec.parts;
+  r.executor_job = s.spec.executor_job;
   return r;
 }
 
@@ -72,6 +75,8 @@ JobSnapshot SnapshotOf(const storage::JobRow& r) {
   s.created_at = r.created_at;
   s.finished_at = r.finished_at;
   s.interruptions = r.interruptions;
+  s.spec.parts = static_cast<unsigned>(std::clamp<int64_t>(r.parts, 0, 1 << 20));
+  s.spec.executor_job = r.executor_job;
   return s;
 }
 
@@ -98,7 +103,7 @@ struct JobManager::Job {
 
 // Turns core progress calls into job events, at most one per whole percent per phase so a
 // history stays small however many units a phase has; answers Cancelled for the work.
-class JobManager::JobProgress final : public Progress {
+class JobManager::JobProgress final : public JobRun {
  public:
   JobProgress(JobManager& manager, Job& job) : manager_(manager), job_(job) {}
   void Begin(std::string_view phase, uint64_t total_units) override {
@@ -120,6 +125,25 @@ class JobManager::JobProgress final : public Progress {
     Emit();
   }
   bool Cancelled() const override { return job_.cancel.load(std::memory_order_relaxed); }
+  const std::string& id() const override { return job_.snapshot.id; }
+  bool CancelledByCaller() const override {
+    std::lock_guard<std::mutex> lock(manager_.mu_);
+    return job_.cancelled_by_caller;
+  }
+  void Note(std::string_view phase, uint64_t done_units, uint64_t total_units,
+            std::string message) override {
+    manager_.AddEvent(job_, JobEvent{std::string(phase), done_units, total_units,
+                                     std::move(message), false});
+  }
+  absl::Status SetExecutorJob(const std::string& executor_job) override {
+    JobSnapshot snapshot;
+    {
+      std::lock_guard<std::mutex> lock(manager_.mu_);
+      job_.snapshot.spec.executor_job = executor_job;
+      snapshot = job_.snapshot;
+    }
+    return manager_.Store(snapshot);
+  }
 
  private:
   int Percent() const {
