@@ -90,13 +90,15 @@ class DaemonSlurmTest : public ::testing::Test {
     }
   }
 
-  std::vector<std::string> DaemonArgs(const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> DaemonArgs(
+      const std::vector<std::string>& extra = {},
+      const std::string& cli = std::string(CKPT_BINARY_DIR) + "/services/cli/ckpt-audit") {
     std::vector<std::string> args = {
         "--listen", "127.0.0.1:0", "--insecure-no-auth", "--db", db_.string(), "--key",
         (dir_ / "key.pem").string(), "--allow-root", dir_.path().string(), "--executor", "slurm",
         "--slurm-parts-dir", parts_.string(), "--slurm-node-key", (dir_ / "node.pem").string(),
-        "--part-trust", (dir_ / "part-trust").string(), "--slurm-audit-binary",
-        std::string(CKPT_BINARY_DIR) + "/services/cli/ckpt-audit", "--slurm-poll-ms", "200",
+        "--part-trust", (dir_ / "part-trust").string(), "--slurm-audit-binary", cli,
+        "--slurm-poll-ms", "200",
         "--drain-seconds", "0"};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
@@ -305,6 +307,36 @@ TEST_F(DaemonSlurmTest, FailedPartFailsTheJobNamingPartAndState) {
                             "_[0-2]\\) ended FAILED \\(exit code 2:0\\): .*doomed"));
   EXPECT_THAT(end.error_message(), HasSubstr("nothing was signed"));
   EXPECT_EQ(LogSize(db_), before);
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+// A node with a trusted key that audits another tree than the job asked for (here a wrapper in
+// place of ckpt-audit that swaps the root for an identical copy): its parts are signed and
+// merge, but the daemon refuses them and signs nothing.
+TEST_F(DaemonSlurmTest, PartsOfAnotherAuditAreRefused) {
+  const fs::path other = dir_ / "other";
+  fs::copy(dst_, other, fs::copy_options::recursive);
+  const fs::path wrapper = dir_ / "swapping-ckpt-audit";
+  ::ckpt::testing::WriteAll(wrapper, "#!/bin/sh\ncmd=$1\nshift 2\nexec '" +
+                                         std::string(CKPT_BINARY_DIR) +
+                                         "/services/cli/ckpt-audit' \"$cmd\" '" +
+                                         other.string() + "' \"$@\"\n");
+  ::chmod(wrapper.c_str(), 0755);
+  DaemonProcess d;
+  ASSERT_TRUE(d.Start(DaemonArgs({}, wrapper.string()),
+                      dir_ / "daemon.log"))
+      << d.log();
+  auto stub = Stub(d);
+  pb::Job job = Start(*stub, dst_, 2);
+  std::vector<pb::JobEvent> events = Watch(*stub, job.id());
+  ASSERT_TRUE(events.back().done());
+  const pb::Job& end = events.back().job();
+  EXPECT_EQ(end.state(), pb::JOB_STATE_FAILED);
+  EXPECT_EQ(end.error_code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION));
+  EXPECT_THAT(end.error_message(), HasSubstr("the part ran another audit than job " + job.id()));
+  EXPECT_THAT(end.error_message(), HasSubstr("root '" + other.string() + "'"));
+  EXPECT_TRUE(fs::exists(parts_ / job.id() / "part-0.json"));
+  EXPECT_EQ(LogSize(db_), 0u);
   EXPECT_EQ(d.Stop(), 0);
 }
 
