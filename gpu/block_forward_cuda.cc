@@ -86,12 +86,23 @@ absl::StatusOr<DeviceDense> UploadDense(DeviceArena& arena, const DenseMatrix& m
   DeviceDense d;
   d.rows = static_cast<int>(m.rows);
   d.cols = static_cast<int>(m.cols);
-  if (!force_f32 && Bf16Exact(m.values)) {
-    auto p = arena.Upload(ToBf16(m.values));
+  if (!force_f32 && m.dtype == DType::kBF16) {  // the stored bytes, copied as they are
+    const size_t count = static_cast<size_t>(m.rows * m.cols);
+    auto p = arena.Alloc<uint16_t>(count);
+    if (!p.ok()) return p.status();
+    if (count > 0) {
+      CKPT_CUDA_RETURN(cudaMemcpy(*p, m.bytes.data(), count * 2, cudaMemcpyHostToDevice));
+    }
+    d.bf16 = *p;
+    return d;
+  }
+  const std::vector<float> values = m.Floats();
+  if (!force_f32 && Bf16Exact(values)) {
+    auto p = arena.Upload(ToBf16(values));
     if (!p.ok()) return p.status();
     d.bf16 = *p;
   } else {
-    auto p = arena.Upload(m.values);
+    auto p = arena.Upload(values);
     if (!p.ok()) return p.status();
     d.f32 = *p;
   }

@@ -274,10 +274,7 @@ class Merger {
                                        " read other header bytes than the merge reads now"));
           }
           if (!pf.hashed) continue;
-          if (owner != nullptr) {
-            return Refuse(absl::StrCat(TreeName(t), " file ", f.name, " is hashed by ",
-                                       owner_part->label, " and ", p->label));
-          }
+          // Only the part the file belongs to may hash it: so at most one does.
           if (assigned_.file_part[t].at(f.name) != p->part.spec.index) {
             return Refuse(absl::StrCat(TreeName(t), " file ", f.name, " is hashed by ", where,
                                        ", which is not the part it belongs to"));
@@ -396,7 +393,8 @@ absl::Status Outcomes(const char* check_name, const std::vector<const SignedPart
 }  // namespace
 
 absl::StatusOr<evidence::EvidenceRecord> MergeAuditParts(const std::vector<SignedPart>& given,
-                                                         Progress& progress) {
+                                                         Progress& progress,
+                                                         const MergeOptions& merge) {
   if (given.empty()) return Refuse("no parts given");
   const AuditPart& first = given.front().part;
   const unsigned count = first.spec.count;
@@ -432,6 +430,8 @@ absl::StatusOr<evidence::EvidenceRecord> MergeAuditParts(const std::vector<Signe
 
   auto options = AuditOptionsOf(first.options);
   if (!options.ok()) return options.status();
+  options->threads = merge.threads;
+  options->memory_window = merge.memory_window;
   auto run = AuditRun::Open(*options, progress);
   if (!run.ok()) return run.status();
   AuditRun& r = **run;

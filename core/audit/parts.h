@@ -131,9 +131,16 @@ struct SignedPart {
 // tool versions; a file or unit in no part or in two; a file that differs from what another
 // part (or the merge, which reads every header again) saw; a tensor range whose digest differs
 // from the one the part that hashed the file took (naming the file, the tensor and both parts).
-// The trees' headers are read again (not their tensor data); errors of that read as RunAudit's.
+// The trees' headers are read again (not their tensor data) from the roots as the parts were
+// given them, with the merge's own threads and memory window; errors of that read as
+// RunAudit's.
+struct MergeOptions {
+  unsigned threads = 0;
+  uint64_t memory_window = kDefaultMemoryWindow;
+};
 absl::StatusOr<evidence::EvidenceRecord> MergeAuditParts(const std::vector<SignedPart>& parts,
-                                                         Progress& progress);
+                                                         Progress& progress,
+                                                         const MergeOptions& merge = {});
 
 }  // namespace ckpt::audit
 

@@ -19,12 +19,12 @@ class Evaluator {
 
   // Router logits, routing and the expert input (docs/forward.md steps 1-3).
   void Route(const BlockInput& input, BlockResult* r) const {
-    const int64_t T_ = input.tokens, H = c_.hidden, E = c_.experts, K = c_.top_k;
+    const int64_t T_ = input.tokens, E = c_.experts, K = c_.top_k;
     r->tokens = T_;
     const std::vector<T> x(input.values.begin(), input.values.end());
 
     // 1. Router logits in the working precision (FP32 in the f32/bf16 modes, as specified).
-    std::vector<T> logits = Linear(x, T_, w_.router.values.data(), E, H);
+    std::vector<T> logits = Linear(x, T_, w_.router);
     if (!w_.router_bias.empty()) AddBias(&logits, T_, w_.router_bias);
     r->router_logits.assign(logits.begin(), logits.end());
 
@@ -37,7 +37,7 @@ class Evaluator {
     // 3. Expert input: the latent projection or the hidden state itself.
     r->latent_in.clear();
     if (c_.latent > 0) {
-      std::vector<T> z = Linear(x, T_, w_.latent_down.values.data(), c_.latent, H);
+      std::vector<T> z = Linear(x, T_, w_.latent_down);
       Round(&z);
       r->latent_in.assign(z.begin(), z.end());
     }
@@ -65,11 +65,11 @@ class Evaluator {
     if (c_.shared_intermediate > 0) {
       const std::vector<T> x(input.values.begin(), input.values.end());
       const int64_t S = c_.shared_intermediate;
-      std::vector<T> g = Linear(x, T_, w_.shared_gate.values.data(), S, H);
-      std::vector<T> u = Linear(x, T_, w_.shared_up.values.data(), S, H);
+      std::vector<T> g = Linear(x, T_, w_.shared_gate);
+      std::vector<T> u = Linear(x, T_, w_.shared_up);
       for (int64_t i = 0; i < T_ * S; ++i) g[i] = Glu(g[i], u[i]);
       Round(&g);
-      shared = Linear(g, T_, w_.shared_down.values.data(), H, S);
+      shared = Linear(g, T_, w_.shared_down);
     }
     r->shared_out.assign(shared.begin(), shared.end());
   }
@@ -96,7 +96,7 @@ class Evaluator {
       if (c_.latent_norm) RmsNorm(&y, T_, D);
       Round(&y);
       r->latent_out_normed.assign(y.begin(), y.end());
-      routed = Linear(y, T_, w_.latent_up.values.data(), H, D);
+      routed = Linear(y, T_, w_.latent_up);
     }
     r->routed_out.assign(routed.begin(), routed.end());
     r->output.resize(T_ * H);
@@ -132,14 +132,16 @@ class Evaluator {
     return T(0);
   }
 
-  // out[t, r] = sum_k x[t, k] * W[r, k], k ascending from +0.
-  static std::vector<T> Linear(const std::vector<T>& x, int64_t tokens, const float* w,
-                               int64_t rows, int64_t cols) {
+  // out[t, r] = sum_k x[t, k] * W[r, k], k ascending from +0. W's rows are decoded one at a
+  // time (block_weights.h DenseMatrix).
+  static std::vector<T> Linear(const std::vector<T>& x, int64_t tokens, const DenseMatrix& w) {
+    const int64_t rows = w.rows, cols = w.cols;
     std::vector<T> out(tokens * rows);
-    for (int64_t t = 0; t < tokens; ++t) {
-      const T* xt = &x[t * cols];
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* wr = w + r * cols;
+    std::vector<float> wr(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      w.Row(r, wr.data());
+      for (int64_t t = 0; t < tokens; ++t) {
+        const T* xt = &x[t * cols];
         T acc = T(0);
         for (int64_t k = 0; k < cols; ++k) acc += xt[k] * static_cast<T>(wr[k]);
         out[t * rows + r] = acc;

@@ -89,10 +89,17 @@ class Loader {
     return out;
   }
 
+  // A BF16 or F32 matrix, read in place (DenseMatrix).
   absl::StatusOr<DenseMatrix> Dense(const std::string& rel, int64_t rows, int64_t cols) const {
-    auto v = Floats(rel, {static_cast<uint64_t>(rows), static_cast<uint64_t>(cols)});
-    if (!v.ok()) return v.status();
-    return DenseMatrix{prefix_ + rel, rows, cols, std::move(*v)};
+    auto t = Get(rel, {static_cast<uint64_t>(rows), static_cast<uint64_t>(cols)});
+    if (!t.ok()) return t.status();
+    const DType d = t->info->dtype;
+    if (d != DType::kBF16 && d != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(t->file->path(), ": tensor ", prefix_, rel,
+                                                     " has dtype ", DTypeName(d),
+                                                     ", expected BF16 or F32"));
+    }
+    return DenseMatrix{prefix_ + rel, rows, cols, d, t->bytes(), nullptr};
   }
 
   // An expert matrix `{base}` stored as MXFP4, NVFP4 or X4T (resolved by core/quant).
@@ -257,22 +264,56 @@ void Fp4Matrix::DequantizeRow(int64_t r, double* out) const {
 
 namespace {
 
+// The matrix is [rows, cols] and holds exactly that many values.
+bool Fits(const DenseMatrix& m, int64_t rows, int64_t cols) {
+  const uint64_t width = m.dtype == DType::kBF16 ? 2 : m.dtype == DType::kF32 ? 4 : 0;
+  return m.rows == rows && m.cols == cols && rows >= 0 && cols >= 0 &&
+         m.bytes.size() == static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols) * width;
+}
+
 absl::Status BadShape(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("block weights: ", what, " has the wrong shape"));
 }
 
 }  // namespace
 
+DenseMatrix DenseMatrix::Of(std::string name, int64_t rows, int64_t cols,
+                            std::vector<float> values) {
+  auto store = std::make_shared<std::vector<float>>(std::move(values));
+  const auto* p = reinterpret_cast<const uint8_t*>(store->data());
+  return {std::move(name), rows, cols, DType::kF32, {p, store->size() * 4}, store};
+}
+
+float DenseMatrix::At(int64_t i) const {
+  if (dtype == DType::kBF16) {
+    uint16_t v;
+    std::memcpy(&v, bytes.data() + 2 * i, 2);
+    return quant::DecodeBF16(v);
+  }
+  float f;
+  std::memcpy(&f, bytes.data() + 4 * i, 4);
+  return f;
+}
+
+void DenseMatrix::Row(int64_t r, float* out) const {
+  for (int64_t k = 0; k < cols; ++k) out[k] = At(r * cols + k);
+}
+
+std::vector<float> DenseMatrix::Floats() const {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = At(static_cast<int64_t>(i));
+  return out;
+}
+
 absl::Status CheckRoutingWeights(const BlockConfig& c, const BlockWeights& w) {
-  if (w.router.rows != c.experts || w.router.cols != c.hidden ||
-      w.router.values.size() != static_cast<size_t>(c.experts) * c.hidden) {
+  if (!Fits(w.router, c.experts, c.hidden)) {
     return BadShape("router " + w.router.name);
   }
   if (c.family == BlockFamily::kGptOss && w.router_bias.size() != static_cast<size_t>(c.experts))
     return BadShape("router bias");
   if (c.family != BlockFamily::kGptOss && w.correction_bias.size() != static_cast<size_t>(c.experts))
     return BadShape("e_score_correction_bias");
-  if (c.latent > 0 && (w.latent_down.rows != c.latent || w.latent_down.cols != c.hidden)) {
+  if (c.latent > 0 && !Fits(w.latent_down, c.latent, c.hidden)) {
     return BadShape("latent down");
   }
   return absl::OkStatus();
@@ -292,18 +333,18 @@ absl::Status CheckExpertWeights(const BlockConfig& c, const ExpertWeights& e) {
 
 absl::Status CheckSharedWeights(const BlockConfig& c, const BlockWeights& w) {
   if (c.shared_intermediate <= 0) return absl::OkStatus();
-  if (w.shared_gate.rows != c.shared_intermediate || w.shared_gate.cols != c.hidden)
+  if (!Fits(w.shared_gate, c.shared_intermediate, c.hidden))
     return BadShape("shared gate");
-  if (w.shared_up.rows != c.shared_intermediate || w.shared_up.cols != c.hidden)
+  if (!Fits(w.shared_up, c.shared_intermediate, c.hidden))
     return BadShape("shared up");
-  if (w.shared_down.rows != c.hidden || w.shared_down.cols != c.shared_intermediate)
+  if (!Fits(w.shared_down, c.hidden, c.shared_intermediate))
     return BadShape("shared down");
   return absl::OkStatus();
 }
 
 absl::Status CheckLatentOutWeights(const BlockConfig& c, const BlockWeights& w) {
   if (c.latent <= 0) return absl::OkStatus();
-  if (w.latent_up.rows != c.hidden || w.latent_up.cols != c.latent) return BadShape("latent up");
+  if (!Fits(w.latent_up, c.hidden, c.latent)) return BadShape("latent up");
   if (c.latent_norm && w.latent_norm.size() != static_cast<size_t>(c.latent))
     return BadShape("latent norm");
   return absl::OkStatus();

@@ -21,12 +21,26 @@
 
 namespace ckpt::forward {
 
-// A row-major float matrix [rows, cols].
+// A row-major matrix [rows, cols] of BF16 or F32 values as stored: `bytes` points into a
+// checkpoint mapping, a buffer the stream lent, or `keepalive`, and values are decoded as they
+// are read, never copied whole (docs/forward.md, "Memory": at Kimi-K3 geometry the shared
+// expert alone would take 528 MB as float, outside the memory window). BF16 and F32 both
+// decode to float exactly.
 struct DenseMatrix {
   std::string name;  // tensor name, for messages
   int64_t rows = 0;
   int64_t cols = 0;
-  std::vector<float> values;
+  DType dtype = DType::kF32;  // kBF16 or kF32 (the loader refuses others)
+  std::span<const uint8_t> bytes;  // rows * cols values, little-endian, any alignment
+  std::shared_ptr<const void> keepalive;
+
+  // A matrix owning `values` (tests and synthetic blocks).
+  static DenseMatrix Of(std::string name, int64_t rows, int64_t cols, std::vector<float> values);
+  float At(int64_t i) const;
+  // Row r decoded into out[0, cols).
+  void Row(int64_t r, float* out) const;
+  // Every value decoded (small matrices: the router).
+  std::vector<float> Floats() const;
 };
 
 // How an FP4 matrix's group scales are encoded (docs/formats.md §3, §4).

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/io/file_hashers.h"
+#include "core/io/page_buffer.h"
 #include "core/parallel.h"
 
 namespace ckpt {
@@ -51,7 +52,7 @@ struct Slot {
   bool lent = false;      // lent to its SafetensorsFile
   bool passed = false;    // the cursor has hashed past it
   uint64_t filled = 0;    // bytes read ahead so far
-  std::unique_ptr<uint8_t[]> bytes;
+  io::PageBuffer bytes;
   Digest digest{};  // of a skimmed file's slot, once complete
   uint64_t size() const { return end - begin; }
   size_t key() const { return work.front(); }
@@ -480,7 +481,9 @@ class Streamer {
 
   void Grant(Slot& slot) {
     slot.granted = true;
-    slot.bytes.reset(new uint8_t[std::max<uint64_t>(slot.size(), 1)]);
+    // Mapped from 64 KiB, or window / 8192: at most 8192 mappings at once.
+    slot.bytes =
+        io::PageBuffer(slot.size(), std::max<uint64_t>(64ull << 10, options_.memory_window / 8192));
     need_ -= slot.size();
     kept_ += slot.size();
     peak_ = std::max(peak_, kept_);

@@ -6,15 +6,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <set>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -39,6 +46,7 @@ namespace fs = std::filesystem;
 
 constexpr char kRunRecord[] = ".transcode-run.json";
 constexpr uint64_t kIoChunk = 8ull << 20;  // compare and hash buffers, one per thread
+constexpr uint64_t kWritebackEvery = 256ull << 20;
 
 std::string Errno() { return std::strerror(errno); }
 
@@ -165,6 +173,10 @@ struct OutShard {
   Fd fd;
   bool existed = false;  // resume: left by the interrupted run; compared before written
   std::atomic<bool> differed{false};
+  std::atomic<uint64_t> unsynced{0};  // bytes written, for the writeback in Place
+  std::atomic<uint64_t> placed{0};    // bytes placed: the shard is complete at file_size
+  std::function<void()> on_complete;  // set before the stream: hands the shard to a Finisher
+  bool finished = false;              // Finish ran (sha256 is set)
   Digest sha256{};
 
   // Writes `bytes` at `offset`; for a file the interrupted run left, only the chunks that
@@ -188,7 +200,16 @@ struct OutShard {
     } else if (absl::Status s = WriteAt(fd.get(), label, offset, bytes); !s.ok()) {
       return s;
     }
+    // Starts the disk writing what is dirty every kWritebackEvery bytes, so that the fsync in
+    // Finish waits for little (asynchronous; errors surface at that fsync).
+    const uint64_t before = unsynced.fetch_add(bytes.size());
+    if (before / kWritebackEvery != (before + bytes.size()) / kWritebackEvery) {
+      ::sync_file_range(fd.get(), 0, 0, SYNC_FILE_RANGE_WRITE);
+    }
     if (last) MaybeKillForTest();
+    if (placed.fetch_add(bytes.size()) + bytes.size() == layout.file_size && on_complete) {
+      on_complete();
+    }
     return absl::OkStatus();
   }
 
@@ -214,27 +235,101 @@ struct OutShard {
                                                 " bytes: ", Errno()));
       }
     }
-    if (absl::Status s = Fsync(fd.get(), label); !s.ok()) return s;
     // SHA-256 is sequential and the layout puts the global scales first: they depend on every
     // packed byte of their fused group, so the digest cannot be taken in order while writing
-    // without holding the shard; it is taken here, from the file this process wrote and
-    // fsynced, through the same descriptor, before the directory is published.
+    // without holding the shard; it is taken here, from the file this process wrote, through
+    // the same descriptor, while the fsync runs beside it; the directory is published only
+    // after both.
+    absl::Status synced;
+    std::thread syncer;
+    try {
+      syncer = std::thread([&] { synced = Fsync(fd.get(), label); });
+    } catch (const std::system_error&) {  // no thread to spare: fsync first, then hash
+      synced = Fsync(fd.get(), label);
+    }
     Sha256 h;
+    absl::Status read = absl::OkStatus();
     std::vector<uint8_t> buf(std::min<uint64_t>(kIoChunk, std::max<uint64_t>(layout.file_size, 1)));
-    for (uint64_t pos = 0; pos < layout.file_size;) {
+    for (uint64_t pos = 0; pos < layout.file_size && read.ok();) {
       const size_t n = std::min<uint64_t>(buf.size(), layout.file_size - pos);
       absl::StatusOr<size_t> got = ReadAt(fd.get(), label, pos, std::span<uint8_t>(buf.data(), n));
-      if (!got.ok()) return got.status();
-      if (*got != n) return absl::DataLossError(absl::StrCat(label, ": ends at ", pos + *got));
-      h.Update(std::span<const uint8_t>(buf.data(), n));
-      ::posix_fadvise(fd.get(), static_cast<off_t>(pos), static_cast<off_t>(n),
-                      POSIX_FADV_DONTNEED);
-      pos += n;
+      if (!got.ok()) {
+        read = got.status();
+      } else if (*got != n) {
+        read = absl::DataLossError(absl::StrCat(label, ": ends at ", pos + *got));
+      } else {
+        h.Update(std::span<const uint8_t>(buf.data(), n));
+        pos += n;
+      }
     }
+    if (syncer.joinable()) syncer.join();
+    if (!synced.ok()) return synced;
+    if (!read.ok()) return read;
+    ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED);  // written, hashed: not kept cached
     sha256 = h.Finish();
     fd.Reset();
+    finished = true;
     return absl::OkStatus();
   }
+};
+
+// Finishes (hashes and fsyncs) output shards on threads of its own as soon as their last byte
+// is placed, beside the stream, while their pages are still cached: otherwise every shard of a
+// 96-shard checkpoint would be read back from storage after the whole source had been read.
+class Finisher {
+ public:
+  explicit Finisher(unsigned threads) {
+    // Fewer threads when the system refuses more: what none finishes, the end of the
+    // transcode does.
+    try {
+      for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { Loop(); });
+    } catch (const std::system_error&) {
+    }
+  }
+  ~Finisher() { Close().IgnoreError(); }
+
+  void Add(OutShard* shard) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(shard);
+    cv_.notify_one();
+  }
+
+  // Finishes what was added and stops; the first error of a Finish.
+  absl::Status Close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : workers_) {
+      if (t.joinable()) t.join();
+    }
+    return status_;
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      OutShard* shard;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        shard = queue_.front();
+        queue_.pop_front();
+      }
+      absl::Status s = shard->Finish();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (status_.ok()) status_ = std::move(s);
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<OutShard*> queue_;
+  bool closed_ = false;
+  absl::Status status_;
+  std::vector<std::thread> workers_;
 };
 
 // flock on ".DST.transcode.lock" in the parent; the file is removed on release.
@@ -708,6 +803,10 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
                        return out->Place(at + offset, bytes, offset + bytes.size() == size);
                      }});
   }
+  Finisher finisher(std::max(1u, (options.threads == 0 ? DefaultThreads() : options.threads) / 4));
+  for (auto& shard : plan.shards) {
+    shard->on_complete = [&finisher, s = shard.get()] { finisher.Add(s); };
+  }
   absl::StatusOr<StreamResult> streamed =
       StreamTrees({*image}, std::move(work), read, progress, std::move(sinks));
   if (!streamed.ok()) {
@@ -725,8 +824,11 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
   result.modules_transcoded = modules;
   result.zero_groups_canonicalized = zero_groups;
 
-  absl::Status fin = ParallelFor(plan.shards.size(), options.threads,
-                                 [&](size_t i) { return plan.shards[i]->Finish(); });
+  if (absl::Status s = finisher.Close(); !s.ok()) return st.Fail(s);
+  // Shards whose bytes were all placed before the stream (no tensor data) finish here.
+  absl::Status fin = ParallelFor(plan.shards.size(), options.threads, [&](size_t i) {
+    return plan.shards[i]->finished ? absl::OkStatus() : plan.shards[i]->Finish();
+  });
   if (!fin.ok()) return st.Fail(fin);
   auto output = std::make_shared<TreeImage>();
   output->root = absl::StrCat(st.parent_label, "/", st.dst_name);

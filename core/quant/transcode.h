@@ -8,7 +8,8 @@
 // The source is read once through the bounded streaming engine (core/io/tree_stream.h): shard
 // by shard and fused group by fused group, in `memory_window`, on `threads`. Each output shard
 // is laid out from the source header alone and every tensor is written at its offset as soon
-// as it is derived; when all are in, the shard is fsynced and hashed. Index, config and the
+// as it is derived (the disk is asked to start writing every 256 MiB); as soon as its last byte
+// is in, the shard is hashed from the file while its fsync runs, on threads beside the stream. Index, config and the
 // carried small files come last; the output is built in a temporary directory beside DST
 // (".DST.transcode-tmp", 0700, holding a run record) and renamed to DST, and the parent is
 // fsynced, so DST appears complete or not at all. A lock file in the parent

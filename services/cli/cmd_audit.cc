@@ -89,13 +89,13 @@ absl::StatusOr<evidence::EvidenceRecord> Merge(const AuditArgs& a, Progress& pro
   if (!trust.ok()) return trust.status();
   std::vector<audit::SignedPart> parts;
   for (const std::string& path : a.merge) {
-    auto text = ReadSmallFile(path, 1u << 30);
+    auto text = ReadSmallFile(path, 256u << 20);  // the strict JSON parser's limit
     if (!text.ok()) return text.status();
     auto part = audit::OpenAuditPart(*text, *trust, path);
     if (!part.ok()) return part.status();
     parts.push_back(*std::move(part));
   }
-  return audit::MergeAuditParts(parts, progress);
+  return audit::MergeAuditParts(parts, progress, {a.options.threads, a.options.memory_window});
 }
 
 absl::Status WriteSummary(const evidence::EvidenceRecord& rec, const storage::EvidenceLog& log,

@@ -130,11 +130,24 @@ TEST_F(PartsTest, OneToFivePartsMergeIntoTheSingleMachineRecord) {
   }
 }
 
+// Flips the bits `mask` of byte `at` of `tensor` in the safetensors file `shard`.
+void FlipTensorByte(const fs::path& shard, const std::string& tensor, uint64_t at, uint8_t mask) {
+  std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(shard);
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = (header << 8) | bytes[i];
+  const json h = json::parse(bytes.begin() + 8, bytes.begin() + 8 + header);
+  bytes[8 + header + h.at(tensor).at("data_offsets")[0].get<uint64_t>() + at] ^= mask;
+  ::ckpt::testing::WriteAll(shard, bytes);
+}
+
+// A flipped packed byte (a module compared by a part) and a flipped byte of a BF16 tensor (a
+// unit the merge compares by the hashing parts' digests).
 TEST_F(PartsTest, AFindingInOnePartIsTheMergedRecordsFinding) {
   const fs::path shard = derived_ / "model-00002-of-00002.safetensors";
   std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(shard);
   bytes[bytes.size() - 100] ^= 0x11;
   ::ckpt::testing::WriteAll(shard, bytes);
+  FlipTensorByte(shard, "language_model.model.layers.1.self_attn.k_proj.weight", 10, 0x04);
   auto single = RunAudit(Options(), NoProgress());
   ASSERT_TRUE(single.ok()) << single.status();
   ASSERT_EQ(single->OverallVerdict(), evidence::Verdict::kFail);
@@ -142,6 +155,8 @@ TEST_F(PartsTest, AFindingInOnePartIsTheMergedRecordsFinding) {
   ASSERT_TRUE(merged.ok()) << merged.status();
   EXPECT_EQ(merged->OverallVerdict(), evidence::Verdict::kFail);
   EXPECT_EQ(Comparable(*merged), Comparable(*single));
+  ASSERT_TRUE(merged->pair_audit.has_value());
+  EXPECT_EQ(merged->pair_audit->mismatches.by_code.count("ignored-tensor-differs"), 1u);
 }
 
 TEST_F(PartsTest, MissingPartIsRefused) {
@@ -162,7 +177,7 @@ TEST_F(PartsTest, DuplicatedPartIsRefused) {
 
 TEST_F(PartsTest, PartsOfOtherSplitsAreRefused) {
   std::vector<std::string> parts = Parts(2);
-  parts.push_back(Parts(3)[2]);
+  parts[1] = Parts(3)[1];
   auto merged = Merge(parts);
   EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(merged.status().message(), HasSubstr("does not belong with"));
@@ -222,8 +237,56 @@ TEST_F(PartsTest, FileHashedByNoPartOrTwoIsRefused) {
     auto merged = Merge(parts);
     EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(merged.status().message(),
-                HasSubstr(hashed ? "is hashed by part-" : "is hashed by no part"));
+                HasSubstr(hashed ? "which is not the part it belongs to"
+                                 : "is hashed by no part"));
   }
+}
+
+// The two command lines the cluster scripts run (deploy/): parts written with the node key, a
+// merge refused for a missing part or for parts checked against the record trust store (the
+// log unchanged), then the merge of all parts appending one record, as `audit` does.
+class PartsCliTest : public ::ckpt::testing::CliWorkspace {
+ protected:
+  std::string Path(const std::string& name) { return (dir_ / name).string(); }
+};
+
+TEST_F(PartsCliTest, PartsWrittenByNodesMergeIntoOneRecord) {
+  MakeKey();
+  ASSERT_EQ(Run("keys generate --out " + Path("node.pem") + " --trust " + Path("nodes")).rc, 0);
+  const std::string pair = ::ckpt::testing::Fixture("mini-kimi-nvfp4").string() + " --source " +
+                           ::ckpt::testing::Fixture("mini-kimi-mxfp4").string();
+  std::string files;
+  for (int i = 0; i < 3; ++i) {
+    const std::string out = Path("part-" + std::to_string(i) + ".json");
+    ::ckpt::testing::CliResult r = Run("audit " + pair + " --part " + std::to_string(i) +
+                                       "/3 --part-key " + Path("node.pem") + " --out " + out);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_TRUE(fs::exists(out));
+    files += " " + out;
+  }
+  const std::string log = " --db " + Db() + " --key " + Key() + " --json";
+  ::ckpt::testing::CliResult missing =
+      Run("audit --merge " + Path("part-0.json") + " " + Path("part-2.json") + log +
+          " --part-trust " + Path("nodes"));
+  EXPECT_EQ(missing.rc, 2);
+  EXPECT_THAT(missing.err, HasSubstr("part 1/3 is missing"));
+  ::ckpt::testing::CliResult untrusted =
+      Run("audit --merge" + files + log + " --part-trust " + Trust());
+  EXPECT_EQ(untrusted.rc, 2);
+  EXPECT_THAT(untrusted.err, HasSubstr("not a part signed by a trusted node key"));
+
+  ::ckpt::testing::CliResult merged =
+      Run("audit --merge" + files + log + " --part-trust " + Path("nodes"));
+  ASSERT_EQ(merged.rc, 0) << merged.err;
+  const json m = json::parse(merged.out);
+  EXPECT_EQ(m["verdict"], "pass");
+  EXPECT_EQ(m["parts"], 3);
+  // The refused merges appended nothing: the log holds what one audit appends.
+  ::ckpt::testing::CliResult single =
+      Run("audit " + pair + " --db " + Path("single.db") + " --key " + Key() + " --json");
+  ASSERT_EQ(single.rc, 0) << single.err;
+  EXPECT_EQ(m["tree_size"], json::parse(single.out)["tree_size"]);
+  EXPECT_EQ(m["record_id"], json::parse(single.out)["record_id"]);
 }
 
 // The pair written with shards that do not line up: a module's tensors lie in files that

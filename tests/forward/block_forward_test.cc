@@ -188,7 +188,7 @@ TEST(GptOssBlock, SoftmaxTopKClampedSwiGluAndBiases) {
     double logits[4];
     for (int e = 0; e < 4; ++e) {
       logits[e] = w.router_bias[e];
-      for (int k = 0; k < 32; ++k) logits[e] += x[k] * w.router.values[e * 32 + k];
+      for (int k = 0; k < 32; ++k) logits[e] += x[k] * w.router.At(e * 32 + k);
       EXPECT_NEAR(r->router_logits[t * 4 + e], logits[e], 1e-12);
     }
     // The two largest logits, softmaxed.
@@ -245,7 +245,7 @@ TEST(DeepSeekV3Block, SigmoidGroupedRoutingSiluExpertsAndSharedExpert) {
     double s[8], b[8];
     for (int e = 0; e < 8; ++e) {
       double l = 0;
-      for (int k = 0; k < 32; ++k) l += x[k] * w.router.values[e * 32 + k];
+      for (int k = 0; k < 32; ++k) l += x[k] * w.router.At(e * 32 + k);
       s[e] = Sig(l);
       b[e] = s[e] + w.correction_bias[e];
     }
@@ -288,14 +288,14 @@ TEST(DeepSeekV3Block, SigmoidGroupedRoutingSiluExpertsAndSharedExpert) {
     for (int i = 0; i < 32; ++i) {
       double g = 0, u = 0;
       for (int k = 0; k < 32; ++k) {
-        g += x[k] * w.shared_gate.values[i * 32 + k];
-        u += x[k] * w.shared_up.values[i * 32 + k];
+        g += x[k] * w.shared_gate.At(i * 32 + k);
+        u += x[k] * w.shared_up.At(i * 32 + k);
       }
       a[i] = silu_glu(g, u);
     }
     for (int d = 0; d < 32; ++d) {
       double sh = 0;
-      for (int k = 0; k < 32; ++k) sh += a[k] * w.shared_down.values[d * 32 + k];
+      for (int k = 0; k < 32; ++k) sh += a[k] * w.shared_down.At(d * 32 + k);
       EXPECT_NEAR(r->shared_out[t * 32 + d], sh, 1e-9 * (1 + std::abs(sh)));
       EXPECT_NEAR(r->routed_out[t * 32 + d], expect[d], 1e-9 * (1 + std::abs(expect[d])));
       EXPECT_NEAR(r->output[t * 32 + d], expect[d] + sh, 1e-9 * (1 + std::abs(expect[d] + sh)));

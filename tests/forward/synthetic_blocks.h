@@ -29,9 +29,9 @@ inline Fp4Matrix MakeFp4(const std::string& name, int64_t rows, int64_t cols,
 }
 
 inline DenseMatrix MakeDense(const std::string& name, int64_t rows, int64_t cols, double step) {
-  DenseMatrix m{name, rows, cols, {}};
-  for (int64_t i = 0; i < rows * cols; ++i) m.values.push_back(((i * 7) % 11 - 5) * step);
-  return m;
+  std::vector<float> values;
+  for (int64_t i = 0; i < rows * cols; ++i) values.push_back(((i * 7) % 11 - 5) * step);
+  return DenseMatrix::Of(name, rows, cols, std::move(values));
 }
 
 struct SyntheticBlock {
