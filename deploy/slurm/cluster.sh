@@ -17,7 +17,8 @@
 # commands to another cluster.
 PATH=$PATH:/usr/sbin:/sbin  # munged, slurmctld and slurmd live there
 unset "${!SLURM_@}" "${!SBATCH_@}" "${!SQUEUE_@}" "${!SINFO_@}" "${!SCANCEL_@}"
-SLURM_CLUSTER_PROGRAMS="munged mungekey slurmctld slurmd sbatch squeue sinfo scontrol scancel python3"
+SLURM_CLUSTER_PROGRAMS="munged mungekey slurmctld slurmd sbatch squeue sinfo scontrol scancel
+  python3"
 SLURM_CLUSTER_PIDS=()
 SLURM_CLUSTER_JOBS=()
 SLURM_CLUSTER_WORK=""

@@ -137,7 +137,9 @@ class SlurmExecutor::Array {
   // "0 RUNNING, 1 PENDING, 2 COMPLETED".
   std::string Summary() const {
     std::vector<std::string> words;
-    for (size_t i = 0; i < tasks_.size(); ++i) words.push_back(absl::StrCat(i, " ", tasks_[i].state));
+    for (size_t i = 0; i < tasks_.size(); ++i) {
+      words.push_back(absl::StrCat(i, " ", tasks_[i].state));
+    }
     return absl::StrJoin(words, ", ");
   }
 
@@ -377,7 +379,7 @@ absl::StatusOr<evidence::EvidenceRecord> SlurmExecutor::Run(const JobSpec& spec,
     }
     parts.push_back(*std::move(part));
   }
-  return audit::MergeAuditParts(parts, run);
+  return audit::MergeAuditParts(parts, run, {options.threads, options.memory_window});
 }
 
 }  // namespace ckpt::daemon

@@ -146,6 +146,22 @@ class DaemonSlurmTest : public ::testing::Test {
     return events;
   }
 
+  // Follows the job to its first "parts" event: the array job id then stored with the job.
+  std::string WaitForArray(pb::AuditService::Stub& stub, const std::string& id) {
+    std::vector<pb::JobEvent> seen =
+        Watch(stub, id, [](const pb::JobEvent& e) { return e.phase() == "parts"; });
+    if (seen.empty() || seen.back().phase() != "parts") {
+      ADD_FAILURE() << id << ": no parts event";
+      return "";
+    }
+    pb::GetJobRequest get;
+    get.set_id(id);
+    pb::Job now;
+    EXPECT_TRUE(stub.GetJob(Ctx().get(), get, &now).ok());
+    EXPECT_THAT(now.executor_job(), ContainsRegex("^[0-9]+$"));
+    return now.executor_job();
+  }
+
   TempDir dir_;
   fs::path src_, dst_;
   fs::path db_ = dir_ / "ev.db", parts_ = dir_ / "parts";
@@ -172,7 +188,9 @@ TEST_F(DaemonSlurmTest, ThreePartsMergedAndSignedAsAuditMergeWould) {
   uint64_t most_done = 0;
   std::string final_states;
   for (const pb::JobEvent& e : events) {
-    if (e.phase() == "slurm") announced = e.message().find("array job " + array) != std::string::npos;
+    if (e.phase() == "slurm") {
+      announced = e.message().find("array job " + array) != std::string::npos;
+    }
     if (e.phase() != "parts") continue;
     EXPECT_EQ(e.total_units(), 3u);
     EXPECT_GE(e.done_units(), most_done) << "parts completed went down";
@@ -188,7 +206,9 @@ TEST_F(DaemonSlurmTest, ThreePartsMergedAndSignedAsAuditMergeWould) {
   // own finishing time.
   const fs::path dir = parts_ / job.id();
   std::string files;
-  for (int i = 0; i < 3; ++i) files += " " + (dir / ("part-" + std::to_string(i) + ".json")).string();
+  for (int i = 0; i < 3; ++i) {
+    files += " " + (dir / ("part-" + std::to_string(i) + ".json")).string();
+  }
   CliResult merged = RunCli("audit --merge" + files + " --part-trust " +
                                 (dir_ / "part-trust").string() + " --db " +
                                 (dir_ / "cli.db").string() + " --key " +
@@ -202,6 +222,21 @@ TEST_F(DaemonSlurmTest, ThreePartsMergedAndSignedAsAuditMergeWould) {
   EXPECT_EQ(daemon_record["predicate"].value("invoker", ""), "admin:anonymous");
   for (nlohmann::json* r : {&daemon_record, &cli_record}) (*r)["predicate"].erase("finished_at");
   EXPECT_EQ(daemon_record, cli_record);
+
+  // What cannot run as parts is refused before anything is queued.
+  const uint64_t size = LogSize(db_);
+  pb::StartAuditRequest bad;
+  bad.set_root(dst_.string());
+  bad.set_source_root(src_.string());
+  bad.set_parts(65);  // above --slurm-max-parts (64)
+  pb::Job refused;
+  EXPECT_EQ(stub->StartAudit(Ctx().get(), bad, &refused).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  bad.set_parts(2);
+  bad.set_forward_layers("all");  // the block forward is not split
+  EXPECT_EQ(stub->StartAudit(Ctx().get(), bad, &refused).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(LogSize(db_), size);
   EXPECT_EQ(d.Stop(), 0);
 }
 
@@ -211,16 +246,8 @@ TEST_F(DaemonSlurmTest, CancelJobScancelsTheArrayAndSignsNothing) {
   ASSERT_TRUE(d.Start(DaemonArgs({"--slurm-sbatch-arg=--hold"}), dir_ / "daemon.log")) << d.log();
   auto stub = Stub(d);
   pb::Job job = Start(*stub, dst_, 3);
-  std::vector<pb::JobEvent> seen =
-      Watch(*stub, job.id(), [](const pb::JobEvent& e) { return e.phase() == "parts"; });
-  ASSERT_FALSE(seen.empty());
-  ASSERT_EQ(seen.back().phase(), "parts") << d.log();
-  pb::GetJobRequest get;
-  get.set_id(job.id());
-  pb::Job now;
-  ASSERT_TRUE(stub->GetJob(Ctx().get(), get, &now).ok());
-  const std::string array = now.executor_job();
-  ASSERT_THAT(array, ContainsRegex("^[0-9]+$"));
+  const std::string array = WaitForArray(*stub, job.id());
+  ASSERT_FALSE(array.empty()) << d.log();
   const uint64_t before = LogSize(db_);
 
   pb::CancelJobRequest cancel;
@@ -248,13 +275,8 @@ TEST_F(DaemonSlurmTest, RestartedDaemonFollowsTheArrayItSubmitted) {
         << d.log();
     auto stub = Stub(d);
     job = Start(*stub, dst_, 2);
-    Watch(*stub, job.id(), [](const pb::JobEvent& e) { return e.phase() == "parts"; });
-    pb::GetJobRequest get;
-    get.set_id(job.id());
-    pb::Job now;
-    ASSERT_TRUE(stub->GetJob(Ctx().get(), get, &now).ok());
-    array = now.executor_job();
-    ASSERT_THAT(array, ContainsRegex("^[0-9]+$"));
+    array = WaitForArray(*stub, job.id());
+    ASSERT_FALSE(array.empty()) << d.log();
     EXPECT_EQ(d.Stop(), 0);  // the array stays: the job runs again at the next start
   }
   EXPECT_THAT(TaskStates(array), HasSubstr("PENDING"));
@@ -285,13 +307,8 @@ TEST_F(DaemonSlurmTest, FailedPartFailsTheJobNamingPartAndState) {
   fs::path doomed = dir_ / "doomed";
   fs::copy(dst_, doomed, fs::copy_options::recursive);
   pb::Job job = Start(*stub, doomed, 3);
-  Watch(*stub, job.id(), [](const pb::JobEvent& e) { return e.phase() == "parts"; });
-  pb::GetJobRequest get;
-  get.set_id(job.id());
-  pb::Job now;
-  ASSERT_TRUE(stub->GetJob(Ctx().get(), get, &now).ok());
-  const std::string array = now.executor_job();
-  ASSERT_THAT(array, ContainsRegex("^[0-9]+$"));
+  const std::string array = WaitForArray(*stub, job.id());
+  ASSERT_FALSE(array.empty()) << d.log();
   const uint64_t before = LogSize(db_);
   fs::remove_all(doomed);
   int rc = -1;
