@@ -111,7 +111,9 @@ class SlurmExecutor::Array {
     auto r = RunCommand({"scontrol", "show", "job", "-o", id_}, options_.command_timeout);
     if (!r.ok()) return absl::UnavailableError(std::string(r.status().message()));
     if (r->exit_code == 0) {
+      bool mine = false;
       for (absl::string_view line : absl::StrSplit(r->out, '\n', absl::SkipEmpty())) {
+        // The first of each key: ours come before the free-text ones (Command=, WorkDir=).
         std::map<std::string, std::string> fields;
         for (absl::string_view word : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
           std::pair<std::string, std::string> kv = absl::StrSplit(word, absl::MaxSplits('=', 1));
@@ -119,10 +121,15 @@ class SlurmExecutor::Array {
         }
         if (fields["ArrayJobId"] != id_) continue;
         for (unsigned i : TaskIds(fields["ArrayTaskId"])) {
-          if (i < tasks_.size()) tasks_[i] = {fields["JobState"], fields["ExitCode"]};
+          if (i >= tasks_.size()) continue;
+          tasks_[i] = {fields["JobState"], fields["ExitCode"]};
+          mine = true;
         }
       }
-      return absl::OkStatus();
+      // A job id that is no array of this many tasks (an id changed in the database) is
+      // followed no further than one slurmctld forgot.
+      if (mine) return absl::OkStatus();
+      return FromAccounting(absl::StrCat("no task of array job ", id_, " in its answer"));
     }
     if (ControllerDown(*r)) {
       return absl::UnavailableError(absl::StrCat("slurmctld: ", Printable(r->err)));
@@ -191,8 +198,8 @@ class SlurmExecutor::Array {
     }
     if (missing.empty()) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat(
-        "Slurm array job ", id_, " is no longer known to slurmctld (", scontrol_said,
-        ") nor to accounting, and parts ", absl::StrJoin(missing, ", "), " left no part file"));
+        "Slurm array job ", id_, " is unknown to slurmctld (", scontrol_said,
+        ") and to accounting, and parts ", absl::StrJoin(missing, ", "), " left no part file"));
   }
 
   const SlurmOptions& options_;

@@ -18,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "storage/evidence_log.h"
 #include "tests/daemon/daemon_process.h"
+#include "tests/evidence/log_test_util.h"
 #include "tests/test_util.h"
 
 namespace ckpt {
@@ -296,6 +297,47 @@ TEST_F(DaemonSlurmTest, RestartedDaemonFollowsTheArrayItSubmitted) {
   EXPECT_EQ(Shell("scontrol show job -o | grep -c 'JobName=ckpt-auditd-" + job.id() +
                   "' | tr -d '\\n'"),
             Shell("scontrol show job -o " + array + " | wc -l | tr -d ' \\n'"));
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+// The array id is state, not part of the authenticated request: whoever writes the database can
+// change it. A restarted daemon then follows a job that is no array of the job's parts (here a
+// held plain job), and fails the job instead of waiting for it forever or submitting another.
+TEST_F(DaemonSlurmTest, AnArrayIdChangedInTheDatabaseEndsTheJob) {
+  pb::Job job;
+  {
+    DaemonProcess d;
+    ASSERT_TRUE(d.Start(DaemonArgs({"--slurm-sbatch-arg=--hold"}), dir_ / "daemon1.log"))
+        << d.log();
+    auto stub = Stub(d);
+    job = Start(*stub, dst_, 2);
+    ASSERT_FALSE(WaitForArray(*stub, job.id()).empty()) << d.log();
+    EXPECT_EQ(d.Stop(), 0);
+  }
+  int rc = -1;
+  std::string plain = Shell("sbatch --parsable --hold --wrap true", &rc);
+  ASSERT_EQ(rc, 0);
+  plain = plain.substr(0, plain.find_first_of(";\n"));
+  {
+    ::ckpt::testing::RawDb raw(db_.string());
+    ASSERT_EQ(raw.Exec("UPDATE jobs SET executor_job = '" + plain + "' WHERE id = '" + job.id() +
+                       "'"),
+              0)
+        << raw.error();
+  }
+  DaemonProcess d;
+  ASSERT_TRUE(d.Start(DaemonArgs(), dir_ / "daemon2.log")) << d.log();
+  auto stub = Stub(d);
+  std::vector<pb::JobEvent> events = Watch(*stub, job.id());
+  ASSERT_TRUE(events.back().done());
+  const pb::Job& end = events.back().job();
+  EXPECT_EQ(end.state(), pb::JOB_STATE_FAILED);
+  EXPECT_EQ(end.error_code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION));
+  EXPECT_THAT(end.error_message(),
+              HasSubstr("Slurm array job " + plain + " is unknown to slurmctld (no task of array "
+                        "job " + plain + " in its answer)"));
+  EXPECT_THAT(end.error_message(), HasSubstr("parts 0, 1 left no part file"));
+  EXPECT_EQ(LogSize(db_), 0u);
   EXPECT_EQ(d.Stop(), 0);
 }
 
