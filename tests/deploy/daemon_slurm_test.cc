@@ -345,8 +345,8 @@ TEST_F(DaemonSlurmTest, FailedPartFailsTheJobNamingPartAndState) {
   DaemonProcess d;
   ASSERT_TRUE(d.Start(DaemonArgs({"--slurm-sbatch-arg=--hold"}), dir_ / "daemon.log")) << d.log();
   auto stub = Stub(d);
-  // A root that is gone when the parts run.
-  fs::path doomed = dir_ / "doomed";
+  // A root that is gone when the parts run. Its name is no shell syntax in the parts' script.
+  fs::path doomed = dir_ / "doomed 'x' $(touch pwned)";
   fs::copy(dst_, doomed, fs::copy_options::recursive);
   pb::Job job = Start(*stub, doomed, 3);
   const std::string array = WaitForArray(*stub, job.id());
@@ -365,6 +365,8 @@ TEST_F(DaemonSlurmTest, FailedPartFailsTheJobNamingPartAndState) {
               ContainsRegex("part [0-2] of 3 \\(Slurm job " + array +
                             "_[0-2]\\) ended FAILED \\(exit code 2:0\\): .*doomed"));
   EXPECT_THAT(end.error_message(), HasSubstr("nothing was signed"));
+  EXPECT_THAT(end.error_message(), HasSubstr(doomed.string()));
+  EXPECT_FALSE(fs::exists(parts_ / job.id() / "pwned"));
   EXPECT_EQ(LogSize(db_), before);
   EXPECT_EQ(d.Stop(), 0);
 }
