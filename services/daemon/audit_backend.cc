@@ -330,11 +330,12 @@ absl::StatusOr<storage::AppendResult> AuditBackend::Append(const std::string& en
 // may fail after the first: whatever reached the log is read back and added to the gate index,
 // which must see every entry in order.
 absl::StatusOr<JobOutcome> AuditBackend::Publish(const evidence::EvidenceRecord& record,
-                                                 const Progress& progress) {
+                                                 JobRun& run) {
   if (auto s = append_status(); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(write_mu_);
-  // A cancel that came while the record was made, or while this waited for the lock.
-  if (progress.Cancelled()) return absl::CancelledError("job cancelled; nothing was signed");
+  // A cancel that came while the record was made (a merge of Slurm parts, say) or while this
+  // waited for the lock; from here on CancelJob says it is too late.
+  if (!run.Commit()) return absl::CancelledError("job cancelled; nothing was signed");
   auto before = writer_->Size();
   if (!before.ok()) return before.status();
   auto published = interop::PublishAudit(record, key_, *writer_);

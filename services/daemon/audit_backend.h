@@ -128,9 +128,8 @@ class AuditBackend {
   absl::StatusOr<JobOutcome> RunJob(const JobSpec& spec, JobRun& run);
   absl::Status CheckRootMap(const std::vector<quant::RootMapping>& map) const;
   absl::StatusOr<storage::AppendResult> Append(const std::string& envelope);
-  // Signs nothing once `progress` is cancelled (checked under the write lock).
-  absl::StatusOr<JobOutcome> Publish(const evidence::EvidenceRecord& record,
-                                     const Progress& progress);
+  // Signs nothing once `run` is cancelled: JobRun::Commit under the write lock.
+  absl::StatusOr<JobOutcome> Publish(const evidence::EvidenceRecord& record, JobRun& run);
   // Adds entries [from, log size) to the gate index; requires write_mu_.
   absl::Status IndexAppendedLocked(uint64_t from);
   // The format of the checkpoint under `root`, whose files must be those of `content`.

@@ -99,6 +99,7 @@ struct JobManager::Job {
   std::vector<JobEvent> events;
   std::atomic<bool> cancel{false};  // asked to stop: by CancelJob, or as the daemon stops
   bool cancelled_by_caller = false;  // guarded by mu_: CancelJob, not the daemon's stop
+  bool committing = false;           // guarded by mu_: signing its record (JobRun::Commit)
 };
 
 // Turns core progress calls into job events, at most one per whole percent per phase so a
@@ -143,6 +144,12 @@ class JobManager::JobProgress final : public JobRun {
       snapshot = job_.snapshot;
     }
     return manager_.Store(snapshot);
+  }
+  bool Commit() override {
+    std::lock_guard<std::mutex> lock(manager_.mu_);
+    if (job_.cancel) return false;
+    job_.committing = true;
+    return true;
   }
 
  private:
@@ -339,6 +346,10 @@ absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
     if (Finished(job->snapshot.state)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "job ", id, " already finished (", JobStateName(job->snapshot.state), ")"));
+    }
+    if (job->committing) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", id, " is signing its record: too late to cancel"));
     }
     job->cancel = true;
     job->cancelled_by_caller = true;

@@ -110,6 +110,10 @@ class JobRun : public Progress {
                     std::string message) = 0;
   // Stores JobSpec::executor_job in the job's row before returning.
   virtual absl::Status SetExecutorJob(const std::string& executor_job) = 0;
+  // Called just before the record is signed: false once the job was cancelled (nothing may be
+  // signed then). After it returned true, CancelJob answers FAILED_PRECONDITION, so a cancel
+  // that was accepted always means that nothing was signed.
+  virtual bool Commit() = 0;
 };
 
 class JobManager {
@@ -146,8 +150,8 @@ class JobManager {
   const std::vector<std::string>& recovery_notes() const { return recovery_notes_; }
 
   // A queued job is cancelled at once; a running one is asked to stop (its work polls
-  // Progress::Cancelled) and ends kCancelled unless it had already finished. FAILED_PRECONDITION
-  // for a finished job, NOT_FOUND for an unknown id.
+  // Progress::Cancelled) and ends kCancelled, signing nothing. FAILED_PRECONDITION for a
+  // finished job and for one signing its record (JobRun::Commit), NOT_FOUND for an unknown id.
   absl::StatusOr<JobSnapshot> Cancel(const std::string& id);
 
   // For a graceful stop: refuses new jobs (UNAVAILABLE), starts no queued one, and waits until

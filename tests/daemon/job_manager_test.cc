@@ -491,5 +491,49 @@ TEST_F(JobManagerTest, DrainRefusesNewJobs) {
   EXPECT_EQ(jobs->Submit({"root", "", ""}).status().code(), absl::StatusCode::kUnavailable);
 }
 
+// A cancel that races the signing (a Slurm job's merge ends, say): either the cancel is accepted
+// and the work's Commit refuses, so nothing is signed, or the work committed first and the
+// cancel is refused; never an accepted cancel of a job that then signs.
+TEST_F(JobManagerTest, CancelAndCommitExcludeEachOther) {
+  std::promise<void> committed, cancelled;
+  std::shared_future<void> go_on = cancelled.get_future().share();
+  std::vector<bool> commits;
+  auto m = JobManager::Create(
+      [&](const JobSpec& s, JobRun& run) -> absl::StatusOr<JobOutcome> {
+        if (s.root == "late") {
+          commits.push_back(run.Commit());
+          committed.set_value();
+          go_on.wait();
+          return JobOutcome{"pass", 1};
+        }
+        while (!run.Cancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        commits.push_back(run.Commit());
+        if (!commits.back()) return absl::CancelledError("nothing was signed");
+        return JobOutcome{"pass", 2};
+      },
+      table_.get(), lookup_.get(), absl::OkStatus(), 1, 4);
+  ASSERT_TRUE(m.ok()) << m.status();
+  JobManager& jobs = **m;
+  auto late = jobs.Submit({"late", "", ""});
+  ASSERT_TRUE(late.ok());
+  committed.get_future().wait();
+  auto refused = jobs.Cancel(*late);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("too late to cancel"));
+  cancelled.set_value();
+  WaitDone(jobs, *late);
+  EXPECT_EQ(jobs.Get(*late)->state, JobState::kSucceeded);
+
+  auto early = jobs.Submit({"early", "", ""});
+  ASSERT_TRUE(early.ok());
+  for (int i = 0; i < 400 && jobs.Get(*early)->state != JobState::kRunning; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(jobs.Cancel(*early).ok());
+  WaitDone(jobs, *early);
+  EXPECT_EQ(jobs.Get(*early)->state, JobState::kCancelled);
+  EXPECT_EQ(commits, (std::vector<bool>{true, false}));
+}
+
 }  // namespace
 }  // namespace ckpt::daemon
