@@ -241,6 +241,31 @@ TEST_F(DaemonSlurmTest, ThreePartsMergedAndSignedAsAuditMergeWould) {
   EXPECT_EQ(d.Stop(), 0);
 }
 
+// Without `parts`, one part per --slurm-part-bytes of both trees' files, at least one.
+TEST_F(DaemonSlurmTest, DefaultPartsFollowTheTreesSize) {
+  uint64_t bytes = 0;
+  for (const fs::path& tree : {dst_, src_}) {
+    for (const auto& e : fs::recursive_directory_iterator(tree)) {
+      if (e.is_regular_file()) bytes += e.file_size();
+    }
+  }
+  const uint64_t per_part = bytes / 3 + 1;  // three parts' worth
+  DaemonProcess d;
+  ASSERT_TRUE(d.Start(DaemonArgs({"--slurm-sbatch-arg=--hold", "--slurm-part-bytes",
+                                  std::to_string(per_part)}),
+                      dir_ / "daemon.log"))
+      << d.log();
+  auto stub = Stub(d);
+  pb::Job job = Start(*stub, dst_, 0);
+  EXPECT_EQ(job.parts(), 3u);
+  pb::CancelJobRequest cancel;
+  cancel.set_id(job.id());
+  pb::Job answer;
+  EXPECT_TRUE(stub->CancelJob(Ctx().get(), cancel, &answer).ok());
+  EXPECT_EQ(Watch(*stub, job.id()).back().job().state(), pb::JOB_STATE_CANCELLED);
+  EXPECT_EQ(d.Stop(), 0);
+}
+
 TEST_F(DaemonSlurmTest, CancelJobScancelsTheArrayAndSignsNothing) {
   DaemonProcess d;
   // Held: the parts wait until released, so the cancel finds them pending.
