@@ -55,7 +55,8 @@ std::string Printable(absl::string_view text) {
   std::string out;
   for (char c : absl::StripAsciiWhitespace(text)) {
     if (out.size() >= 300) return out + "...";
-    out += (c == '\n' || c == '\t') ? ' ' : (std::isprint(static_cast<unsigned char>(c)) ? c : '?');
+    const bool printable = std::isprint(static_cast<unsigned char>(c)) != 0;
+    out += (c == '\n' || c == '\t') ? ' ' : (printable ? c : '?');
   }
   return out;
 }
@@ -67,7 +68,7 @@ bool ControllerDown(const CommandResult& r) {
          absl::StrContains(r.err, "Zero Bytes were transmitted");
 }
 
-// Task ids of "3", "1-2", "0-7%2", "1,3-4".
+// Task ids of "3", "1-2", "0-7%2", "1,3-4" (below 2^20, far above any part count).
 std::vector<unsigned> TaskIds(absl::string_view text) {
   std::vector<unsigned> ids;
   text = text.substr(0, text.find('%'));
@@ -75,7 +76,7 @@ std::vector<unsigned> TaskIds(absl::string_view text) {
     std::vector<absl::string_view> ends = absl::StrSplit(range, '-');
     unsigned lo = 0, hi = 0;
     if (ends.empty() || ends.size() > 2 || !absl::SimpleAtoi(ends[0], &lo) ||
-        !absl::SimpleAtoi(ends.back(), &hi) || hi < lo || hi - lo > 1u << 16) {
+        !absl::SimpleAtoi(ends.back(), &hi) || hi < lo || hi >= 1u << 20) {
       continue;
     }
     for (unsigned i = lo; i <= hi; ++i) ids.push_back(i);
@@ -139,7 +140,6 @@ class SlurmExecutor::Array {
   }
 
   const std::vector<Task>& tasks() const { return tasks_; }
-  const std::string& id() const { return id_; }
 
   // "0 RUNNING, 1 PENDING, 2 COMPLETED".
   std::string Summary() const {
