@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package ckpt-audit needs to build, test and benchmark.
 # Idempotent: apt-get skips what is already installed.
+# munge, slurmctld, slurmd and slurm-client run the single-host Slurm cluster of
+# deploy/slurm/demo.sh (docs/scale-out.md); python3-yaml parses deploy/k8s/*.yaml in its test.
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
@@ -13,7 +15,9 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libgtest-dev libgmock-dev libbenchmark-dev \
   clang libclang-rt-14-dev \
   golang-go golang-golang-x-mod-dev \
-  chromium fonts-dejavu-core zlib1g-dev prometheus-cpp-dev
+  chromium fonts-dejavu-core zlib1g-dev prometheus-cpp-dev \
+  python3 python3-yaml \
+  munge slurmctld slurmd slurm-client
 # The independent Node client test (tests/node): Debian's nodejs and npm unless a node with npm
 # is already installed, then the packages pinned by tests/node/package-lock.json.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

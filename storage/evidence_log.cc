@@ -125,6 +125,19 @@ CREATE TRIGGER jobs_request_fixed
   BEGIN SELECT RAISE(ABORT, 'a job''s id and request are fixed'); END;
 )sql";
 
+// Schema version 5: how many parts a job on the Slurm executor splits into (0: the daemon runs it
+// itself), fixed like the rest of the request, and the executor's id of the job running it (a
+// Slurm array job id), updated as it is submitted (docs/daemon.md "Slurm executor").
+constexpr char kSchemaV5[] = R"sql(
+ALTER TABLE jobs ADD COLUMN parts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN executor_job TEXT NOT NULL DEFAULT '';
+DROP TRIGGER jobs_request_fixed;
+CREATE TRIGGER jobs_request_fixed
+  BEFORE UPDATE OF seq, id, root, source_root, policy, root_map, invoker, created_at,
+                   forward_layers, device, emulate, mac, parts ON jobs
+  BEGIN SELECT RAISE(ABORT, 'a job''s id and request are fixed'); END;
+)sql";
+
 constexpr const char* kAppendOnlyTables[] = {"meta", "entries", "subjects", "tree_nodes",
                                              "checkpoints"};
 
@@ -468,6 +481,11 @@ absl::Status EvidenceLog::Migrate() {
   }
   if (version < 4) {
     if (auto s = Exec(db_, absl::StrCat(kSchemaV4, "PRAGMA user_version = 4;"), label_); !s.ok()) {
+      return s;
+    }
+  }
+  if (version < 5) {
+    if (auto s = Exec(db_, absl::StrCat(kSchemaV5, "PRAGMA user_version = 5;"), label_); !s.ok()) {
       return s;
     }
   }

@@ -22,6 +22,9 @@ constexpr char kNoForwardColumns[] = ", '', '', ''";
 // Schema 4's; an older table reads them as never interrupted and unauthenticated.
 constexpr char kMacColumns[] = ", interruptions, mac";
 constexpr char kNoMacColumns[] = ", 0, ''";
+// Schema 5's; an older table reads them as jobs the daemon runs itself.
+constexpr char kExecutorColumns[] = ", parts, executor_job";
+constexpr char kNoExecutorColumns[] = ", 0, ''";
 // What the daemon's key signs to make the job row key: one line without a newline, so neither
 // a DSSE PAE ("DSSEv1 ...") nor a checkpoint note (lines each ending in a newline).
 constexpr char kJobRowKeyLabel[] = "ckpt-auditd job row authentication key, version 1";
@@ -46,6 +49,8 @@ JobRow ReadRow(const Statement& q) {
   r.emulate = q.Text(15);
   r.interruptions = q.Int(16);
   r.mac = q.Text(17);
+  r.parts = q.Int(18);
+  r.executor_job = q.Text(19);
   return r;
 }
 
@@ -61,6 +66,8 @@ std::string MacMessage(const JobRow& r) {
     }
     out += *f;
   }
+  // Schema 5: only a split job adds its part count, so the codes of earlier rows still verify.
+  if (r.parts != 0) absl::StrAppend(&out, "parts=", r.parts);
   return out;
 }
 
@@ -108,7 +115,8 @@ JobTable::~JobTable() { sqlite3_close(db_); }
 
 std::string JobTable::Columns() const {
   return absl::StrCat(kColumns, version_ >= 3 ? kForwardColumns : kNoForwardColumns,
-                      version_ >= 4 ? kMacColumns : kNoMacColumns);
+                      version_ >= 4 ? kMacColumns : kNoMacColumns,
+                      version_ >= 5 ? kExecutorColumns : kNoExecutorColumns);
 }
 
 std::string JobTable::Mac(const JobRow& row) const {
@@ -132,7 +140,7 @@ void JobTable::Authenticate(JobRow& row) const {
 
 absl::Status JobTable::Insert(JobRow& row) {
   if (!key_) return absl::FailedPreconditionError(absl::StrCat(label_, ": jobs opened read-only"));
-  if (version_ < 4) {
+  if (version_ < 5) {
     return absl::FailedPreconditionError(
         absl::StrCat(label_, ": schema version ", version_, " is too old to record jobs"));
   }
@@ -150,7 +158,7 @@ absl::Status JobTable::Insert(JobRow& row) {
   row.authentic = true;
   auto ins = Statement::Prepare(
       db_, absl::StrCat("INSERT INTO jobs(seq, ", kColumns, kForwardColumns, kMacColumns,
-                        ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"),
+                        kExecutorColumns, ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"),
       label_);
   if (!ins.ok()) return ins.status();
   ins->Bind(1, seq)
@@ -171,7 +179,9 @@ absl::Status JobTable::Insert(JobRow& row) {
       .Bind(16, row.device)
       .Bind(17, row.emulate)
       .Bind(18, row.interruptions)
-      .Bind(19, row.mac);
+      .Bind(19, row.mac)
+      .Bind(20, row.parts)
+      .Bind(21, row.executor_job);
   if (auto s = ins->Run(); !s.ok()) return s;
   if (auto s = Exec(db_, "COMMIT", label_); !s.ok()) return s;
   tx.Committed();
@@ -182,7 +192,7 @@ absl::Status JobTable::Update(const JobRow& row) {
   auto up = Statement::Prepare(
       db_,
       "UPDATE jobs SET state = ?, verdict = ?, record_id = ?, error_code = ?, error_message = ?,"
-      " finished_at = ?, interruptions = ? WHERE id = ?",
+      " finished_at = ?, interruptions = ?, executor_job = ? WHERE id = ?",
       label_);
   if (!up.ok()) return up.status();
   up->Bind(1, row.state)
@@ -192,7 +202,8 @@ absl::Status JobTable::Update(const JobRow& row) {
       .Bind(5, row.error_message)
       .Bind(6, row.finished_at)
       .Bind(7, row.interruptions)
-      .Bind(8, row.id);
+      .Bind(8, row.executor_job)
+      .Bind(9, row.id);
   if (auto s = up->Run(); !s.ok()) return s;
   if (sqlite3_changes(db_) != 1) {
     return absl::NotFoundError(absl::StrCat("no job ", row.id));

@@ -224,6 +224,12 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
                   "recorded as given: where --source came from (default: as --model-ref)");
   cmd->add_option("--image-digest", a->options.refs.image_digest,
                   "recorded as given: the container image this audit runs in");
+  cmd->add_option("--invoker", a->options.invoker,
+                  "recorded as given: who asked for this audit (ckpt-auditd's Slurm parts pass "
+                  "its caller)");
+  cmd->add_option("--links-allowed", a->options.links.allowed,
+                  "every link target must lie under one of these directories (repeatable; "
+                  "ckpt-auditd's Slurm parts pass its --allow-root)");
   cmd->add_option("--map-root", a->map_root,
                   "/DECLARED=/ACTUAL: where an X4T checkpoint_root is mounted now");
   cmd->add_flag("--json", a->json, "machine-readable output");

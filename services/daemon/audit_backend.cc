@@ -157,9 +157,9 @@ absl::StatusOr<std::unique_ptr<AuditBackend>> AuditBackend::Create(
     backend->job_lookup_ = *std::move(lookup);
   }
   auto jobs = JobManager::Create(
-      [b = backend.get()](const JobSpec& spec, Progress& progress) {
+      [b = backend.get()](const JobSpec& spec, JobRun& run) {
         const auto start = std::chrono::steady_clock::now();
-        absl::StatusOr<JobOutcome> outcome = b->RunJob(spec, progress);
+        absl::StatusOr<JobOutcome> outcome = b->RunJob(spec, run);
         if (b->options_.observer != nullptr) {
           b->options_.observer->AuditFinished(
               outcome.ok() ? std::string_view(outcome->verdict) : "error",
@@ -300,6 +300,20 @@ absl::StatusOr<std::string> AuditBackend::StartAudit(JobSpec spec) {
     return absl::InvalidArgumentError(absl::StrCat("policy: ", p.status().message()));
   }
   if (auto s = CheckForwardRequest(spec); !s.ok()) return s;
+  if (options_.slurm == nullptr && spec.parts != 0) {
+    return absl::InvalidArgumentError(
+        "parts: this daemon runs audits itself (--executor local); parts need --executor slurm");
+  }
+  if (options_.slurm != nullptr) {
+    if (!spec.forward_layers.empty()) {
+      return absl::FailedPreconditionError(
+          "forward_layers: the block forward is not split into parts (docs/audit-parts.md); "
+          "this daemon runs audits on Slurm (--executor slurm)");
+    }
+    auto parts = options_.slurm->PartsFor(spec.parts, spec.root, spec.source_root);
+    if (!parts.ok()) return parts.status();
+    spec.parts = *parts;
+  }
   if (auto s = append_status(); !s.ok()) return s;
   return jobs_->Submit(std::move(spec));
 }
@@ -315,9 +329,13 @@ absl::StatusOr<storage::AppendResult> AuditBackend::Append(const std::string& en
 // The record and its test result (core/interop/publish.h). They are two appends, and the second
 // may fail after the first: whatever reached the log is read back and added to the gate index,
 // which must see every entry in order.
-absl::StatusOr<JobOutcome> AuditBackend::Publish(const evidence::EvidenceRecord& record) {
+absl::StatusOr<JobOutcome> AuditBackend::Publish(const evidence::EvidenceRecord& record,
+                                                 JobRun& run) {
   if (auto s = append_status(); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(write_mu_);
+  // A cancel that came while the record was made (a merge of Slurm parts, say) or while this
+  // waited for the lock; from here on CancelJob says it is too late.
+  if (!run.Commit()) return absl::CancelledError("job cancelled; nothing was signed");
   auto before = writer_->Size();
   if (!before.ok()) return before.status();
   auto published = interop::PublishAudit(record, key_, *writer_);
@@ -349,7 +367,7 @@ absl::Status AuditBackend::IndexAppendedLocked(uint64_t from) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, Progress& progress) {
+absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, JobRun& run) {
   // A job submitted in this process reads through the directories opened at submission. One
   // recovered after a restart opens and checks its roots again (the allow-list may have changed,
   // and the jobs table is not signed).
@@ -383,10 +401,23 @@ absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, Progress& p
     options.forward_device = *std::move(device);
     options.forward_emulation = *emulation;
   }
-  auto record = audit::RunAudit(options, progress);
-  if (progress.Cancelled()) return absl::CancelledError("job cancelled; nothing was signed");
+  absl::StatusOr<evidence::EvidenceRecord> record;
+  if (spec.parts == 0) {
+    record = audit::RunAudit(options, run);
+  } else if (options_.slurm == nullptr) {
+    return absl::FailedPreconditionError(
+        "this job was submitted to run on Slurm and this daemon runs audits itself (--executor "
+        "local); nothing was run");
+  } else {
+    // The parts name the roots by path: the real paths the job was checked against.
+    options.root = options.root_dir->label();
+    if (options.source_dir != nullptr) options.source = options.source_dir->label();
+    record = options_.slurm->Run(spec, options, run);
+    if (absl::IsCancelled(record.status())) return record.status();  // saying what of the array
+  }
+  if (run.Cancelled()) return absl::CancelledError("job cancelled; nothing was signed");
   if (!record.ok()) return record.status();
-  return Publish(*record);
+  return Publish(*record, run);
 }
 
 absl::StatusOr<std::string> AuditBackend::ReadVerifiedEntry(uint64_t seq) {

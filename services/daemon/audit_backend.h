@@ -27,6 +27,7 @@
 #include "services/daemon/content_fingerprint.h"
 #include "services/daemon/gate_policy.h"
 #include "services/daemon/job_manager.h"
+#include "services/daemon/slurm_executor.h"
 #include "services/daemon/verified_index.h"
 #include "storage/evidence_log.h"
 #include "storage/job_table.h"
@@ -45,6 +46,8 @@ struct BackendOptions {
   // refuse old decisions (docs/daemon.md "Gate clients").
   absl::Duration decision_reuse = absl::Minutes(1);
   AuditObserver* observer = nullptr;  // not owned; outlives the backend
+  // --executor slurm: audits run as Slurm arrays of parts (slurm_executor.h); null: here.
+  std::shared_ptr<const SlurmExecutor> slurm;
 };
 
 struct GateRequest {
@@ -122,10 +125,11 @@ class AuditBackend {
   class ReaderPool;
   AuditBackend(BackendOptions options, evidence::SigningKey key, evidence::TrustStore trust,
                std::unique_ptr<storage::EvidenceLog> writer);
-  absl::StatusOr<JobOutcome> RunJob(const JobSpec& spec, Progress& progress);
+  absl::StatusOr<JobOutcome> RunJob(const JobSpec& spec, JobRun& run);
   absl::Status CheckRootMap(const std::vector<quant::RootMapping>& map) const;
   absl::StatusOr<storage::AppendResult> Append(const std::string& envelope);
-  absl::StatusOr<JobOutcome> Publish(const evidence::EvidenceRecord& record);
+  // Signs nothing once `run` is cancelled: JobRun::Commit under the write lock.
+  absl::StatusOr<JobOutcome> Publish(const evidence::EvidenceRecord& record, JobRun& run);
   // Adds entries [from, log size) to the gate index; requires write_mu_.
   absl::Status IndexAppendedLocked(uint64_t from);
   // The format of the checkpoint under `root`, whose files must be those of `content`.

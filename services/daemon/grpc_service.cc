@@ -58,6 +58,8 @@ void FillJob(const AuditBackend& backend, const JobSnapshot& s, pb::Job* out) {
   out->set_forward_layers(Text(s.spec.forward_layers));
   out->set_device(Text(s.spec.device));
   out->set_emulate(Text(s.spec.emulate));
+  out->set_parts(s.spec.parts);
+  out->set_executor_job(Text(s.spec.executor_job));
   out->set_verdict(Text(s.outcome.verdict));
   out->set_record_id(s.outcome.record_id);
   out->set_error_code(static_cast<int32_t>(s.error.code()));
@@ -294,6 +296,7 @@ grpc::Status GrpcAuditService::DoStartAudit(const Caller& caller, const pb::Star
   spec.forward_layers = req->forward_layers();
   spec.device = req->device();
   spec.emulate = req->emulate();
+  spec.parts = req->parts();
   auto id = backend_.StartAudit(std::move(spec));
   if (!id.ok()) return ToGrpc(id.status());
   auto snapshot = backend_.jobs().Get(*id);

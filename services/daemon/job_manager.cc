@@ -1,5 +1,6 @@
 #include "services/daemon/job_manager.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +50,8 @@ storage::JobRow RowOf(const JobSnapshot& s) {
   r.created_at = s.created_at;
   r.finished_at = s.finished_at;
   r.interruptions = s.interruptions;
+  r.parts = s.spec.parts;
+  r.executor_job = s.spec.executor_job;
   return r;
 }
 
@@ -72,6 +75,8 @@ JobSnapshot SnapshotOf(const storage::JobRow& r) {
   s.created_at = r.created_at;
   s.finished_at = r.finished_at;
   s.interruptions = r.interruptions;
+  s.spec.parts = static_cast<unsigned>(std::clamp<int64_t>(r.parts, 0, 1 << 20));
+  s.spec.executor_job = r.executor_job;
   return s;
 }
 
@@ -94,11 +99,12 @@ struct JobManager::Job {
   std::vector<JobEvent> events;
   std::atomic<bool> cancel{false};  // asked to stop: by CancelJob, or as the daemon stops
   bool cancelled_by_caller = false;  // guarded by mu_: CancelJob, not the daemon's stop
+  bool committing = false;           // guarded by mu_: signing its record (JobRun::Commit)
 };
 
 // Turns core progress calls into job events, at most one per whole percent per phase so a
 // history stays small however many units a phase has; answers Cancelled for the work.
-class JobManager::JobProgress final : public Progress {
+class JobManager::JobProgress final : public JobRun {
  public:
   JobProgress(JobManager& manager, Job& job) : manager_(manager), job_(job) {}
   void Begin(std::string_view phase, uint64_t total_units) override {
@@ -120,6 +126,31 @@ class JobManager::JobProgress final : public Progress {
     Emit();
   }
   bool Cancelled() const override { return job_.cancel.load(std::memory_order_relaxed); }
+  const std::string& id() const override { return job_.snapshot.id; }
+  bool CancelledByCaller() const override {
+    std::lock_guard<std::mutex> lock(manager_.mu_);
+    return job_.cancelled_by_caller;
+  }
+  void Note(std::string_view phase, uint64_t done_units, uint64_t total_units,
+            std::string message) override {
+    manager_.AddEvent(job_, JobEvent{std::string(phase), done_units, total_units,
+                                     std::move(message), false});
+  }
+  absl::Status SetExecutorJob(const std::string& executor_job) override {
+    JobSnapshot snapshot;
+    {
+      std::lock_guard<std::mutex> lock(manager_.mu_);
+      job_.snapshot.spec.executor_job = executor_job;
+      snapshot = job_.snapshot;
+    }
+    return manager_.Store(snapshot);
+  }
+  bool Commit() override {
+    std::lock_guard<std::mutex> lock(manager_.mu_);
+    if (job_.cancel) return false;
+    job_.committing = true;
+    return true;
+  }
 
  private:
   int Percent() const {
@@ -315,6 +346,10 @@ absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
     if (Finished(job->snapshot.state)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "job ", id, " already finished (", JobStateName(job->snapshot.state), ")"));
+    }
+    if (job->committing) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", id, " is signing its record: too late to cancel"));
     }
     job->cancel = true;
     job->cancelled_by_caller = true;

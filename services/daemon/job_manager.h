@@ -55,6 +55,11 @@ struct JobSpec {
   std::string forward_layers;  // "", "all" or "L1,L2,...": the block forward's layers
   std::string device;          // of the block forward: "" or "cpu", or "cuda" (GPU lane)
   std::string emulate;         // "" or a forward::Emulation name
+  // Slurm executor (docs/daemon.md "Slurm executor"): the parts the audit splits into (0 on
+  // the local executor), and the array job running them once submitted (kept across restarts,
+  // so a recovered job follows its array instead of submitting another).
+  unsigned parts = 0;
+  std::string executor_job;
   // The directories opened and allow-list checked at submission; the job reads through them,
   // so a path swapped while the job waits cannot redirect it. In memory only (a descriptor
   // cannot outlive the process): a job recovered after a restart opens and checks its roots
@@ -92,13 +97,32 @@ struct JobEvent {
   bool done = false;  // the last event of the job
 };
 
+// What a job's work gets: progress (Cancelled() is true when the job is cancelled or the daemon
+// stops), and the means to tell the two apart, to note a message for watchers and to record the
+// executor's id of the job durably.
+class JobRun : public Progress {
+ public:
+  virtual const std::string& id() const = 0;
+  // CancelJob asked (not the daemon's stop, after which a recovered job runs again).
+  virtual bool CancelledByCaller() const = 0;
+  // An event for watchers, outside the engine's phases (per-part states of a Slurm job).
+  virtual void Note(std::string_view phase, uint64_t done_units, uint64_t total_units,
+                    std::string message) = 0;
+  // Stores JobSpec::executor_job in the job's row before returning.
+  virtual absl::Status SetExecutorJob(const std::string& executor_job) = 0;
+  // Called just before the record is signed: false once the job was cancelled (nothing may be
+  // signed then). After it returned true, CancelJob answers FAILED_PRECONDITION, so a cancel
+  // that was accepted always means that nothing was signed.
+  virtual bool Commit() = 0;
+};
+
 class JobManager {
  public:
   // How often a restart may interrupt a job that then runs again.
   static constexpr int kMaxInterruptions = 3;
-  // `progress.Cancelled()` turns true when the job is cancelled or the daemon stops; the work
-  // should then return absl::CancelledError without signing anything.
-  using Work = std::function<absl::StatusOr<JobOutcome>(const JobSpec&, Progress&)>;
+  // `run.Cancelled()` turns true when the job is cancelled or the daemon stops; the work should
+  // then return absl::CancelledError without signing anything.
+  using Work = std::function<absl::StatusOr<JobOutcome>(const JobSpec&, JobRun&)>;
 
   // Jobs persist in `table`; `lookup`, a read-only connection to the same table, answers Get
   // for the jobs no longer in memory, so that a lookup never waits for a write on `table` (a
@@ -126,8 +150,8 @@ class JobManager {
   const std::vector<std::string>& recovery_notes() const { return recovery_notes_; }
 
   // A queued job is cancelled at once; a running one is asked to stop (its work polls
-  // Progress::Cancelled) and ends kCancelled unless it had already finished. FAILED_PRECONDITION
-  // for a finished job, NOT_FOUND for an unknown id.
+  // Progress::Cancelled) and ends kCancelled, signing nothing. FAILED_PRECONDITION for a
+  // finished job and for one signing its record (JobRun::Commit), NOT_FOUND for an unknown id.
   absl::StatusOr<JobSnapshot> Cancel(const std::string& id);
 
   // For a graceful stop: refuses new jobs (UNAVAILABLE), starts no queued one, and waits until

@@ -76,7 +76,38 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1024));
   app.add_option("--drain-seconds", drain_seconds,
                  "on SIGTERM: report NOT_SERVING, then let audits and calls finish this long");
+  std::string executor = "local";
+  ckpt::daemon::SlurmOptions slurm;
+  unsigned poll_ms = 1000;
+  app.add_option("--executor", executor,
+                 "where audits run: local (here) or slurm (as job arrays of parts, merged and "
+                 "signed here; docs/daemon.md \"Slurm executor\")")
+      ->check(CLI::IsMember({"local", "slurm"}));
+  app.add_option("--slurm-parts-dir", slurm.parts_dir,
+                 "slurm: directory shared with every node, for the parts of each job");
+  app.add_option("--slurm-node-key", slurm.node_key,
+                 "slurm: the nodes' part-signing key PEM, as the nodes see it");
+  app.add_option("--part-trust", slurm.part_trust,
+                 "slurm: trust file of the node keys that may sign parts (never --trust)");
+  app.add_option("--slurm-audit-binary", slurm.audit_binary,
+                 "slurm: the ckpt-audit binary as the nodes see it (default: on their PATH)");
+  app.add_option("--slurm-sbatch-arg", slurm.sbatch_args,
+                 "slurm: an sbatch option for every array, e.g. --partition=audit (repeatable)");
+  app.add_option("--slurm-max-parts", slurm.max_parts, "slurm: most parts one audit may have");
+  app.add_option("--slurm-part-bytes", slurm.bytes_per_part,
+                 "slurm: parts when a request names none: one per this many bytes of both trees");
+  app.add_option("--slurm-poll-ms", poll_ms, "slurm: how often the parts' states are read")
+      ->check(CLI::Range(50, 60000));
   CLI11_PARSE(app, argc, argv);
+  if (executor == "slurm") {
+    slurm.poll = absl::Milliseconds(poll_ms);
+    auto made = ckpt::daemon::SlurmExecutor::Create(slurm);
+    if (!made.ok()) return Fail(made.status());
+    options.slurm = *std::move(made);
+  } else if (!slurm.parts_dir.empty() || !slurm.node_key.empty() || !slurm.part_trust.empty()) {
+    return Fail(absl::InvalidArgumentError("the --slurm-* options and --part-trust need "
+                                           "--executor slurm"));
+  }
   options.db_path = db;
   if (options.head_path.empty()) options.head_path = db + ".head";
   const uint64_t max_open_files = SetProcessDefaultsForServing(malloc_arenas);

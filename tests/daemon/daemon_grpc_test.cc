@@ -1002,6 +1002,10 @@ TEST_F(DaemonTest, ForwardLayersInAuditsAndGpuRequests) {
            [](auto& r) { r.set_device("cpu"); }}) {
     EXPECT_EQ(start(set).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
+  // Parts need a daemon started with --executor slurm (docs/daemon.md "Slurm executor").
+  grpc::Status parts = start([](auto& r) { r.set_parts(2); });
+  EXPECT_EQ(parts.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(parts.error_message(), HasSubstr("--executor slurm"));
   const uint64_t size = LogSize();
   grpc::Status gpu = start([](auto& r) {
     r.set_forward_layers("all");

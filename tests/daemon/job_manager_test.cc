@@ -279,12 +279,14 @@ TEST_F(JobManagerTest, AJobInterruptedAFourthTimeFailsWithTheReason) {
 // row's request. Neither runs: its invoker would be signed into a record. A genuine queued job
 // beside them still runs.
 TEST_F(JobManagerTest, RowsTheDaemonDidNotWriteAreNeverRun) {
-  storage::JobRow genuine, altered;
-  genuine.root = altered.root = "root";
-  genuine.invoker = altered.invoker = "auditor:ci";
-  genuine.created_at = altered.created_at = "2026-01-01T00:00:00.000Z";
+  storage::JobRow genuine, altered, resplit;
+  genuine.root = altered.root = resplit.root = "root";
+  genuine.invoker = altered.invoker = resplit.invoker = "auditor:ci";
+  genuine.created_at = altered.created_at = resplit.created_at = "2026-01-01T00:00:00.000Z";
+  resplit.parts = 2;
   ASSERT_TRUE(table_->Insert(genuine).ok());
   ASSERT_TRUE(table_->Insert(altered).ok());
+  ASSERT_TRUE(table_->Insert(resplit).ok());
   {
     ::ckpt::testing::RawDb raw(path_);
     ASSERT_EQ(raw.Exec("INSERT INTO jobs(seq, id, root, source_root, policy, root_map, invoker,"
@@ -298,6 +300,9 @@ TEST_F(JobManagerTest, RowsTheDaemonDidNotWriteAreNeverRun) {
     ASSERT_EQ(raw.Exec("UPDATE jobs SET invoker = 'admin:release-manager' WHERE id = '" +
                        altered.id + "'"),
               0)
+        << raw.error();
+    // The part count is authenticated too (schema 5).
+    ASSERT_EQ(raw.Exec("UPDATE jobs SET parts = 3 WHERE id = '" + resplit.id + "'"), 0)
         << raw.error();
   }
   GatedWork work;
@@ -317,7 +322,7 @@ TEST_F(JobManagerTest, RowsTheDaemonDidNotWriteAreNeverRun) {
   JobManager& jobs = **m;
   WaitDone(jobs, genuine.id);
   EXPECT_EQ(jobs.Get(genuine.id)->state, JobState::kSucceeded);
-  for (const std::string& id : {std::string("job-000100-forged00"), altered.id}) {
+  for (const std::string& id : {std::string("job-000100-forged00"), altered.id, resplit.id}) {
     auto refused = jobs.Get(id);
     ASSERT_TRUE(refused.ok()) << refused.status();
     EXPECT_EQ(refused->state, JobState::kFailed) << id;
@@ -326,9 +331,58 @@ TEST_F(JobManagerTest, RowsTheDaemonDidNotWriteAreNeverRun) {
     EXPECT_EQ(table_->Get(id)->state, "failed");
   }
   EXPECT_THAT(ran, ::testing::ElementsAre("auditor:ci"));
-  ASSERT_EQ(jobs.recovery_notes().size(), 2u);
+  ASSERT_EQ(jobs.recovery_notes().size(), 3u);
   EXPECT_THAT(jobs.recovery_notes()[0], HasSubstr(altered.id));
-  EXPECT_THAT(jobs.recovery_notes()[1], HasSubstr("job-000100-forged00"));
+  EXPECT_THAT(jobs.recovery_notes()[1], HasSubstr(resplit.id));
+  EXPECT_THAT(jobs.recovery_notes()[2], HasSubstr("job-000100-forged00"));
+}
+
+// A Slurm job's part count and array job id are stored with it; a job recovered after a restart
+// gets both back, so it follows its array instead of submitting another (docs/daemon.md "Slurm
+// executor"). The work tells CancelJob from the daemon's stop.
+TEST_F(JobManagerTest, ExecutorJobIsStoredAndRecovered) {
+  std::string id;
+  {
+    std::promise<void> stored;
+    auto m = JobManager::Create(
+        [&](const JobSpec& s, JobRun& run) -> absl::StatusOr<JobOutcome> {
+          EXPECT_EQ(s.parts, 3u);
+          EXPECT_TRUE(run.SetExecutorJob("4242").ok());
+          EXPECT_EQ(s.executor_job, "4242");
+          stored.set_value();
+          while (!run.Cancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          EXPECT_FALSE(run.CancelledByCaller());
+          return absl::CancelledError("the daemon stops");
+        },
+        table_.get(), lookup_.get(), absl::OkStatus(), 1, 4);
+    ASSERT_TRUE(m.ok()) << m.status();
+    JobSpec spec{"root", "", "scale-window"};
+    spec.parts = 3;
+    auto submitted = (*m)->Submit(spec);
+    ASSERT_TRUE(submitted.ok()) << submitted.status();
+    id = *submitted;
+    stored.get_future().wait();
+    EXPECT_EQ(table_->Get(id)->executor_job, "4242");
+    EXPECT_EQ(table_->Get(id)->parts, 3);
+  }  // the daemon stops while the job runs
+  std::promise<JobSpec> seen;
+  bool by_caller = false;
+  auto m = JobManager::Create(
+      [&](const JobSpec& s, JobRun& run) -> absl::StatusOr<JobOutcome> {
+        seen.set_value(s);
+        while (!run.Cancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        by_caller = run.CancelledByCaller();
+        return absl::CancelledError("cancelled");
+      },
+      table_.get(), lookup_.get(), absl::OkStatus(), 1, 4);
+  ASSERT_TRUE(m.ok()) << m.status();
+  JobSpec recovered = seen.get_future().get();
+  EXPECT_EQ(recovered.parts, 3u);
+  EXPECT_EQ(recovered.executor_job, "4242");
+  ASSERT_TRUE((*m)->Cancel(id).ok());
+  WaitDone(**m, id);
+  EXPECT_TRUE(by_caller);
+  EXPECT_EQ((*m)->Get(id)->state, JobState::kCancelled);
 }
 
 // Looking up a job of an earlier run reads through its own read-only connection: while another
@@ -435,6 +489,50 @@ TEST_F(JobManagerTest, DrainRefusesNewJobs) {
   auto jobs = Manager(work);
   EXPECT_TRUE(jobs->Drain(absl::Now() + absl::Seconds(5)));
   EXPECT_EQ(jobs->Submit({"root", "", ""}).status().code(), absl::StatusCode::kUnavailable);
+}
+
+// A cancel that races the signing (a Slurm job's merge ends, say): either the cancel is accepted
+// and the work's Commit refuses, so nothing is signed, or the work committed first and the
+// cancel is refused; never an accepted cancel of a job that then signs.
+TEST_F(JobManagerTest, CancelAndCommitExcludeEachOther) {
+  std::promise<void> committed, cancelled;
+  std::shared_future<void> go_on = cancelled.get_future().share();
+  std::vector<bool> commits;
+  auto m = JobManager::Create(
+      [&](const JobSpec& s, JobRun& run) -> absl::StatusOr<JobOutcome> {
+        if (s.root == "late") {
+          commits.push_back(run.Commit());
+          committed.set_value();
+          go_on.wait();
+          return JobOutcome{"pass", 1};
+        }
+        while (!run.Cancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        commits.push_back(run.Commit());
+        if (!commits.back()) return absl::CancelledError("nothing was signed");
+        return JobOutcome{"pass", 2};
+      },
+      table_.get(), lookup_.get(), absl::OkStatus(), 1, 4);
+  ASSERT_TRUE(m.ok()) << m.status();
+  JobManager& jobs = **m;
+  auto late = jobs.Submit({"late", "", ""});
+  ASSERT_TRUE(late.ok());
+  committed.get_future().wait();
+  auto refused = jobs.Cancel(*late);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("too late to cancel"));
+  cancelled.set_value();
+  WaitDone(jobs, *late);
+  EXPECT_EQ(jobs.Get(*late)->state, JobState::kSucceeded);
+
+  auto early = jobs.Submit({"early", "", ""});
+  ASSERT_TRUE(early.ok());
+  for (int i = 0; i < 400 && jobs.Get(*early)->state != JobState::kRunning; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(jobs.Cancel(*early).ok());
+  WaitDone(jobs, *early);
+  EXPECT_EQ(jobs.Get(*early)->state, JobState::kCancelled);
+  EXPECT_EQ(commits, (std::vector<bool>{true, false}));
 }
 
 }  // namespace

@@ -436,9 +436,12 @@ TEST_F(LogTest, IndexRowsForOldEntriesAreRefused) {
   // Jobs change state, but are never deleted and their requests never change.
   ASSERT_EQ(db.Exec("INSERT INTO jobs VALUES(1, 'job-1', '/m', '', 'scale-window', '', '',"
                     " 'queued', '', -1, 0, '', '2026-01-01T00:00:00.000Z', '', 'all', 'cuda', '',"
-                    " 'c0de', 0)"),
+                    " 'c0de', 0, 3, '')"),
             SQLITE_OK);
   EXPECT_EQ(db.Exec("UPDATE jobs SET interruptions = 1 WHERE id = 'job-1'"), SQLITE_OK);
+  // Schema 5: the Slurm array running a job is recorded when submitted; its part count is fixed.
+  EXPECT_EQ(db.Exec("UPDATE jobs SET executor_job = '42' WHERE id = 'job-1'"), SQLITE_OK);
+  EXPECT_NE(db.Exec("UPDATE jobs SET parts = 1 WHERE id = 'job-1'"), SQLITE_OK);
   EXPECT_NE(db.Exec("UPDATE jobs SET mac = '' WHERE id = 'job-1'"), SQLITE_OK);
   EXPECT_EQ(db.Exec("UPDATE jobs SET state = 'running' WHERE id = 'job-1'"), SQLITE_OK);
   EXPECT_NE(db.Exec("UPDATE jobs SET root = '/etc' WHERE id = 'job-1'"), SQLITE_OK);
