@@ -43,6 +43,20 @@ absl::Status Refuse(const std::string& why) {
   return absl::FailedPreconditionError(absl::StrCat("cannot merge the audit parts: ", why));
 }
 
+// Findings all parts may count together: far more than any tree has groups or blocks, and low
+// enough that no sum of them wraps (a part's counts of 2^64 - k would otherwise cancel the k
+// findings another part made, docs/audit-parts.md).
+constexpr uint64_t kMaxFindings = uint64_t{1} << 62;
+
+// Adds every count of `list` to `*sum`; false once the sum passes kMaxFindings.
+bool CountFindings(const quant::FindingList& list, uint64_t* sum) {
+  for (const auto& [code, n] : list.by_code()) {
+    if (n > kMaxFindings - *sum) return false;
+    *sum += n;
+  }
+  return true;
+}
+
 }  // namespace
 
 PartOptions PartOptionsOf(const AuditOptions& o) {
@@ -445,6 +459,22 @@ absl::StatusOr<evidence::EvidenceRecord> MergeAuditParts(const std::vector<Signe
   if (!images.ok()) return images.status();
   if (absl::Status s = merger.Ranges(); !s.ok()) return s;
 
+  uint64_t findings = 0;
+  for (const SignedPart* p : parts) {
+    bool fits = true;
+    for (const WindowUnitResult& u : p->part.window_units) {
+      for (const quant::ScaleWindowMemberResult& m : u.members) {
+        fits = fits && CountFindings(m.nan, &findings) && CountFindings(m.over_span, &findings);
+      }
+    }
+    for (const PairUnitResult& u : p->part.pair_units) {
+      fits = fits && CountFindings(u.outcome.found, &findings);
+    }
+    if (!fits) {
+      return Refuse(absl::StrCat("the parts up to ", Named(*p), " count more findings than ",
+                                 kMaxFindings));
+    }
+  }
   ScaleWindowCheck& window = r.window();
   absl::Status s = Outcomes<WindowUnitResult>(
       "scale_window", parts, window,

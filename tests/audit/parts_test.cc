@@ -160,6 +160,42 @@ TEST_F(PartsTest, AFindingInOnePartIsTheMergedRecordsFinding) {
   EXPECT_EQ(merged->pair_audit->mismatches.by_code.count("ignored-tensor-differs"), 1u);
 }
 
+// A trusted node's part cannot cancel another part's findings: a count of 2^64 - k in one of its
+// own units would wrap the merged total of k mismatches found by the honest part to zero (a
+// pass). The merge refuses counts no record can hold.
+TEST_F(PartsTest, FindingCountsThatWouldWrapTheTotalAreRefused) {
+  const fs::path shard = derived_ / "model-00002-of-00002.safetensors";
+  std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(shard);
+  bytes[bytes.size() - 100] ^= 0x11;
+  ::ckpt::testing::WriteAll(shard, bytes);
+  std::vector<std::string> parts = Parts(2);
+  // The part that found the mismatches, and how many it found.
+  uint64_t found = 0;
+  size_t honest = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    json p = json::parse(evidence::ParseEnvelope(parts[i])->payload);
+    for (const json& u : p["pair_units"]) {
+      for (const auto& [code, n] : u["found"]["by_code"].items()) {
+        found += n.get<uint64_t>();
+        honest = i;
+      }
+    }
+  }
+  ASSERT_GT(found, 0u);
+  const size_t liar = 1 - honest;
+  parts[liar] = Edited(
+      parts[liar],
+      [&](json& p) {
+        ASSERT_FALSE(p["pair_units"].empty());
+        p["pair_units"][0]["found"]["by_code"]["x"] = uint64_t{0} - found;
+      },
+      node_.get());
+  auto merged = Merge(parts);
+  EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition)
+      << (merged.ok() ? evidence::VerdictName(merged->OverallVerdict()) : "");
+  EXPECT_THAT(merged.status().message(), HasSubstr("more findings than"));
+}
+
 // Hugging Face layouts (docs/hf-layouts.md): a hub cache snapshot audited against a local-dir
 // download of its source. Their own checks compare names and etags with the digests the parts
 // took, including the git blob id of a shard whose etag is one (a file committed without LFS:
