@@ -414,7 +414,8 @@ absl::StatusOr<evidence::EvidenceRecord> MergeAuditParts(const std::vector<Signe
   if (given.empty()) return Refuse("no parts given");
   const AuditPart& first = given.front().part;
   const unsigned count = first.spec.count;
-  std::vector<const SignedPart*> parts(count, nullptr);
+  // By index; a slot only for a part given (a part's count is the node's word, up to 2^32).
+  std::map<unsigned, const SignedPart*> by_index;
   for (const SignedPart& p : given) {
     const std::string where = Named(p);
     if (p.part.spec.count != count || p.part.spec.index >= count) {
@@ -432,16 +433,19 @@ absl::StatusOr<evidence::EvidenceRecord> MergeAuditParts(const std::vector<Signe
                                  " by ", first.environment.tool_version, " (",
                                  first.environment.git_commit, ")"));
     }
-    const SignedPart*& slot = parts[p.part.spec.index];
+    const SignedPart*& slot = by_index[p.part.spec.index];
     if (slot != nullptr) {
       return Refuse(absl::StrCat("part ", p.part.spec.index, "/", count, " is given twice (",
                                  slot->label, " and ", p.label, ")"));
     }
     slot = &p;
   }
-  for (unsigned i = 0; i < count; ++i) {
-    if (parts[i] == nullptr) return Refuse(absl::StrCat("part ", i, "/", count, " is missing"));
+  // Indices are below count and distinct, so all are given when there are count of them.
+  for (unsigned i = 0; by_index.size() < count; ++i) {
+    if (!by_index.contains(i)) return Refuse(absl::StrCat("part ", i, "/", count, " is missing"));
   }
+  std::vector<const SignedPart*> parts;
+  for (const auto& [index, p] : by_index) parts.push_back(p);
 
   auto options = AuditOptionsOf(first.options);
   if (!options.ok()) return options.status();

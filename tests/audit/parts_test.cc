@@ -196,6 +196,17 @@ TEST_F(PartsTest, FindingCountsThatWouldWrapTheTotalAreRefused) {
   EXPECT_THAT(merged.status().message(), HasSubstr("more findings than"));
 }
 
+// A file name that is not UTF-8 (the adversary names the files): the parts write and the merge
+// reads it as the single-machine audit records it.
+TEST_F(PartsTest, NameThatIsNotUtf8MergesIntoTheSingleMachineRecord) {
+  ::ckpt::testing::WriteAll(derived_ / "notes-\xff\xfe.txt", std::vector<uint8_t>{'x'});
+  auto single = RunAudit(Options(), NoProgress());
+  ASSERT_TRUE(single.ok()) << single.status();
+  auto merged = Merge(Parts(2));
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(Comparable(*merged), Comparable(*single));
+}
+
 // Hugging Face layouts (docs/hf-layouts.md): a hub cache snapshot audited against a local-dir
 // download of its source. Their own checks compare names and etags with the digests the parts
 // took, including the git blob id of a shard whose etag is one (a file committed without LFS:
@@ -230,6 +241,17 @@ TEST_F(PartsTest, MissingPartIsRefused) {
   auto merged = Merge(parts);
   EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(merged.status().message(), HasSubstr("part 1/3 is missing"));
+}
+
+// A trusted node's part of a split in 4e9 parts: refused as missing parts, without a slot
+// allocated for each part the split claims (32 GB).
+TEST_F(PartsTest, PartOfAHugeSplitIsRefusedWithoutAllocatingIt) {
+  const std::vector<std::string> parts = Parts(1);
+  const std::string huge = Edited(
+      parts[0], [](json& p) { p["part"]["count"] = 4'000'000'000u; }, node_.get());
+  auto merged = Merge({huge});
+  EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(merged.status().message(), HasSubstr("part 1/4000000000 is missing"));
 }
 
 TEST_F(PartsTest, DuplicatedPartIsRefused) {
