@@ -346,9 +346,16 @@ class Merger {
   // `f` as the owner hashed it: its digests, the stream's part done.
   absl::Status Complete(const PartFile& owner, const SignedPart& part, unsigned tree,
                         ImageFile* f) {
-    f->sha256 = owner.sha256;
-    if (f->wants_git_blob_id) f->git_blob_id = owner.git_blob_id;
-    f->stream_from.reset();
+    if (f->stream_from) {
+      f->sha256 = owner.sha256;
+      if (f->wants_git_blob_id) f->git_blob_id = owner.git_blob_id;
+      f->stream_from.reset();
+    } else if (owner.sha256 != f->sha256 ||
+               (f->wants_git_blob_id && owner.git_blob_id != f->git_blob_id)) {
+      // Read whole by the merge too: the record's digests are the merge's own.
+      return Refuse(absl::StrCat(TreeName(tree), " file ", f->name, ": ", part.label,
+                                 " lists other digests than the merge reads now"));
+    }
     if (f->safetensors != nullptr) {
       const auto& tensors = f->safetensors->tensors();
       const uint64_t at = f->safetensors->data_start();

@@ -329,6 +329,29 @@ TEST_F(PartsTest, FileHashedByNoPartOrTwoIsRefused) {
   }
 }
 
+// A file the merge reads whole itself (config.json): the part that hashed it cannot put another
+// digest for it in the record than the bytes the merge read and checked.
+TEST_F(PartsTest, DigestOfAFileTheMergeReadsWholeMustBeWhatTheMergeRead) {
+  for (const char* field : {"sha256", "seen"}) {
+    std::vector<std::string> parts = Parts(2);
+    size_t owner = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      json p = json::parse(evidence::ParseEnvelope(parts[i])->payload);
+      if (p["files"][0]["hashed"] == true) owner = i;
+    }
+    parts[owner] = Edited(
+        parts[owner],
+        [&](json& p) {
+          ASSERT_EQ(p["files"][0]["name"], "config.json");
+          p["files"][0][field] = std::string(64, 'a');
+        },
+        node_.get());
+    auto merged = Merge(parts);
+    EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition) << field;
+    EXPECT_THAT(merged.status().message(), HasSubstr("config.json")) << field;
+  }
+}
+
 // The trees changed after the parts read them: the merge, which reads every header and small
 // file again, does not see what the parts saw.
 TEST_F(PartsTest, TreeChangedBetweenThePartsAndTheMergeIsRefused) {
