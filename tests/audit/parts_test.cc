@@ -352,6 +352,37 @@ TEST_F(PartsTest, DigestOfAFileTheMergeReadsWholeMustBeWhatTheMergeRead) {
   }
 }
 
+// The hashing part's tensor list is the header's: a digest for a range the header does not
+// have (shifted, or a tensor listed twice) is refused, so ranges cannot cover other bytes.
+TEST_F(PartsTest, TensorListOtherThanTheHeaderIsRefused) {
+  const std::vector<std::function<void(json&)>> edits = {
+      [](json& t) { t[0]["begin"] = t[0]["begin"].get<uint64_t>() + 1; },
+      [](json& t) { t.push_back(t[0]); },
+      [](json& t) { t[0]["name"] = t[1]["name"]; },
+  };
+  for (size_t e = 0; e < edits.size(); ++e) {
+    std::vector<std::string> parts = Parts(2);
+    bool edited = false;
+    for (size_t i = 0; i < parts.size() && !edited; ++i) {
+      parts[i] = Edited(
+          parts[i],
+          [&](json& p) {
+            for (json& f : p["files"]) {
+              if (edited || f["hashed"] != true || f["tensors"].size() < 2) continue;
+              edits[e](f["tensors"]);
+              edited = true;
+            }
+          },
+          node_.get());
+    }
+    ASSERT_TRUE(edited);
+    auto merged = Merge(parts);
+    EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition) << e;
+    EXPECT_THAT(merged.status().message(), HasSubstr("lists other tensors than its header holds"))
+        << e;
+  }
+}
+
 // The trees changed after the parts read them: the merge, which reads every header and small
 // file again, does not see what the parts saw.
 TEST_F(PartsTest, TreeChangedBetweenThePartsAndTheMergeIsRefused) {
