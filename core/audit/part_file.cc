@@ -83,6 +83,14 @@ json StatsJson(const quant::TensorScaleStats& t) {
           {"global_scale_bits", Optional(t.global_scale_bits)}};
 }
 
+// A power-of-two scale exponent: no float format reaches 2^±4096, and the merge's spans
+// (k_max - k_min) of such exponents cannot overflow.
+std::optional<int> ExponentOf(const json& j) {
+  std::optional<int> k = OptionalOf<int>(j);
+  if (k && (*k < -4096 || *k > 4096)) throw BadPart{"a scale exponent out of range"};
+  return k;
+}
+
 quant::TensorScaleStats StatsOf(const json& j) {
   quant::TensorScaleStats t;
   t.tensor = Raw(j.at("tensor"));
@@ -96,9 +104,9 @@ quant::TensorScaleStats StatsOf(const json& j) {
   t.nan_scales_active = j.at("nan_scales_active").get<uint64_t>();
   t.nan_scales_zero = j.at("nan_scales_zero").get<uint64_t>();
   t.over_span_groups = j.at("over_span_groups").get<uint64_t>();
-  t.k_min = OptionalOf<int>(j.at("k_min"));
-  t.k_max = OptionalOf<int>(j.at("k_max"));
-  t.pair_k_max = OptionalOf<int>(j.at("pair_k_max"));
+  t.k_min = ExponentOf(j.at("k_min"));
+  t.k_max = ExponentOf(j.at("k_max"));
+  t.pair_k_max = ExponentOf(j.at("pair_k_max"));
   t.global_scale_bits = OptionalOf<uint32_t>(j.at("global_scale_bits"));
   return t;
 }

@@ -5,6 +5,7 @@
 // their reason; on a pair whose shards do not line up, the parts read each other's tensors and
 // together read little more than both trees.
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -397,7 +398,7 @@ TEST_F(PartsTest, TreeChangedBetweenThePartsAndTheMergeIsRefused) {
 
 // A trusted node's part that is not a well-formed part: refused as such, never trusted in part.
 TEST_F(PartsTest, MalformedPartsAreInvalid) {
-  const std::vector<std::function<void(json&)>> edits = {
+  std::vector<std::function<void(json&)>> edits = {
       [](json& p) { p.erase("files"); },
       [](json& p) { p["files"][0]["size"] = "large"; },
       [](json& p) { p["files"][0]["seen"] = "not hex"; },
@@ -421,6 +422,16 @@ TEST_F(PartsTest, MalformedPartsAreInvalid) {
       },
   };
   const std::vector<std::string> parts = Parts(1);
+  // Scale exponents whose span overflows int when the merge takes it (k_max - k_min).
+  edits.push_back([](json& p) {
+    for (json& u : p["scale_window_units"]) {
+      for (json& m : u["members"]) {
+        m["stats"]["k_min"] = std::numeric_limits<int>::min();
+        m["stats"]["k_max"] = std::numeric_limits<int>::max();
+        m["stats"]["pair_k_max"] = std::numeric_limits<int>::max();
+      }
+    }
+  });
   for (size_t i = 0; i < edits.size(); ++i) {
     auto merged = Merge({Edited(parts[0], edits[i], node_.get())});
     EXPECT_EQ(merged.status().code(), absl::StatusCode::kInvalidArgument) << i;
