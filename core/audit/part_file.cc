@@ -83,6 +83,19 @@ json StatsJson(const quant::TensorScaleStats& t) {
           {"global_scale_bits", Optional(t.global_scale_bits)}};
 }
 
+// A time as the part's node wrote it (evidence::Rfc3339Now: "2026-12-01T18:55:02.123Z"); the
+// merge takes the earliest part's start as the record's, comparing them as strings.
+std::string TimeOf(const json& j) {
+  std::string t = j.get<std::string>();
+  static constexpr char kShape[] = "dddd-dd-ddTdd:dd:dd.dddZ";
+  bool ok = t.size() == sizeof(kShape) - 1;
+  for (size_t i = 0; ok && i < t.size(); ++i) {
+    ok = kShape[i] == 'd' ? (t[i] >= '0' && t[i] <= '9') : t[i] == kShape[i];
+  }
+  if (!ok) throw BadPart{"a time that is not YYYY-MM-DDTHH:MM:SS.mmmZ"};
+  return t;
+}
+
 // A power-of-two scale exponent: no float format reaches 2^±4096, and the merge's spans
 // (k_max - k_min) of such exponents cannot overflow.
 std::optional<int> ExponentOf(const json& j) {
@@ -232,8 +245,9 @@ AuditPart PartOf(const json& j) {
   p.environment.cpu_threads = env.at("cpu_threads").get<int>();
   p.root_seen = Raw(j.at("roots_seen").at("root"));
   p.source_seen = Raw(j.at("roots_seen").at("source"));
-  p.started_at = j.at("started_at").get<std::string>();
-  p.finished_at = j.at("finished_at").get<std::string>();
+  p.started_at = TimeOf(j.at("started_at"));
+  p.finished_at = TimeOf(j.at("finished_at"));
+  if (p.finished_at < p.started_at) throw BadPart{"a part that finished before it started"};
   p.bytes_read = j.at("bytes_read").get<uint64_t>();
   p.verdict = j.at("verdict").get<std::string>();
   for (const json& e : j.at("files")) {

@@ -432,6 +432,9 @@ TEST_F(PartsTest, MalformedPartsAreInvalid) {
       }
     }
   });
+  // Times the record would take as its start: not a time, or a start after the part's end.
+  edits.push_back([](json& p) { p["started_at"] = "0"; });
+  edits.push_back([](json& p) { p["started_at"] = "9999-12-31T23:59:59.999Z"; });
   for (size_t i = 0; i < edits.size(); ++i) {
     auto merged = Merge({Edited(parts[0], edits[i], node_.get())});
     EXPECT_EQ(merged.status().code(), absl::StatusCode::kInvalidArgument) << i;
