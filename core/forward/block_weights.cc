@@ -67,31 +67,10 @@ class Loader {
     return *t;
   }
 
-  absl::StatusOr<std::vector<float>> Floats(const std::string& rel,
-                                            std::vector<uint64_t> shape) const {
-    auto t = Get(rel, shape);
-    if (!t.ok()) return t.status();
-    std::span<const uint8_t> b = t->bytes();
-    std::vector<float> out(t->info->num_elements());
-    if (t->info->dtype == DType::kBF16) {
-      for (size_t i = 0; i < out.size(); ++i) {
-        uint16_t v;
-        std::memcpy(&v, b.data() + 2 * i, 2);
-        out[i] = quant::DecodeBF16(v);
-      }
-    } else if (t->info->dtype == DType::kF32) {
-      std::memcpy(out.data(), b.data(), out.size() * 4);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(t->file->path(), ": tensor ", prefix_, rel,
-                                                     " has dtype ", DTypeName(t->info->dtype),
-                                                     ", expected BF16 or F32"));
-    }
-    return out;
-  }
-
-  // A BF16 or F32 matrix, read in place (DenseMatrix).
-  absl::StatusOr<DenseMatrix> Dense(const std::string& rel, int64_t rows, int64_t cols) const {
-    auto t = Get(rel, {static_cast<uint64_t>(rows), static_cast<uint64_t>(cols)});
+  // A BF16 or F32 tensor of `shape`, read in place as a [rows, cols] matrix (DenseMatrix).
+  absl::StatusOr<DenseMatrix> View(const std::string& rel, std::vector<uint64_t> shape,
+                                   int64_t rows, int64_t cols) const {
+    auto t = Get(rel, std::move(shape));
     if (!t.ok()) return t.status();
     const DType d = t->info->dtype;
     if (d != DType::kBF16 && d != DType::kF32) {
@@ -100,6 +79,20 @@ class Loader {
                                                      ", expected BF16 or F32"));
     }
     return DenseMatrix{prefix_ + rel, rows, cols, d, t->bytes(), nullptr};
+  }
+
+  // A small BF16 or F32 tensor (biases, norms), decoded.
+  absl::StatusOr<std::vector<float>> Floats(const std::string& rel,
+                                            std::vector<uint64_t> shape) const {
+    uint64_t n = 1;
+    for (uint64_t d : shape) n *= d;
+    auto m = View(rel, std::move(shape), 1, static_cast<int64_t>(n));
+    if (!m.ok()) return m.status();
+    return m->Floats();
+  }
+
+  absl::StatusOr<DenseMatrix> Dense(const std::string& rel, int64_t rows, int64_t cols) const {
+    return View(rel, {static_cast<uint64_t>(rows), static_cast<uint64_t>(cols)}, rows, cols);
   }
 
   // An expert matrix `{base}` stored as MXFP4, NVFP4 or X4T (resolved by core/quant).
