@@ -719,10 +719,13 @@ class Streamer {
       if (step.slot != kNone && slots_[step.slot].revisit) {
         if (absl::Status st = Revisit(s, slots_[step.slot], step, bytes); !st.ok()) return st;
       }
-      // The kernel may drop what the cursor has passed. A range read ahead stays in its page
-      // cache until then: the kernel's own readahead for the cursor may reach it first, and
+      // The kernel may drop what the cursor has passed, except a range it will read again: a
+      // revisit slot stays cached until its second read (a copy from memory, not a second
+      // read from storage), which drops it. A range read ahead stays in its page cache until
+      // the cursor passes it: the kernel's own readahead for the cursor may reach it first, and
       // would read it from storage again had it been dropped.
-      if (step.kind != Step::Kind::kReadAhead || slots_[step.slot].revisit) {
+      const bool revisit = step.slot != kNone && slots_[step.slot].revisit;
+      if (step.kind == Step::Kind::kReadAhead ? revisit : !revisit) {
         s.file->Consumed(step.offset, step.length);
       }
     }

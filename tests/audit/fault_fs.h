@@ -21,6 +21,8 @@ struct ReadHook {
   std::function<void(int reads_done)> after_read;
   // When set, also called after each successful Read with its offset and length.
   std::function<void(uint64_t offset, size_t length)> after_read_at = nullptr;
+  // When set, called when the reader lets the kernel drop a range from its page cache.
+  std::function<void(uint64_t offset, uint64_t length)> consumed = nullptr;
   // When set, the identity reported for the file (by StatAt and by its open file's Identity),
   // given the real one: a test can make a file whose bytes changed look unchanged.
   std::function<io::FileIdentity(const io::FileIdentity& real)> identity = nullptr;
@@ -44,6 +46,7 @@ class FaultFile final : public io::RandomAccessFile {
     return id;
   }
   void Consumed(uint64_t offset, uint64_t length) const override {
+    if (hook_ != nullptr && hook_->consumed) hook_->consumed(offset, length);
     inner_->Consumed(offset, length);
   }
 

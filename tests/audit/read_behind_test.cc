@@ -4,6 +4,9 @@
 // when its packed weight arrives, checked against the cursor's hash.
 #include <algorithm>
 #include <filesystem>
+#include <mutex>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "bench/scale/scale_checkpoint.h"
@@ -131,6 +134,52 @@ TEST_F(ReadBehindTest, ScaleChangedBeforeItsSecondReadIsDataLoss) {
   EXPECT_EQ(rec.status().code(), absl::StatusCode::kDataLoss) << rec.status();
   EXPECT_THAT(std::string(rec.status().message()), HasSubstr("second read"));
   EXPECT_THAT(std::string(rec.status().message()), HasSubstr(shard_.filename().string()));
+}
+
+// A scale the cursor hashed stays in the page cache until its second read: dropping it as the
+// cursor passes would make that second read one from storage (docs/audit-engine.md).
+TEST_F(ReadBehindTest, AScaleReadAgainIsNotDroppedFromThePageCacheBeforeItsSecondRead) {
+  struct Event {
+    bool read;
+    uint64_t begin, end;
+  };
+  std::mutex mu;
+  std::vector<Event> events;
+  ReadHook hook{shard_.filename().string(), [](int) {}};
+  hook.after_read_at = [&](uint64_t offset, size_t length) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back({true, offset, offset + length});
+  };
+  hook.consumed = [&](uint64_t offset, uint64_t length) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back({false, offset, offset + length});
+  };
+  AuditOptions o = Options(kWindow);
+  o.root_dir = FaultDirectory::Open(o.root, std::move(hook));
+  auto rec = RunAudit(o, NoProgress());
+  ASSERT_TRUE(rec.ok()) << rec.status();
+  EXPECT_EQ(rec->OverallVerdict(), evidence::Verdict::kPass);
+
+  // Each byte read twice: between its first and its last read, no drop covers it.
+  std::vector<std::pair<uint64_t, uint64_t>> reread;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (!events[i].read) continue;
+    for (size_t j = 0; j < i; ++j) {
+      const Event& e = events[j];
+      if (e.read && e.begin < events[i].end && events[i].begin < e.end) {
+        const uint64_t a = std::max(e.begin, events[i].begin), b = std::min(e.end, events[i].end);
+        for (size_t k = j + 1; k < i; ++k) {
+          const Event& d = events[k];
+          EXPECT_FALSE(!d.read && d.begin < b && a < d.end)
+              << "bytes [" << a << ", " << b << ") were dropped after their first read and "
+              << "before their second";
+        }
+        reread.push_back({a, b});
+        break;
+      }
+    }
+  }
+  EXPECT_FALSE(reread.empty()) << "the window should make the audit read scales twice";
 }
 
 // Embeddings and head of 4096 x 256 BF16 (2 MiB each, on each side) are larger than the window:
