@@ -21,6 +21,7 @@
 #                    nvidia-smi works)
 #   verify-pair      `ckpt-audit verify-pair`
 #   fingerprint-src, fingerprint-derived
+#   hash-K, audit-pair-K  with ROUNDS=N (K = 2..N): the baseline and the pair audit again
 # Each line of WORK/../results (or --results) record.jsonl is one command's exit code, wall
 # time, peak RSS and storage bytes read/written (ckpt-scale-gen time: wait4 rusage); run.log
 # holds every command's output (a refusal's message is there and in summary.txt); summary.txt
@@ -131,6 +132,12 @@ else
     --db "$db"
 fi
 run fingerprint-src "$cli" fingerprint "$src" --threads "$threads"
+# ROUNDS=N: N-1 more rounds of the hashing baseline and the pair audit, alternating, labelled
+# hash-K and audit-pair-K: the run-to-run spread of the audit's main ratio.
+for k in $(seq 2 "${ROUNDS:-1}"); do
+  run "hash-$k" "$gen" hash --threads "$threads" "${trees[@]}"
+  [ -d "$der" ] && run "audit-pair-$k" "$cli" audit "$der" --source "$src" --threads "$threads" --db "$db"
+done
 echo "cold cache: $cache_note" >> "$log"
 
 python3 - "$record" "$log" "$cache_note" "${trees[@]}" > "$results/summary.txt" <<'EOF'
