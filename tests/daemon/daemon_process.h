@@ -49,8 +49,9 @@ class DaemonProcess {
   ~DaemonProcess() { Stop(); }
 
   // Spawns ckpt-auditd with `args` (stderr to `log`), through the command `wrapper` if given
-  // (such as prlimit), and waits, at most 10 s, for the line that names its port. False when it
-  // exited or never said so; log() then says why.
+  // (such as prlimit), and waits, at most 30 s (a loaded 2-core CI machine), for the line that
+  // names its port; a daemon that exits is seen at once. False when it exited or never said so;
+  // log() then says why.
   bool Start(const std::vector<std::string>& args, const std::filesystem::path& log,
              const std::vector<std::string>& wrapper = {}) {
     log_ = log;
@@ -70,7 +71,7 @@ class DaemonProcess {
     std::regex port_re("serving on port ([0-9]+)");
     std::regex metrics_re("\"metrics_port\":([0-9]+)");
     std::regex health_re("\"health_port\":([0-9]+)");
-    for (int i = 0; i < 200; ++i) {
+    for (int i = 0; i < 600; ++i) {
       std::string text = ReadText(log);
       std::smatch m;
       if (std::regex_search(text, m, port_re)) {
