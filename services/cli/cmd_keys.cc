@@ -192,7 +192,32 @@ int ShowEd25519(const evidence::PublicKey& pub, const std::string& path, const K
   return kExitOk;
 }
 
+// A token key's public half, through the path signing uses: --type picks Ed25519 (default) or
+// ecdsa-p256, so a wrong PIN is offered once, never once per key type.
+int ShowTokenKey(const KeyArgs& a) {
+  evidence::KeySource source = a.token;
+  source.key = a.key;
+  if (a.type == "ecdsa-p256") {
+    auto key = evidence::LoadEcdsaSigningKey(source);
+    if (!key.ok()) return ReportError(key.status());
+    PrintEcdsaKey(key->public_key(), a.key, a.json);
+    return kExitOk;
+  }
+  if (a.type != "ed25519") {
+    return ReportError(absl::InvalidArgumentError(
+        absl::StrCat("--type ", a.type, ": token keys are ed25519 or ecdsa-p256")));
+  }
+  auto key = evidence::LoadSigningKey(source);
+  if (!key.ok()) return ReportError(key.status());
+  return ShowEd25519(key->public_key(), a.key, a);
+}
+
 int Show(const KeyArgs& a) {
+  if (evidence::IsPkcs11Uri(a.key)) return ShowTokenKey(a);
+  if (!a.token.pkcs11_module.empty() || !a.token.pin_file.empty() || !a.token.pin_env.empty()) {
+    return ReportError(absl::InvalidArgumentError(
+        "--pkcs11-module, --pin-file and --pin-env belong to a pkcs11: key"));
+  }
   std::string path = a.key;
   if (path.empty()) {
     auto def = DefaultKeyPath();
@@ -236,11 +261,15 @@ void AddKeysCommand(CLI::App& app, int* exit_code) {
   gen->add_flag("--json", args->json, "machine-readable output");
   gen->callback([=] { *exit_code = Generate(*args); });
   auto* show = keys->add_subcommand("show", "Print a key's id, trust-file line and public PEM");
-  show->add_option("--key,KEY", args->key, "private or public key file (default: per-user key)");
+  show->add_option("--key,KEY", args->key,
+                   "private or public key file, or pkcs11: URI (default: per-user key)");
   show->add_option("--name", args->name, "name written after the key in the trust line");
   show->add_option("--db", args->db,
                    "also print this log's note verifier key (C2SP vkey); without --key, only "
                    "when the per-user key signs the log's checkpoints");
+  show->add_option("--type", args->type,
+                   "for a pkcs11: key: ed25519 (default) or ecdsa-p256 (files say their type)");
+  AddPkcs11Flags(show, &args->token);
   show->add_flag("--json", args->json, "machine-readable output");
   show->callback([=] { *exit_code = Show(*args); });
 }

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <p11-kit/pkcs11.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -179,6 +180,13 @@ TEST_F(HsmCli, RecordsSignedOnTheTokenVerifyWithTheUsualVerifiersAndOpenssl) {
   Result log = Run(absl::StrCat("verify-log --db ", Db(), " --trust ", Trust()));
   EXPECT_EQ(log.rc, 0) << log.out << log.err;
   EXPECT_THAT(log.out, HasSubstr("LOG VERIFIED"));
+  // `keys show` of the token key: the same key id, and the log's note verifier key.
+  Result show = Run(absl::StrCat("keys show --key ", Uri("evidence"), Access(), " --db ", Db(),
+                                 " --json"));
+  ASSERT_EQ(show.rc, 0) << show.err;
+  json shown = json::parse(show.out);
+  EXPECT_EQ(shown["keyid"], ed["keyid"]);
+  EXPECT_TRUE(shown.contains("note_verifier_key"));
 
   // openssl checks the VSA's DSSE signature with the exported public key.
   auto vsa_bytes = ReadAll(vsa);
@@ -320,6 +328,33 @@ TEST_F(HsmCli, PinSourcesAreFlagsNeverTheUri) {
                                   " --pkcs11-module ", CKPT_SOFTHSM_MODULE));
   EXPECT_EQ(mixed.rc, 2);
   EXPECT_THAT(mixed.err, HasSubstr("belong to a pkcs11: key"));
+}
+
+// ckpt-auditd takes the same flags: with the token key it starts serving (deriving its job-row
+// key by a token signature on the way); with a wrong PIN it stops at once, naming the code.
+TEST_F(HsmCli, DaemonSignsWithATokenKey) {
+  Generate("evidence", "ed25519");
+  fs::create_directories(dir_ / "models");
+  auto daemon = [&](const std::string& pin_file) {
+    std::string log = (dir_ / "daemon.log").string();
+    std::string cmd = absl::StrCat(
+        "timeout 3 '", CKPT_BINARY_DIR, "/services/daemon/ckpt-auditd' --listen 127.0.0.1:0 ",
+        "--insecure-no-auth --db ", Db(), " --allow-root ", (dir_ / "models").string(),
+        " --key ", Uri("evidence"), " --pkcs11-module ", CKPT_SOFTHSM_MODULE, " --pin-file ",
+        pin_file, " > ", log, " 2>&1");
+    int status = std::system(cmd.c_str());
+    auto text = ReadAll(log);
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+                          std::string(text.begin(), text.end()));
+  };
+  auto [rc, out] = daemon(PinFile());
+  EXPECT_EQ(rc, 124) << "serving until timeout stops it: " << out;
+  EXPECT_THAT(out, HasSubstr("serving on port"));
+  WriteAll(dir_ / "wrong-pin", std::string("000000\n"));
+  ::chmod((dir_ / "wrong-pin").c_str(), 0600);
+  auto [bad_rc, bad_out] = daemon((dir_ / "wrong-pin").string());
+  EXPECT_EQ(bad_rc, 2) << bad_out;
+  EXPECT_THAT(bad_out, HasSubstr("CKR_PIN_INCORRECT"));
 }
 
 TEST_F(HsmCli, MissingTokenOrObjectIsNamed) {
