@@ -124,8 +124,9 @@ absl::StatusCode CodeOf(CK_RV rv) {
 // "PKCS#11 C_Login: CKR_PIN_INCORRECT (0xa0)" and what it means here.
 absl::Status CkError(absl::string_view call, CK_RV rv, absl::string_view context = "") {
   absl::string_view name = CkrName(rv);
-  std::string text = absl::StrCat("PKCS#11 ", call, ": ", name.empty() ? "CKR_" : name, " (0x",
-                                  absl::Hex(rv), ")");
+  std::string text = absl::StrCat("PKCS#11 ", call, ": ",
+                                  name.empty() ? "a return code without a CKR_ name here" : name,
+                                  " (0x", absl::Hex(rv), ")");
   if (rv == CKR_PIN_INCORRECT) {
     absl::StrAppend(&text, ": the token did not accept the PIN; not retried (each try counts "
                            "against the token's PIN attempts)");
