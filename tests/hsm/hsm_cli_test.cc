@@ -2,8 +2,6 @@
 // HSM"): keys made by `keys generate --pkcs11` sign evidence records (Ed25519) and OpenSSF model
 // signatures (ECDSA P-256) that the usual verifiers and the openssl CLI accept; an extractable
 // key, a wrong PIN (tried once), a PIN in the URI and a missing object are refused by name.
-#include <dlfcn.h>
-#include <p11-kit/pkcs11.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -18,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/hsm/softhsm_token.h"
 #include "tests/test_util.h"
 
 namespace ckpt {
@@ -33,57 +32,28 @@ using ::testing::Not;
 using json = nlohmann::json;
 using Result = ::ckpt::testing::CliResult;
 
-constexpr char kToken[] = "ckpt-test";
-constexpr char kPin[] = "314159";
+using ::ckpt::testing::kPin;
+using ::ckpt::testing::kToken;
 
 // Creates a P-256 key pair labelled `label` whose private key has CKA_SENSITIVE false, straight
-// through SoftHSM's C API (neither ckpt-audit nor pkcs11-tool makes such a key). "" when done,
-// else what failed.
-std::string MakeNonSensitiveKey(const std::string& label) {
-  void* lib = ::dlopen(CKPT_SOFTHSM_MODULE, RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return "dlopen";
-  auto get = reinterpret_cast<CK_C_GetFunctionList>(::dlsym(lib, "C_GetFunctionList"));
-  CK_FUNCTION_LIST_PTR f = nullptr;
-  if (get == nullptr || get(&f) != CKR_OK || f->C_Initialize(nullptr) != CKR_OK) return "init";
-  std::string failed;
-  CK_SLOT_ID slots[8];
-  CK_ULONG n = 8;
-  CK_SESSION_HANDLE s = CK_INVALID_HANDLE;
-  if (f->C_GetSlotList(CK_TRUE, slots, &n) != CKR_OK || n == 0) failed = "slots";
-  for (CK_ULONG i = 0; failed.empty() && i < n && s == CK_INVALID_HANDLE; ++i) {
-    CK_TOKEN_INFO info;
-    if (f->C_GetTokenInfo(slots[i], &info) != CKR_OK) continue;
-    if (std::string(reinterpret_cast<char*>(info.label), sizeof info.label).rfind(kToken, 0) == 0) {
-      f->C_OpenSession(slots[i], CKF_SERIAL_SESSION | CKF_RW_SESSION, nullptr, nullptr, &s);
-    }
-  }
-  if (failed.empty() && s == CK_INVALID_HANDLE) failed = "no session";
-  std::string pin = kPin;
-  if (failed.empty() &&
-      f->C_Login(s, CKU_USER, reinterpret_cast<CK_UTF8CHAR_PTR>(pin.data()), pin.size()) !=
-          CKR_OK) {
-    failed = "login";
-  }
-  if (failed.empty()) {
-    CK_BBOOL yes = CK_TRUE, no = CK_FALSE;
-    uint8_t p256[] = {0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07};
-    std::string name = label;
-    CK_ATTRIBUTE pub[] = {{CKA_TOKEN, &yes, 1},
-                          {CKA_EC_PARAMS, p256, sizeof p256},
-                          {CKA_LABEL, name.data(), name.size()}};
-    CK_ATTRIBUTE priv[] = {{CKA_TOKEN, &yes, 1},
-                           {CKA_SENSITIVE, &no, 1},
-                           {CKA_EXTRACTABLE, &no, 1},
-                           {CKA_SIGN, &yes, 1},
-                           {CKA_LABEL, name.data(), name.size()}};
-    CK_MECHANISM mech{CKM_EC_KEY_PAIR_GEN, nullptr, 0};
-    CK_OBJECT_HANDLE a, b;
-    if (f->C_GenerateKeyPair(s, &mech, pub, 3, priv, 5, &a, &b) != CKR_OK) failed = "generate";
-  }
-  if (s != CK_INVALID_HANDLE) f->C_CloseSession(s);
-  f->C_Finalize(nullptr);
-  ::dlclose(lib);
-  return failed;
+// through SoftHSM's C API (neither ckpt-audit nor pkcs11-tool makes such a key).
+bool MakeNonSensitiveKey(const std::string& label) {
+  ::ckpt::testing::TokenSession t;
+  if (!t.ok()) return false;
+  CK_BBOOL yes = CK_TRUE, no = CK_FALSE;
+  uint8_t p256[] = {0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07};
+  std::string name = label;
+  CK_ATTRIBUTE pub[] = {{CKA_TOKEN, &yes, 1},
+                        {CKA_EC_PARAMS, p256, sizeof p256},
+                        {CKA_LABEL, name.data(), name.size()}};
+  CK_ATTRIBUTE priv[] = {{CKA_TOKEN, &yes, 1},
+                         {CKA_SENSITIVE, &no, 1},
+                         {CKA_EXTRACTABLE, &no, 1},
+                         {CKA_SIGN, &yes, 1},
+                         {CKA_LABEL, name.data(), name.size()}};
+  CK_MECHANISM mech{CKM_EC_KEY_PAIR_GEN, nullptr, 0};
+  CK_OBJECT_HANDLE a, b;
+  return t.f()->C_GenerateKeyPair(t.s(), &mech, pub, 3, priv, 5, &a, &b) == CKR_OK;
 }
 
 // A fresh SoftHSM2 token in a temporary directory (its own SOFTHSM2_CONF, which the CLI
@@ -91,18 +61,11 @@ std::string MakeNonSensitiveKey(const std::string& label) {
 class HsmCli : public ::ckpt::testing::CliWorkspace {
  protected:
   void SetUp() override {
-    if (!fs::exists(CKPT_SOFTHSM_MODULE)) {
+    if (!::ckpt::testing::SoftHsmInstalled()) {
       GTEST_SKIP() << CKPT_SOFTHSM_MODULE
                    << " is absent: install Debian's softhsm2 (deploy/install-deps.sh does)";
     }
-    fs::create_directories(dir_ / "tokens");
-    WriteAll(dir_ / "softhsm2.conf",
-             absl::StrCat("directories.tokendir = ", (dir_ / "tokens").string(),
-                          "\nobjectstore.backend = file\nlog.level = ERROR\n"));
-    ::setenv("SOFTHSM2_CONF", (dir_ / "softhsm2.conf").c_str(), 1);
-    ASSERT_EQ(Shell(absl::StrCat("softhsm2-util --init-token --free --label ", kToken,
-                                 " --pin ", kPin, " --so-pin 27182818")),
-              0);
+    ASSERT_TRUE(::ckpt::testing::InitSoftHsmToken(dir_.path()));
     WriteAll(PinFile(), std::string(kPin) + "\n");
     ::chmod(PinFile().c_str(), 0600);
   }
@@ -260,7 +223,7 @@ TEST_F(HsmCli, ExtractableOrNonSensitiveKeyObjectsAreRefused) {
                                " --keypairgen --key-type EC:edwards25519 --usage-sign",
                                " --label extractable --id 01 --sensitive --extractable")),
             0);
-  ASSERT_EQ(MakeNonSensitiveKey("plain"), "");
+  ASSERT_TRUE(MakeNonSensitiveKey("plain"));
   Result ext = Run(absl::StrCat("audit ", Fixture("mini-kimi-mxfp4").string(), " --db ", Db(),
                                 " --key ", Uri("extractable"), Access()));
   EXPECT_EQ(ext.rc, 2);
