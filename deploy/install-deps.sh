@@ -5,7 +5,7 @@
 # deploy/slurm/demo.sh (docs/scale-out.md); python3-yaml parses deploy/k8s/*.yaml in its test.
 # libcurl and libzstd read OCI registries and their tar+zstd layers; docker-registry and skopeo
 # are the real registry the OCI tests start on loopback; softhsm2 is the PKCS#11 token of the
-# HSM key tests (docs/interop.md).
+# HSM key tests and opensc's pkcs11-tool their independent reader of it (docs/evidence.md).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
@@ -21,7 +21,7 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   chromium fonts-dejavu-core zlib1g-dev prometheus-cpp-dev \
   python3 python3-yaml \
   munge slurmctld slurmd slurm-client \
-  libcurl4-openssl-dev libzstd-dev docker-registry skopeo softhsm2 libp11-kit-dev
+  libcurl4-openssl-dev libzstd-dev docker-registry skopeo softhsm2 libp11-kit-dev opensc
 # The independent Node client test (tests/node): Debian's nodejs and npm unless a node with npm
 # is already installed, then the packages pinned by tests/node/package-lock.json.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

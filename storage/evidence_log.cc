@@ -545,7 +545,9 @@ absl::StatusOr<AppendResult> EvidenceLog::AppendLocked(const std::vector<std::st
   auto root = RootAt(seq);
   if (!root.ok()) return root.status();
   r.root = *root;
-  r.checkpoint = SignCheckpoint({origin_, seq, r.root}, log_key);
+  auto checkpoint = SignCheckpoint({origin_, seq, r.root}, log_key);
+  if (!checkpoint.ok()) return checkpoint.status();  // the transaction rolls back
+  r.checkpoint = *std::move(checkpoint);
   auto put = Prepare("INSERT INTO checkpoints(size, note) VALUES(?, ?)");
   if (!put.ok()) return put.status();
   put->Bind(1, static_cast<int64_t>(seq)).Bind(2, r.checkpoint);

@@ -73,9 +73,11 @@ std::string MacMessage(const JobRow& r) {
 
 }  // namespace
 
-JobRowKey JobRowKeyOf(const evidence::SigningKey& key) {
+absl::StatusOr<JobRowKey> JobRowKeyOf(const evidence::SigningKey& key) {
   const std::string label = kJobRowKeyLabel;
-  return Sha256Of(key.Sign(evidence::AsBytes(label)));
+  absl::StatusOr<evidence::Signature> sig = key.Sign(evidence::AsBytes(label));
+  if (!sig.ok()) return sig.status();
+  return Sha256Of(*sig);
 }
 
 absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(const std::string& path,

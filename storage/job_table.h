@@ -60,8 +60,9 @@ using JobRowKey = std::array<uint8_t, 32>;
 // The daemon's job row key, derived from its signing key (whose file the daemon requires to be
 // readable by its owner only): SHA-256 of the Ed25519 signature, deterministic, of a fixed label
 // that nothing else the key signs can equal (DSSE signs "DSSEv1 ...", checkpoints sign lines of
-// a note). Outside the database, so a database writer cannot compute a valid code.
-JobRowKey JobRowKeyOf(const evidence::SigningKey& key);
+// a note). Outside the database, so a database writer cannot compute a valid code. Errors only
+// from a token key.
+absl::StatusOr<JobRowKey> JobRowKeyOf(const evidence::SigningKey& key);
 
 class JobTable {
  public:

@@ -33,12 +33,14 @@ std::array<uint8_t, 4> NoteKeyId(const std::string& name, const evidence::Public
   return {d[0], d[1], d[2], d[3]};
 }
 
-std::string SignCheckpoint(const TreeHead& head, const evidence::SigningKey& key) {
+absl::StatusOr<std::string> SignCheckpoint(const TreeHead& head,
+                                           const evidence::SigningKey& key) {
   std::string body = Body(head);
-  evidence::Signature sig = key.Sign(evidence::AsBytes(body));
+  absl::StatusOr<evidence::Signature> sig = key.Sign(evidence::AsBytes(body));
+  if (!sig.ok()) return sig.status();
   std::array<uint8_t, 4> id = NoteKeyId(head.origin, key.public_key());
   std::vector<uint8_t> blob(id.begin(), id.end());
-  blob.insert(blob.end(), sig.begin(), sig.end());
+  blob.insert(blob.end(), sig->begin(), sig->end());
   return absl::StrCat(body, "\n", kEmDash, " ", head.origin, " ", evidence::Base64Encode(blob),
                       "\n");
 }

@@ -26,8 +26,9 @@ struct TreeHead {
 
 std::array<uint8_t, 4> NoteKeyId(const std::string& name, const evidence::PublicKey& key);
 
-// The signed note text for `head`, signed by `key` under the name head.origin.
-std::string SignCheckpoint(const TreeHead& head, const evidence::SigningKey& key);
+// The signed note text for `head`, signed by `key` under the name head.origin. Errors only from
+// a token key.
+absl::StatusOr<std::string> SignCheckpoint(const TreeHead& head, const evidence::SigningKey& key);
 
 // The body of a signed note (origin, size, root), its signatures not checked: for a note this
 // process stored itself (storage/head_state.h). INVALID_ARGUMENT when the text is malformed.

@@ -80,7 +80,7 @@ int BenchAppends(const fs::path& dir, int n, const evidence::SigningKey& key) {
   auto t0 = Clock::now();
   for (int i = 0; i < n; ++i) {
     auto payload = evidence::RecordPayload(Record(i));
-    std::string env = evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, key);
+    std::string env = *evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, key);
     auto r = (*log)->Append(env, key);
     if (!r.ok()) {
       std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
@@ -108,7 +108,7 @@ int BenchProofs(const fs::path& dir, uint64_t size, int proofs, const evidence::
   std::vector<std::string> distinct;
   for (int i = 0; i < 64; ++i) {
     distinct.push_back(
-        evidence::SignEnvelope(*evidence::RecordPayload(Record(i)), evidence::kInTotoPayloadType,
+        *evidence::SignEnvelope(*evidence::RecordPayload(Record(i)), evidence::kInTotoPayloadType,
                                key));
   }
   storage::MemoryTree mem;

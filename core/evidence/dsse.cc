@@ -15,14 +15,15 @@ std::string Pae(const std::string& payload_type, const std::string& payload) {
                       payload);
 }
 
-std::string SignEnvelope(const std::string& payload, const std::string& payload_type,
-                         const SigningKey& key) {
-  Signature sig = key.Sign(AsBytes(Pae(payload_type, payload)));
+absl::StatusOr<std::string> SignEnvelope(const std::string& payload,
+                                         const std::string& payload_type, const SigningKey& key) {
+  absl::StatusOr<Signature> sig = key.Sign(AsBytes(Pae(payload_type, payload)));
+  if (!sig.ok()) return sig.status();
   nlohmann::ordered_json env;
   env["payload"] = Base64Encode(payload);
   env["payloadType"] = payload_type;
   env["signatures"] = nlohmann::ordered_json::array(
-      {{{"keyid", key.public_key().KeyId()}, {"sig", Base64Encode(sig)}}});
+      {{{"keyid", key.public_key().KeyId()}, {"sig", Base64Encode(*sig)}}});
   return DumpJson(env);
 }
 

@@ -31,9 +31,10 @@ struct Envelope {
   std::vector<DsseSignature> signatures;
 };
 
-// The envelope JSON text (compact, keys in a fixed order) with one signature by `key`.
-std::string SignEnvelope(const std::string& payload, const std::string& payload_type,
-                         const SigningKey& key);
+// The envelope JSON text (compact, keys in a fixed order) with one signature by `key`. Errors
+// only from a token key (core/evidence/pkcs11_key.h).
+absl::StatusOr<std::string> SignEnvelope(const std::string& payload,
+                                         const std::string& payload_type, const SigningKey& key);
 
 // INVALID_ARGUMENT for anything that is not a well-formed envelope.
 absl::StatusOr<Envelope> ParseEnvelope(const std::string& json_text);

@@ -151,9 +151,12 @@ absl::StatusOr<EcdsaSigningKey> EcdsaSigningKey::FromPem(const std::string& pem,
     return absl::InvalidArgumentError(
         absl::StrCat(label, ": not an unencrypted PEM private key"));
   }
-  auto holder = std::make_shared<EcdsaPublicKey::Pkey>(pkey);
   auto curve = CurveOf(pkey, label);
-  if (!curve.ok()) return curve.status();
+  if (!curve.ok()) {
+    EVP_PKEY_free(pkey);
+    return curve.status();
+  }
+  std::shared_ptr<const Signer> signer = EvpSigner(pkey, DigestFor(*curve));
   // The public half as its own key object, so it outlives nothing it does not own.
   unsigned char* der = nullptr;
   int len = i2d_PUBKEY(pkey, &der);
@@ -161,7 +164,7 @@ absl::StatusOr<EcdsaSigningKey> EcdsaSigningKey::FromPem(const std::string& pem,
   auto pub = EcdsaPublicKey::FromDer({der, static_cast<size_t>(len)});
   OPENSSL_free(der);
   if (!pub.ok()) return pub.status();
-  return EcdsaSigningKey(std::move(holder), *std::move(pub));
+  return EcdsaSigningKey(std::move(signer), *std::move(pub));
 }
 
 absl::StatusOr<EcdsaSigningKey> EcdsaSigningKey::Load(const std::string& path) {
@@ -171,26 +174,14 @@ absl::StatusOr<EcdsaSigningKey> EcdsaSigningKey::Load(const std::string& path) {
 }
 
 absl::Status EcdsaSigningKey::Save(const std::string& path) const {
-  return WritePrivateKeyFile(path, PrivateKeyPem(pkey_->pkey));
+  absl::StatusOr<std::string> pem = signer_->PrivateKeyPem();
+  if (!pem.ok()) return pem.status();
+  return WritePrivateKeyFile(path, *pem);
 }
 
 absl::StatusOr<std::vector<uint8_t>> EcdsaSigningKey::Sign(
     std::span<const uint8_t> message) const {
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  size_t len = 0;
-  std::vector<uint8_t> sig;
-  bool ok = ctx != nullptr &&
-            EVP_DigestSignInit(ctx, nullptr, DigestFor(public_key_.curve()), nullptr,
-                               pkey_->pkey) == 1 &&
-            EVP_DigestSign(ctx, nullptr, &len, message.data(), message.size()) == 1;
-  if (ok) {
-    sig.resize(len);
-    ok = EVP_DigestSign(ctx, sig.data(), &len, message.data(), message.size()) == 1;
-    sig.resize(len);
-  }
-  EVP_MD_CTX_free(ctx);
-  if (!ok) return absl::InternalError("ECDSA signing failed");
-  return sig;
+  return signer_->Sign(message);
 }
 
 }  // namespace ckpt::evidence

@@ -5,7 +5,8 @@
 // as the curve size dictates. The key hint a Sigstore bundle carries is the lowercase hex SHA-256
 // of the public key's SubjectPublicKeyInfo PEM text (PublicPem()). Private keys follow the same
 // file rules as the Ed25519 evidence key (core/evidence/ed25519.h): created 0600, refused when
-// group or others may read them, never prompted for a passphrase.
+// group or others may read them, never prompted for a passphrase. A P-256 key may instead live on
+// a PKCS#11 token (core/evidence/pkcs11_key.h) and signs through the same class.
 // Both classes are immutable after construction and safe to share between threads.
 #ifndef CKPT_CORE_EVIDENCE_ECDSA_H_
 #define CKPT_CORE_EVIDENCE_ECDSA_H_
@@ -18,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/evidence/signer.h"
 
 namespace ckpt::evidence {
 
@@ -56,18 +58,21 @@ class EcdsaSigningKey {
   // SEC1 ("EC PRIVATE KEY") or PKCS#8 PEM. Errors: NOT_FOUND, FAILED_PRECONDITION (group/other
   // may read it), INVALID_ARGUMENT (not an unencrypted EC key on a supported curve).
   static absl::StatusOr<EcdsaSigningKey> Load(const std::string& path);
-  // PKCS#8 PEM created with mode 0600; ALREADY_EXISTS rather than overwriting a key.
+  // A key whose private half `signer` holds (a token's, core/evidence/pkcs11_key.h); `pub` is
+  // its public key, which the caller has checked belongs to it.
+  EcdsaSigningKey(std::shared_ptr<const Signer> signer, EcdsaPublicKey pub)
+      : signer_(std::move(signer)), public_key_(std::move(pub)) {}
+  // PKCS#8 PEM created with mode 0600; ALREADY_EXISTS rather than overwriting a key;
+  // FAILED_PRECONDITION for a token key.
   absl::Status Save(const std::string& path) const;
 
   const EcdsaPublicKey& public_key() const { return public_key_; }
-  // DER signature; INTERNAL only if OpenSSL fails.
+  // DER signature; INTERNAL if OpenSSL fails, a token's named PKCS#11 error.
   absl::StatusOr<std::vector<uint8_t>> Sign(std::span<const uint8_t> message) const;
 
  private:
-  EcdsaSigningKey(std::shared_ptr<EcdsaPublicKey::Pkey> pkey, EcdsaPublicKey pub)
-      : pkey_(std::move(pkey)), public_key_(std::move(pub)) {}
   static absl::StatusOr<EcdsaSigningKey> FromPem(const std::string& pem, const std::string& label);
-  std::shared_ptr<EcdsaPublicKey::Pkey> pkey_;
+  std::shared_ptr<const Signer> signer_;
   EcdsaPublicKey public_key_;
 };
 

@@ -3,7 +3,6 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
-#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -19,12 +18,6 @@ struct BioDeleter {
 using BioPtr = std::unique_ptr<BIO, BioDeleter>;
 
 }  // namespace
-
-struct SigningKey::Pkey {
-  explicit Pkey(EVP_PKEY* p) : pkey(p) {}
-  ~Pkey() { EVP_PKEY_free(pkey); }
-  EVP_PKEY* pkey;
-};
 
 absl::StatusOr<PublicKey> PublicKey::FromRaw(std::span<const uint8_t> raw) {
   if (raw.size() != 32) {
@@ -87,14 +80,14 @@ absl::StatusOr<SigningKey> SigningKey::FromPkeyPem(const std::string& pem,
   if (pkey == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(label, ": not a PEM private key"));
   }
-  auto holder = std::make_shared<Pkey>(pkey);
+  std::shared_ptr<const Signer> signer = EvpSigner(pkey, nullptr);
   RawPublicKey raw;
   size_t len = raw.size();
   if (EVP_PKEY_get_base_id(pkey) != EVP_PKEY_ED25519 ||
       EVP_PKEY_get_raw_public_key(pkey, raw.data(), &len) != 1 || len != 32) {
     return absl::InvalidArgumentError(absl::StrCat(label, ": not an Ed25519 private key"));
   }
-  return SigningKey(std::move(holder), PublicKey(raw));
+  return SigningKey(std::move(signer), PublicKey(raw));
 }
 
 absl::StatusOr<SigningKey> SigningKey::Load(const std::string& path) {
@@ -104,19 +97,21 @@ absl::StatusOr<SigningKey> SigningKey::Load(const std::string& path) {
 }
 
 absl::Status SigningKey::Save(const std::string& path) const {
-  return WritePrivateKeyFile(path, PrivateKeyPem(pkey_->pkey));
+  absl::StatusOr<std::string> pem = signer_->PrivateKeyPem();
+  if (!pem.ok()) return pem.status();
+  return WritePrivateKeyFile(path, *pem);
 }
 
-Signature SigningKey::Sign(std::span<const uint8_t> message) const {
-  Signature sig;
-  size_t len = sig.size();
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  if (EVP_DigestSignInit(ctx, nullptr, nullptr, nullptr, pkey_->pkey) != 1 ||
-      EVP_DigestSign(ctx, sig.data(), &len, message.data(), message.size()) != 1) {
-    std::abort();  // cannot fail for a valid Ed25519 key short of memory exhaustion
+absl::StatusOr<Signature> SigningKey::Sign(std::span<const uint8_t> message) const {
+  absl::StatusOr<std::vector<uint8_t>> sig = signer_->Sign(message);
+  if (!sig.ok()) return sig.status();
+  Signature out;
+  if (sig->size() != out.size()) {
+    return absl::DataLossError(
+        absl::StrCat("Ed25519 signer returned ", sig->size(), " bytes, not 64"));
   }
-  EVP_MD_CTX_free(ctx);
-  return sig;
+  std::memcpy(out.data(), sig->data(), out.size());
+  return out;
 }
 
 }  // namespace ckpt::evidence

@@ -17,7 +17,9 @@ absl::StatusOr<PublishedAudit> PublishAudit(const evidence::EvidenceRecord& reco
   auto payload = evidence::RecordPayload(record);
   if (!payload.ok()) return payload.status();
   PublishedAudit out;
-  out.record_envelope = evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, key);
+  auto record_envelope = evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, key);
+  if (!record_envelope.ok()) return record_envelope.status();
+  out.record_envelope = *std::move(record_envelope);
   std::string envelope_sha256 = ToHex(Sha256Of(evidence::AsBytes(out.record_envelope)));
   // The test result's only input not known yet is the record's log position; building it once
   // now means a record that cannot have one (no OMS ROOT subject) appends nothing.
@@ -31,8 +33,9 @@ absl::StatusOr<PublishedAudit> PublishAudit(const evidence::EvidenceRecord& reco
   auto test_payload =
       evidence::TestResultPayload(record, {EntryUri(log, out.record_id), envelope_sha256});
   if (!test_payload.ok()) return test_payload.status();
-  out.test_result_envelope =
-      evidence::SignEnvelope(*test_payload, evidence::kInTotoPayloadType, key);
+  auto test_envelope = evidence::SignEnvelope(*test_payload, evidence::kInTotoPayloadType, key);
+  if (!test_envelope.ok()) return test_envelope.status();
+  out.test_result_envelope = *std::move(test_envelope);
   auto second = log.Append(out.test_result_envelope, key);
   if (!second.ok()) return second.status();
   out.test_result_id = second->seq;

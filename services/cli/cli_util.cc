@@ -79,6 +79,15 @@ absl::StatusOr<uint64_t> ParseByteSize(std::string_view text) {
   return bytes + extra;
 }
 
+void AddPkcs11Flags(CLI::App* cmd, evidence::KeySource* source) {
+  cmd->add_option("--pkcs11-module", source->pkcs11_module,
+                  "PKCS#11 module (.so) holding a --key given as a pkcs11: URI");
+  cmd->add_option("--pin-file", source->pin_file,
+                  "file holding the token's user PIN (mode 0600); for a pkcs11: key");
+  cmd->add_option("--pin-env", source->pin_env,
+                  "environment variable holding the token's user PIN; for a pkcs11: key");
+}
+
 void AddMemoryWindowFlag(CLI::App* cmd, uint64_t* window) {
   cmd->add_option_function<std::string>(
       "--memory-window",

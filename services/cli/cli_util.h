@@ -12,6 +12,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/evidence/key_source.h"
 #include "core/fingerprint/fingerprint.h"
 #include "core/progress.h"
 
@@ -54,6 +55,11 @@ absl::StatusOr<uint64_t> ParseByteSize(std::string_view text);
 // ParseByteSize, at least kMinReadChunk (one read chunk); a bad value is a usage error
 // (exit 2) naming the flag.
 void AddMemoryWindowFlag(CLI::App* cmd, uint64_t* window);
+
+// `--pkcs11-module PATH`, `--pin-file PATH` and `--pin-env NAME`: how a command whose --key is a
+// pkcs11: URI reaches the token (core/evidence/key_source.h). The same flags on every command
+// that signs.
+void AddPkcs11Flags(CLI::App* cmd, evidence::KeySource* source);
 
 // `--part I/N` of `fingerprint` and `audit`: INVALID_ARGUMENT unless 0 <= I < N.
 absl::StatusOr<PartSpec> ParsePartSpec(const std::string& text);

@@ -32,7 +32,7 @@ namespace {
 struct AuditArgs {
   audit::AuditOptions options;
   std::string db;
-  std::string key;
+  evidence::KeySource key;  // its PKCS#11 flags also serve --part-key
   std::string vsa;
   std::vector<std::string> map_root;
   std::string device = "cpu";  // of the block forward
@@ -49,13 +49,15 @@ int RunPart(const AuditArgs& a) {
   if (a.part_key.empty() || a.out.empty()) {
     return ReportError(absl::InvalidArgumentError("--part needs --part-key and --out"));
   }
-  if (!a.db.empty() || !a.key.empty() || !a.vsa.empty()) {
+  if (!a.db.empty() || !a.key.key.empty() || !a.vsa.empty()) {
     return ReportError(absl::InvalidArgumentError(
         "--part writes a part file, not a record: --db, --key and --vsa belong to --merge"));
   }
   auto spec = ParsePartSpec(a.part);
   if (!spec.ok()) return ReportError(spec.status());
-  auto key = evidence::SigningKey::Load(a.part_key);
+  evidence::KeySource part_key = a.key;
+  part_key.key = a.part_key;
+  auto key = evidence::LoadSigningKey(part_key);
   if (!key.ok()) return ReportError(key.status());
   TerminalProgress progress;
   auto part = audit::RunAuditPart(a.options, *spec, progress);
@@ -105,8 +107,10 @@ absl::Status WriteSummary(const evidence::EvidenceRecord& rec, const storage::Ev
       rec, "https://ckpt-audit.dev/cli", interop::EntryUri(log, record_id),
       ToHex(Sha256Of(evidence::AsBytes(envelope))));
   if (!payload.ok()) return payload.status();
+  auto envelope_text = evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, key);
+  if (!envelope_text.ok()) return envelope_text.status();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, key) << "\n";
+  out << *envelope_text << "\n";
   if (!out) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot write"));
   return absl::OkStatus();
 }
@@ -208,7 +212,9 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--source", a->options.source, "source checkpoint for a pair audit");
   cmd->add_option("--policy", a->options.policy, "policy name (scale-window, marlin-safe)");
   cmd->add_option("--db", a->db, "evidence database (default: per-user)");
-  cmd->add_option("--key", a->key, "signing key PEM (default: per-user, generated)");
+  cmd->add_option("--key", a->key.key,
+                  "signing key PEM or pkcs11:URI (default: per-user, generated)");
+  AddPkcs11Flags(cmd, &a->key);
   cmd->add_option("--vsa", a->vsa, "also write a signed SLSA verification summary here");
   cmd->add_option("--forward-layers,--forward-layer", a->options.forward_layers,
                   "also run the block forward on these MoE layers (all or L1,L2,...; vs --source)");
@@ -235,7 +241,8 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->add_option("--part", a->part,
                   "run only part I/N of the audit and write it signed to --out (docs/audit-parts.md)");
-  cmd->add_option("--part-key", a->part_key, "the node's Ed25519 key PEM that signs the part");
+  cmd->add_option("--part-key", a->part_key,
+                  "the node's Ed25519 key (PEM or pkcs11:URI) that signs the part");
   cmd->add_option("--out", a->out, "where --part writes its signed part file");
   cmd->add_option("--merge", a->merge,
                   "merge these part files into one record (with --part-trust, --db, --key)")

@@ -1,6 +1,7 @@
-// `ckpt-audit sign ROOT --key EC_KEY.pem [--signature OUT] [--ignore-paths P...]`: an OpenSSF
-// model signing (OMS v1.0) signature of a model directory, the Sigstore bundle that
-// `model_signing sign key` writes and `model_signing verify key` accepts (docs/interop.md).
+// `ckpt-audit sign ROOT --key EC_KEY.pem|pkcs11:URI [--signature OUT] [--ignore-paths P...]`: an
+// OpenSSF model signing (OMS v1.0) signature of a model directory, the Sigstore bundle that
+// `model_signing sign key` writes and `model_signing verify key` accepts (docs/interop.md); a
+// token key signs through --pkcs11-module and --pin-file/--pin-env (docs/evidence.md).
 // Exit 0 written, 2 invalid input or error.
 #include <cstdio>
 #include <memory>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "core/evidence/ecdsa.h"
+#include "core/evidence/key_source.h"
 #include "core/interop/model_signature.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
@@ -18,14 +20,14 @@ namespace {
 
 struct SignArgs {
   std::string root;
-  std::string key;
+  evidence::KeySource key;
   std::string signature = "model.sig";
   std::vector<std::string> ignore_paths;
   unsigned threads = 0;
 };
 
 int Run(const SignArgs& a) {
-  auto key = evidence::EcdsaSigningKey::Load(a.key);
+  auto key = evidence::LoadEcdsaSigningKey(a.key);
   if (!key.ok()) return ReportError(key.status());
   interop::ModelSigningOptions options;
   options.threads = a.threads;
@@ -49,7 +51,10 @@ void AddSignCommand(CLI::App& app, int* exit_code) {
       "sign", "Write an OpenSSF model signing (model_signing v1.0) signature of a directory");
   auto a = std::make_shared<SignArgs>();
   cmd->add_option("ROOT", a->root, "model directory")->required();
-  cmd->add_option("--key", a->key, "ECDSA P-256/P-384/P-521 private key PEM")->required();
+  cmd->add_option("--key", a->key.key,
+                  "ECDSA P-256/P-384/P-521 private key PEM, or pkcs11:URI of a P-256 token key")
+      ->required();
+  AddPkcs11Flags(cmd, &a->key);
   cmd->add_option("--signature", a->signature, "signature file to write (default model.sig)");
   cmd->add_option("--ignore-paths", a->ignore_paths, "files or directories not to sign");
   cmd->add_option("--threads", a->threads, "worker threads (0: all cores)");

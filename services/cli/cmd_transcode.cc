@@ -33,7 +33,7 @@ struct TranscodeArgs {
   std::string source_ref;
   std::string provenance;
   std::string db;
-  std::string key;
+  evidence::KeySource key;
   bool json = false;
   bool resume = false;
   unsigned threads = 0;
@@ -55,7 +55,7 @@ int Run(const TranscodeArgs& a) {
   }
   auto setup = ResolveEvidenceSetup(a.db, a.key);  // before any work: a bad key stops here
   if (!setup.ok()) return ReportError(setup.status());
-  if (a.key.empty()) {
+  if (a.key.key.empty()) {
     std::fprintf(stderr, "ckpt-audit: provenance signed with the per-user key %s\n",
                  setup->key_path.c_str());
   }
@@ -73,8 +73,10 @@ int Run(const TranscodeArgs& a) {
   }
   auto payload = evidence::ProvenancePayload(r->provenance);
   if (!payload.ok()) return ReportError(payload.status());
-  std::string envelope =
+  auto signed_envelope =
       evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, setup->key);
+  if (!signed_envelope.ok()) return ReportError(signed_envelope.status());
+  const std::string& envelope = *signed_envelope;
   if (auto s = WriteFileAtomically(provenance_path, envelope + "\n"); !s.ok()) {
     return ReportError(s);
   }
@@ -127,7 +129,9 @@ void AddTranscodeCommand(CLI::App& app, int* exit_code) {
                   "where the source came from (e.g. hf://org/model@revision), recorded");
   cmd->add_option("--provenance", a->provenance, "provenance file (default DST.intoto.jsonl)");
   cmd->add_option("--db", a->db, "also append the provenance to this evidence log");
-  cmd->add_option("--key", a->key, "signing key PEM (default: per-user, generated)");
+  cmd->add_option("--key", a->key.key,
+                  "signing key PEM or pkcs11:URI (default: per-user, generated)");
+  AddPkcs11Flags(cmd, &a->key);
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->add_option("--threads", a->threads, "worker threads (0 = all cores)");
   AddMemoryWindowFlag(cmd, &a->memory_window);

@@ -54,7 +54,8 @@ absl::StatusOr<std::string> DefaultKeyPath() {
 }
 
 absl::StatusOr<EvidenceSetup> ResolveEvidenceSetup(const std::string& db,
-                                                   const std::string& key) {
+                                                   const evidence::KeySource& source) {
+  const std::string& key = source.key;
   std::string home;
   if (db.empty() || key.empty()) {
     auto h = EvidenceHome();
@@ -83,7 +84,9 @@ absl::StatusOr<EvidenceSetup> ResolveEvidenceSetup(const std::string& db,
                     generated ? " (generated now; public key added to the default trust file)"
                               : "");
   }
-  auto loaded = evidence::SigningKey::Load(key_path);
+  evidence::KeySource resolved = source;
+  resolved.key = key_path;
+  auto loaded = evidence::LoadSigningKey(resolved);
   if (!loaded.ok()) return loaded.status();
   return EvidenceSetup{db_path, key_path, *loaded, note};
 }

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/evidence/ed25519.h"
+#include "core/evidence/key_source.h"
 #include "core/evidence/trust_store.h"
 
 namespace ckpt::cli {
@@ -24,14 +25,16 @@ absl::StatusOr<std::string> DefaultKeyPath();
 
 struct EvidenceSetup {
   std::string db_path;
-  std::string key_path;
+  std::string key_path;  // or the key's pkcs11: URI
   evidence::SigningKey key;
   std::string defaults_note;  // what defaults were used, for one line on stderr; empty if none
 };
 
-// Resolves --db and --key: an empty value means the per-user default. A missing default key is
-// generated (0600) and added to the default trust file.
-absl::StatusOr<EvidenceSetup> ResolveEvidenceSetup(const std::string& db, const std::string& key);
+// Resolves --db and --key (a PEM file or a token key, core/evidence/key_source.h): an empty value
+// means the per-user default. A missing default key is generated (0600) and added to the default
+// trust file.
+absl::StatusOr<EvidenceSetup> ResolveEvidenceSetup(const std::string& db,
+                                                   const evidence::KeySource& key);
 
 // --trust FILE, or the per-user trust file when empty.
 absl::StatusOr<evidence::TrustStore> LoadTrust(const std::string& trust_path);

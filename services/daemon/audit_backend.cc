@@ -147,9 +147,13 @@ absl::StatusOr<std::unique_ptr<AuditBackend>> AuditBackend::Create(
 
   absl::Status accepting = backend->writer_->append_status();
   if (backend->writer_->schema_version() >= 2) {
-    auto table = storage::JobTable::Open(
-        options.db_path, kLogLabel,
-        accepting.ok() ? std::optional(storage::JobRowKeyOf(backend->key_)) : std::nullopt);
+    std::optional<storage::JobRowKey> row_key;
+    if (accepting.ok()) {
+      auto derived = storage::JobRowKeyOf(backend->key_);
+      if (!derived.ok()) return derived.status();
+      row_key = *derived;
+    }
+    auto table = storage::JobTable::Open(options.db_path, kLogLabel, row_key);
     if (!table.ok()) return table.status();
     backend->job_table_ = *std::move(table);
     auto lookup = storage::JobTable::Open(options.db_path, kLogLabel, std::nullopt);
@@ -573,7 +577,9 @@ absl::StatusOr<GateDecision> AuditBackend::Gate(const GateRequest& request, Prog
     auto payload =
         evidence::VerificationSummaryPayload(decision, kVerifierId, input_uri, input_sha256);
     if (!payload.ok()) return payload.status();
-    d.envelope = evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, key_);
+    auto envelope = evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, key_);
+    if (!envelope.ok()) return envelope.status();
+    d.envelope = *std::move(envelope);
     auto appended = Append(d.envelope);
     if (!appended.ok()) return appended.status();
     d.decision_id = static_cast<int64_t>(appended->seq);

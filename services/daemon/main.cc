@@ -10,6 +10,7 @@
 #include "CLI/CLI.hpp"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
+#include "core/evidence/key_source.h"
 #include "services/daemon/grpc_service.h"
 #include "services/daemon/json_log.h"
 #include "services/daemon/metrics.h"
@@ -35,7 +36,8 @@ int Fail(const absl::Status& s) {
 int main(int argc, char** argv) {
   using namespace ckpt::daemon;
   CLI::App app{"ckpt-auditd: audits checkpoints as jobs and serves signed evidence over gRPC"};
-  std::string db, key_path, trust_path;
+  std::string db, trust_path;
+  ckpt::evidence::KeySource key_source;
   int drain_seconds = 5;
   BackendOptions options;
   ServingOptions serving;
@@ -61,7 +63,15 @@ int main(int argc, char** argv) {
   app.add_option("--head-state", options.head_path,
                  "file where the daemon keeps the log's newest signed tree head, to refuse a "
                  "rolled-back or forked log (default: --db's path + '.head')");
-  app.add_option("--key", key_path, "Ed25519 signing key PEM (mode 0600)")->required();
+  app.add_option("--key", key_source.key,
+                 "Ed25519 signing key: a PEM file (mode 0600) or a pkcs11: URI")->required();
+  // As the CLI's signing commands take them (services/cli/cli_util.h, AddPkcs11Flags).
+  app.add_option("--pkcs11-module", key_source.pkcs11_module,
+                 "PKCS#11 module (.so) holding a --key given as a pkcs11: URI");
+  app.add_option("--pin-file", key_source.pin_file,
+                 "file holding the token's user PIN (mode 0600); for a pkcs11: key");
+  app.add_option("--pin-env", key_source.pin_env,
+                 "environment variable holding the token's user PIN; for a pkcs11: key");
   app.add_option("--trust", trust_path, "trust file of accepted keys (default: --key's own)");
   app.add_option("--allow-root", options.allowed_roots,
                  "directory whose checkpoints may be audited (repeatable)")->required();
@@ -126,7 +136,7 @@ int main(int argc, char** argv) {
   auto credentials = MakeServerCredentials(serving);
   if (!credentials.ok()) return Fail(credentials.status());
 
-  auto key = ckpt::evidence::SigningKey::Load(key_path);
+  auto key = ckpt::evidence::LoadSigningKey(key_source);
   if (!key.ok()) return Fail(key.status());
   ckpt::evidence::TrustStore trust;
   if (!trust_path.empty()) {

@@ -104,7 +104,7 @@ class PartsTest : public ::testing::Test {
     json payload = json::parse(env->payload);
     edit(payload);
     const std::string text = DumpJson(payload);
-    if (key != nullptr) return evidence::SignEnvelope(text, kAuditPartPayloadType, *key);
+    if (key != nullptr) return *evidence::SignEnvelope(text, kAuditPartPayloadType, *key);
     json j = json::parse(file);
     j["payload"] = evidence::Base64Encode(evidence::AsBytes(text));
     return j.dump();

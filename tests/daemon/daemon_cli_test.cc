@@ -233,7 +233,7 @@ class PassEverythingServer final : public pb::AuditService::Service {
  public:
   PassEverythingServer() {
     auto key = evidence::SigningKey::Generate();
-    envelope_ = evidence::SignEnvelope(R"({"forged":true})", evidence::kInTotoPayloadType, *key);
+    envelope_ = *evidence::SignEnvelope(R"({"forged":true})", evidence::kInTotoPayloadType, *key);
   }
   grpc::Status Gate(grpc::ServerContext*, const pb::GateRequest*,
                     pb::GateResponse* out) override {
@@ -345,7 +345,7 @@ TEST_F(DaemonCliTest, GateBelievesOnlyTheSignedVerdict) {
     auto vsa = nlohmann::json::parse(env->payload);
     vsa["predicate"]["verificationResult"] = "PASSED";
     forged.set_decision_envelope(
-        evidence::SignEnvelope(vsa.dump(), evidence::kInTotoPayloadType, rogue));
+        *evidence::SignEnvelope(vsa.dump(), evidence::kInTotoPayloadType, rogue));
     forged.set_pass(true);
   }
   for (const pb::GateResponse* answer : {&relabelled, &forged}) {

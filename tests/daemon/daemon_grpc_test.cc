@@ -249,7 +249,7 @@ class DaemonTest : public ::testing::Test {
     r.started_at = r.finished_at = evidence::Rfc3339Now();
     auto payload = evidence::RecordPayload(r);
     EXPECT_TRUE(payload.ok()) << payload.status();
-    return evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, *key_);
+    return *evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, *key_);
   }
   // Appends with the daemon stopped (one writer at a time), then starts it again.
   void AppendOffline(const std::vector<std::string>& envelopes) {

@@ -9,17 +9,26 @@ accepts, that every ckpt-audit subcommand and flag exists in the built binaries'
 each parts Job has a merge Job reading what it writes from the same claim. Mutated copies of the
 manifests must each be refused with the expected reason.
 
-  k8s_manifests_test.py MANIFEST_DIR CKPT_AUDIT CKPT_AUDITD
+The admission policies under deploy/admission (docs/interop.md, "Admission controllers") are
+checked against what the code emits: a real `ckpt-audit audit --vsa` of the fixture model makes a
+verification summary, every predicate field the Kyverno conditions and the policy-controller CUE
+lines compare must exist in it, and the passing summary must satisfy both while a failed, foreign
+or retyped one satisfies neither.
+
+  k8s_manifests_test.py MANIFEST_DIR CKPT_AUDIT CKPT_AUDITD ADMISSION_DIR TEST_DATA
 """
 
+import base64
 import copy
 import fnmatch
 import glob
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import yaml
@@ -388,6 +397,201 @@ class ManifestTest(unittest.TestCase):
                 self.assertTrue(any(expected in e for e in errors), errors)
 
 
+VSA_TYPE = "https://slsa.dev/verification_summary/v1"
+ADMISSION_KINDS = {("kyverno.io/v1", "ClusterPolicy"),
+                   ("policy.sigstore.dev/v1beta1", "ClusterImagePolicy")}
+
+
+def lookup(statement, path):
+    """The value at a dotted path ("predicate.verifier.id"), or KeyError."""
+    value = statement
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(path)
+        value = value[part]
+    return value
+
+
+def kyverno_constraints(doc):
+    """(predicateType, public keys, [(path, allowed values)]) of a ClusterPolicy's attestations."""
+    out = []
+    for rule in doc["spec"]["rules"]:
+        for verify in rule.get("verifyImages", []):
+            for att in verify.get("attestations", []):
+                keys = [e["keys"]["publicKeys"] for a in att["attestors"] for e in a["entries"]]
+                conditions = []
+                for block in att.get("conditions", []):
+                    for cond in block["all"]:
+                        m = re.fullmatch(r"\{\{\s*(\S+)\s*\}\}", cond["key"])
+                        if not m or cond["operator"] not in ("Equals", "AnyIn"):
+                            raise ValueError(f"unsupported condition {cond}")
+                        value = cond["value"]
+                        conditions.append((m.group(1), value if isinstance(value, list)
+                                           else [value]))
+                out.append((att["type"], keys, conditions))
+    return out
+
+
+def cue_constraints(text):
+    """[(path, allowed values)] of CUE lines `a: b: "x" | "y"` (one constraint a line)."""
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        m = re.fullmatch(r'((?:[A-Za-z_]+: )+)("[^"]*"(?: \| "[^"]*")*)', line.strip())
+        if not m:
+            raise ValueError(f"not a one-line CUE constraint: {line}")
+        path = ".".join(p.strip() for p in m.group(1).split(":") if p.strip())
+        out.append((path, re.findall(r'"([^"]*)"', m.group(2))))
+    return out
+
+
+def policy_controller_constraints(doc):
+    out = []
+    for authority in doc["spec"]["authorities"]:
+        for att in authority.get("attestations", []):
+            if att["policy"]["type"] != "cue":
+                raise ValueError("only cue policies are checked")
+            out.append((att["predicateType"], [authority["key"]["data"]],
+                        cue_constraints(att["policy"]["data"])))
+    return out
+
+
+def constraints_of(doc):
+    if doc.get("kind") == "ClusterPolicy":
+        return kyverno_constraints(doc)
+    return policy_controller_constraints(doc)
+
+
+def admits(doc, statement):
+    """Whether the policy's attestation checks accept this in-toto statement (signature aside)."""
+    for predicate_type, _, conditions in constraints_of(doc):
+        if statement.get("predicateType") != predicate_type:
+            return False
+        for path, allowed in conditions:
+            if not path.startswith("predicate") and not path.startswith("predicateType"):
+                path = "predicate." + path
+            try:
+                value = lookup(statement, path)
+            except KeyError:
+                return False
+            values = value if isinstance(value, list) else [value]
+            if not any(v in allowed for v in values):
+                return False
+    return True
+
+
+def check_admission(files, statement):
+    """Errors: unknown kinds, a predicate type or field ckpt-audit does not emit, key trouble."""
+    errors = []
+    keys = set()
+    for path, docs in files.items():
+        for doc in docs:
+            where = os.path.basename(path)
+            if (doc.get("apiVersion"), doc.get("kind")) not in ADMISSION_KINDS:
+                errors.append(f"{where}: unexpected apiVersion/kind")
+                continue
+            try:
+                constraints = constraints_of(doc)
+            except (KeyError, ValueError) as e:
+                errors.append(f"{where}: cannot read its attestation checks: {e}")
+                continue
+            if not constraints:
+                errors.append(f"{where}: checks no attestation")
+            for predicate_type, pems, conditions in constraints:
+                if predicate_type != statement["predicateType"]:
+                    errors.append(f"{where}: predicate type {predicate_type} is not the "
+                                  f"{statement['predicateType']} ckpt-audit emits")
+                for path, _ in conditions:
+                    full = path if path.startswith("predicate") else "predicate." + path
+                    try:
+                        lookup(statement, full)
+                    except KeyError:
+                        errors.append(f"{where}: {full} is not a field ckpt-audit emits")
+                for pem in pems:
+                    keys.add(pem.strip())
+                    run = subprocess.run(["openssl", "pkey", "-pubin", "-noout"], input=pem,
+                                         text=True, capture_output=True)
+                    if run.returncode != 0:
+                        errors.append(f"{where}: the public key is not a PEM public key")
+    if len(keys) > 1:
+        errors.append("the admission policies trust different keys")
+    return errors
+
+
+class AdmissionTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        work = cls.tmp.name
+        env = dict(os.environ, XDG_DATA_HOME=f"{work}/xdg", XDG_STATE_HOME=f"{work}/state")
+        run = lambda *args: subprocess.run([CKPT_AUDIT, *args], env=env, capture_output=True,
+                                           text=True, check=True)
+        run("keys", "generate", "--out", f"{work}/key.pem", "--trust", f"{work}/trusted")
+        run("audit", os.path.join(TEST_DATA, "mini-kimi-mxfp4"), "--db", f"{work}/log.db",
+            "--key", f"{work}/key.pem", "--vsa", f"{work}/vsa.json")
+        with open(f"{work}/vsa.json") as f:
+            envelope = json.load(f)
+        cls.statement = json.loads(base64.b64decode(envelope["payload"]))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def setUp(self):
+        self.files = load(ADMISSION)
+        self.assertEqual(len(self.files), 2, sorted(self.files))
+
+    def test_policies_match_what_ckpt_audit_emits(self):
+        self.assertEqual(self.statement["predicateType"], VSA_TYPE)
+        self.assertEqual(self.statement["predicate"]["verificationResult"], "PASSED")
+        self.assertEqual(check_admission(self.files, self.statement), [])
+        for path, docs in self.files.items():
+            with self.subTest(os.path.basename(path)):
+                self.assertTrue(admits(docs[0], self.statement))
+
+    def test_failed_foreign_or_retyped_summaries_are_not_admitted(self):
+        edits = {
+            "failed": lambda s: s["predicate"].update(verificationResult="FAILED"),
+            "another verifier": lambda s: s["predicate"]["verifier"].update(
+                id="https://example.com/other-verifier"),
+            "another predicate type": lambda s: s.update(
+                predicateType="https://slsa.dev/provenance/v1"),
+        }
+        for name, edit in edits.items():
+            statement = copy.deepcopy(self.statement)
+            edit(statement)
+            for path, docs in self.files.items():
+                with self.subTest(f"{name}: {os.path.basename(path)}"):
+                    self.assertFalse(admits(docs[0], statement))
+
+    def test_policy_mutations_are_refused(self):
+        kyverno = next(p for p in self.files if "kyverno" in p)
+        pc = next(p for p in self.files if "policy-controller" in p)
+        att = lambda: self.files[kyverno][0]["spec"]["rules"][0]["verifyImages"][0][
+            "attestations"][0]
+        pc_att = lambda: self.files[pc][0]["spec"]["authorities"][0]["attestations"][0]
+        mutations = {
+            "is not a field ckpt-audit emits": lambda: att()["conditions"][0]["all"][0].update(
+                key="{{ predicate.result }}"),
+            "is not the https://slsa.dev/verification_summary/v1": lambda: att().update(
+                type="https://slsa.dev/verification_summary/v0.2"),
+            "predicate.verifier.name is not a field": lambda: pc_att()["policy"].update(
+                data='predicate: verifier: name: "ckpt-audit"\n'),
+            "not a PEM public key": lambda: self.files[pc][0]["spec"]["authorities"][0][
+                "key"].update(data="-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"),
+            "unexpected apiVersion/kind": lambda: self.files[pc][0].update(
+                apiVersion="policy.sigstore.dev/v1alpha9"),
+        }
+        pristine = copy.deepcopy(self.files)
+        for expected, mutate in mutations.items():
+            with self.subTest(expected):
+                self.files = copy.deepcopy(pristine)
+                mutate()
+                errors = check_admission(self.files, self.statement)
+                self.assertTrue(any(expected in e for e in errors), errors)
+
+
 if __name__ == "__main__":
-    MANIFESTS, CKPT_AUDIT, CKPT_AUDITD = sys.argv[1:4]
-    unittest.main(argv=sys.argv[:1] + sys.argv[4:], verbosity=2)
+    MANIFESTS, CKPT_AUDIT, CKPT_AUDITD, ADMISSION, TEST_DATA = sys.argv[1:6]
+    unittest.main(argv=sys.argv[:1] + sys.argv[6:], verbosity=2)

@@ -309,7 +309,7 @@ TEST_F(LogTest, RejectsEnvelopeThatIsNotEvidence) {
   auto log = Open();
   EXPECT_FALSE(log->Append("{}", *key_).ok());
   std::string not_statement =
-      evidence::SignEnvelope("{\"x\":1}", evidence::kInTotoPayloadType, *key_);
+      *evidence::SignEnvelope("{\"x\":1}", evidence::kInTotoPayloadType, *key_);
   EXPECT_EQ(log->Append(not_statement, *key_).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(*log->Size(), 0u);
@@ -488,7 +488,7 @@ TEST_F(LogTest, PredicateTypeFilterSeparatesDecisionsFromAudits) {
   r.finished_at = "2026-01-01T00:00:02.000Z";
   auto vsa = evidence::VerificationSummaryPayload(r, "https://v.example", "", "");
   ASSERT_TRUE(vsa.ok());
-  ASSERT_TRUE(log->Append(evidence::SignEnvelope(*vsa, evidence::kInTotoPayloadType, *key_),
+  ASSERT_TRUE(log->Append(*evidence::SignEnvelope(*vsa, evidence::kInTotoPayloadType, *key_),
                           *key_).ok());
   QueryFilter audits;
   audits.predicate_type = evidence::kEvidencePredicateType;

@@ -51,7 +51,7 @@ TEST(Base64, RoundTripsAndRejectsNonCanonical) {
 TEST(Dsse, SignVerifyAndTamper) {
   auto key = SigningKey::Generate();
   ASSERT_TRUE(key.ok());
-  std::string env_text = SignEnvelope("{\"a\":1}", kInTotoPayloadType, *key);
+  std::string env_text = *SignEnvelope("{\"a\":1}", kInTotoPayloadType, *key);
   auto env = ParseEnvelope(env_text);
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->payload, "{\"a\":1}");
@@ -95,7 +95,7 @@ TEST(Dsse, OpensslCliVerifiesSignature) {
   auto key = SigningKey::Generate();
   ASSERT_TRUE(key.ok());
   std::string payload = R"({"_type":"https://in-toto.io/Statement/v1"})";
-  auto env = ParseEnvelope(SignEnvelope(payload, kInTotoPayloadType, *key));
+  auto env = ParseEnvelope(*SignEnvelope(payload, kInTotoPayloadType, *key));
   ASSERT_TRUE(env.ok());
   WriteAll(dir / "pub.pem", key->public_key().ToPem());
   WriteAll(dir / "pae.bin", Pae(kInTotoPayloadType, payload));
@@ -179,7 +179,7 @@ TEST(TrustStore, RotationKeepsOldRecordsVerifiable) {
   std::string path = (dir / "trusted").string();
   auto old_key = SigningKey::Generate();
   auto new_key = SigningKey::Generate();
-  std::string old_env = SignEnvelope("{}", kInTotoPayloadType, *old_key);
+  std::string old_env = *SignEnvelope("{}", kInTotoPayloadType, *old_key);
   ASSERT_TRUE(TrustStore::AppendToFile(path, old_key->public_key(), "old").ok());
   ASSERT_TRUE(TrustStore::AppendToFile(path, new_key->public_key(), "new").ok());
   ASSERT_TRUE(TrustStore::AppendToFile(path, new_key->public_key(), "new").ok());  // no dup

@@ -32,7 +32,7 @@ inline std::string SampleEnvelope(const evidence::SigningKey& key, int i,
   r.checks.push_back(c);
   r.started_at = absl::StrFormat("2026-01-%02dT00:00:00.000Z", 1 + i % 28);
   r.finished_at = absl::StrFormat("2026-01-%02dT00:00:01.000Z", 1 + i % 28);
-  return evidence::SignEnvelope(*evidence::RecordPayload(r), evidence::kInTotoPayloadType, key);
+  return *evidence::SignEnvelope(*evidence::RecordPayload(r), evidence::kInTotoPayloadType, key);
 }
 
 // A raw connection for tests that play the attacker.

@@ -144,7 +144,7 @@ std::string PairAuditEnvelope(const fs::path& derived, const fs::path& source,
   pair.verdict = verdict == "pass" ? evidence::Verdict::kPass : evidence::Verdict::kFail;
   r.checks.push_back(pair);
   r.started_at = r.finished_at = "2026-01-01T00:00:00.000Z";
-  return evidence::SignEnvelope(*evidence::RecordPayload(r), evidence::kInTotoPayloadType, key);
+  return *evidence::SignEnvelope(*evidence::RecordPayload(r), evidence::kInTotoPayloadType, key);
 }
 
 class ChainCli : public InteropCli {

@@ -200,7 +200,8 @@ TEST_F(PublishTest, ExportHoldsTheRecordAndItsCompanionsOnly) {
   auto vsa = evidence::VerificationSummaryPayload(
       SampleRecord(), "https://ckpt-audit.dev/ckpt-auditd", EntryUri(*log_, 2),
       ToHex(Sha256Of(evidence::AsBytes(record2))));
-  ASSERT_TRUE(log_->Append(evidence::SignEnvelope(*vsa, evidence::kInTotoPayloadType, *key_), *key_)
+  ASSERT_TRUE(log_->Append(*evidence::SignEnvelope(*vsa, evidence::kInTotoPayloadType, *key_),
+                           *key_)
                   .ok());  // 4
 
   auto bundle = ExportInTotoBundle(*log_, 2);
