@@ -176,6 +176,50 @@ TEST(Rules, EveryNamedTestExistsAndTheTestsMentionTheCode) {
   }
 }
 
+// Code comments and docs cite docs/formats.md (the formats the code relies on) by section: no
+// citation leaves the repository, and every cited section exists.
+TEST(FormatsCitations, StayInTheRepositoryAndNameExistingSections) {
+  std::set<int> sections;
+  static const std::regex kHeading("\n## ([0-9]+)\\. ");
+  const std::string formats = ReadText(kSource / "docs/formats.md");
+  for (std::sregex_iterator it(formats.begin(), formats.end(), kHeading), end; it != end; ++it) {
+    sections.insert(std::stoi((*it)[1].str()));
+  }
+  ASSERT_TRUE(sections.contains(1) && sections.contains(9) && sections.contains(10));
+  // Written split so that this file does not match itself.
+  const std::vector<std::string> outside = {"shared/" "docs", "/work/" "shared", "../" "shared/"};
+  static const std::regex kCite("formats\\.md((?:(?: |, |\u2013|-)?\u00a7[0-9]+)+)");
+  static const std::regex kSection("\u00a7([0-9]+)");
+  size_t citations = 0;
+  for (const char* dir : {"core", "services", "storage", "gpu", "tests", "docs", "deploy", "bench"}) {
+    if (!fs::exists(kSource / dir)) continue;
+    for (const auto& e : fs::recursive_directory_iterator(kSource / dir)) {
+      const std::string rel = fs::relative(e.path(), kSource).string();
+      const std::string ext = e.path().extension().string();
+      if (!e.is_regular_file() || rel.starts_with("tests/data/") || rel.find("node_modules") !=
+          std::string::npos || (ext != ".cc" && ext != ".h" && ext != ".cu" && ext != ".md" &&
+                                ext != ".txt" && ext != ".sh" && ext != ".py" && ext != ".js")) {
+        continue;
+      }
+      const std::string text = ReadText(e.path());
+      for (const std::string& o : outside) {
+        EXPECT_EQ(text.find(o), std::string::npos) << rel << " cites '" << o << "': cite docs/";
+      }
+      for (std::sregex_iterator it(text.begin(), text.end(), kCite), end; it != end; ++it) {
+        const std::string list = (*it)[1].str();
+        for (std::sregex_iterator s(list.begin(), list.end(), kSection); s != end; ++s) {
+          ++citations;
+          EXPECT_TRUE(sections.contains(std::stoi((*s)[1].str())))
+              << rel << " cites docs/formats.md \u00a7" << (*s)[1] << ", which does not exist";
+        }
+      }
+    }
+  }
+  EXPECT_GT(citations, 20u);  // the scan sees the existing citations
+  const std::string readme = ReadText(kSource / "README.md");
+  for (const std::string& o : outside) EXPECT_EQ(readme.find(o), std::string::npos) << o;
+}
+
 class RulesCli : public ::testing::Test {
  protected:
   ::ckpt::testing::CliResult Cli(const std::string& args) {
