@@ -38,14 +38,26 @@ constexpr Rule kRules[] = {
      "tests/quant/format_test.cc Format.MissingScaleAndExtraTensor"},
     {"scale-dtype", K::kContract,
      "a scale tensor of the wrong dtype (E8M0/U8 for MXFP4, F8_E4M3 for NVFP4)",
-     "own: the dtype decides the scale's decoding (docs/formats.md §3)", "", ""},
+     "own: the dtype decides the scale's decoding (docs/formats.md §3)",
+     "mini-kimi-mxfp4 with one weight_scale declared I8",
+     "tests/quant/rule_triggers_test.cc "
+     "RuleTriggers.WrongScaleOrPackedDtypeIsNamed"},
     {"packed-shape", K::kContract,
      "packed weights that are not U8 [out, in/2] (gpt-oss: [E, rows, in/32, 16])",
-     "own: two E2M1 codes per byte (docs/formats.md §3, §4)", "", ""},
+     "own: two E2M1 codes per byte (docs/formats.md §3, §4)",
+     "mini-kimi-mxfp4 with one weight_packed declared I8",
+     "tests/quant/rule_triggers_test.cc "
+     "RuleTriggers.WrongScaleOrPackedDtypeIsNamed"},
     {"missing-global-scale", K::kContract, "an NVFP4 module without weight_global_scale",
-     "own: NVFP4 values need the per-tensor scale (docs/formats.md §4)", "", ""},
+     "own: NVFP4 values need the per-tensor scale (docs/formats.md §4)",
+     "mini-kimi-nvfp4 with one weight_global_scale renamed",
+     "tests/quant/rule_triggers_test.cc "
+     "RuleTriggers.Nvfp4GlobalScaleMissingOrNotF32IsNamed"},
     {"global-scale-shape", K::kContract, "weight_global_scale that is not F32 [1]",
-     "own: compressed-tensors writes F32 [1] (docs/formats.md §4)", "", ""},
+     "own: compressed-tensors writes F32 [1] (docs/formats.md §4)",
+     "mini-kimi-nvfp4 with one weight_global_scale declared I32",
+     "tests/quant/rule_triggers_test.cc "
+     "RuleTriggers.Nvfp4GlobalScaleMissingOrNotF32IsNamed"},
     {"missing-input-global-scale", K::kContract,
      "a W4A4 NVFP4 module without input_global_scale",
      "own: W4A4 kernels quantize activations with it (docs/formats.md §4)",
@@ -153,7 +165,9 @@ constexpr Rule kRules[] = {
      "own: docs/formats.md §6", "", ""},
     {"sidecar-unreadable", K::kContract,
      "an x4t-layer-*.safetensors file the strict reader refuses",
-     "own: docs/formats.md §1, §6", "", ""},
+     "own: docs/formats.md §1, §6", "mini-kimi-mxfp4 with a 3-byte x4t-layer-00001.safetensors",
+     "tests/quant/rule_triggers_test.cc "
+     "RuleTriggers.UnreadableX4TSidecarIsNamed"},
 
     // The scale-window policy (docs/quant.md "Scale-window policy").
     {"over-span", K::kScaleWindow,

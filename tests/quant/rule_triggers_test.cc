@@ -47,6 +47,24 @@ void EditQuantConfig(const fs::path& file, const std::function<void(json&)>& edi
   });
 }
 
+// Rewrites, in the shard header that holds `tensor`, the first `from` inside that tensor's entry
+// with `to` (same length, so every offset stays valid): a dtype or a name changed on disk.
+void EditHeaderEntry(const fs::path& root, const std::string& tensor, const std::string& from,
+                     const std::string& to) {
+  ASSERT_EQ(from.size(), to.size());
+  auto index = ReadJsonFile((root / "model.safetensors.index.json").string());
+  ASSERT_TRUE(index.ok()) << index.status();
+  const fs::path shard = root / (*index)["weight_map"][tensor].get<std::string>();
+  std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(shard);
+  std::string s(bytes.begin(), bytes.end());
+  const size_t entry = s.find("\"" + tensor + "\":{");
+  ASSERT_NE(entry, std::string::npos) << tensor;
+  const size_t at = s.find(from, entry + tensor.size() + 2);
+  ASSERT_NE(at, std::string::npos) << from;
+  s.replace(at, from.size(), to);
+  ::ckpt::testing::WriteAll(shard, s);
+}
+
 // A copy of mini-kimi-mxfp4 with its quantization_config edited.
 class Mxfp4Config : public ::testing::Test {
  protected:
@@ -154,6 +172,51 @@ TEST(RuleTriggers, NaNScaleOnAnAllZeroGroupIsReportedNotRejected) {
   EXPECT_EQ(r->nan_scales.kept()[0].tensor, m);
   EXPECT_EQ(r->nan_scales.kept()[0].row, 64);
   EXPECT_EQ(r->nan_scales.kept()[0].group, 1);
+}
+
+
+// Dtypes changed in the header (same sizes): the scale or packed tensor is no longer what its
+// format stores.
+TEST(RuleTriggers, WrongScaleOrPackedDtypeIsNamed) {
+  TempDir dir;
+  const fs::path root = CopyFixture("mini-kimi-mxfp4", dir);
+  EditHeaderEntry(root, kExpert + "2.w1.weight_scale", "\"dtype\":\"U8\"", "\"dtype\":\"I8\"");
+  EditHeaderEntry(root, kExpert + "3.w2.weight_packed", "\"dtype\":\"U8\"", "\"dtype\":\"I8\"");
+  FormatReport r = Detect(root);
+  ASSERT_EQ(r.findings.count("scale-dtype"), 1u) << Codes(r);
+  ASSERT_EQ(r.findings.count("packed-shape"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.kept()[0].tensor, kExpert + "2.w1.weight_scale");
+  EXPECT_EQ(r.findings.kept()[1].tensor, kExpert + "3.w2.weight_packed");
+}
+
+TEST(RuleTriggers, Nvfp4GlobalScaleMissingOrNotF32IsNamed) {
+  TempDir dir;
+  const fs::path root = CopyFixture("mini-kimi-nvfp4", dir);
+  EXPECT_EQ(Detect(root).findings.total(), 0u);
+  const std::string gone = kExpert + "4.w3.weight_global_scale";
+  for (const char* f : {"model-00001-of-00002.safetensors", "model.safetensors.index.json"}) {
+    std::vector<uint8_t> b = ::ckpt::testing::ReadAll(root / f);
+    std::string s(b.begin(), b.end());
+    const size_t at = s.find("\"" + gone + "\"");
+    ASSERT_NE(at, std::string::npos) << f;
+    s[at + gone.size()] = 'X';  // ...weight_global_scalX
+    ::ckpt::testing::WriteAll(root / f, s);
+  }
+  EditHeaderEntry(root, kExpert + "6.w1.weight_global_scale", "\"F32\"", "\"I32\"");
+  FormatReport r = Detect(root);
+  EXPECT_EQ(r.findings.count("missing-global-scale"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.count("global-scale-shape"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.count("extra-tensor"), 1u) << Codes(r);  // the renamed one
+}
+
+
+TEST(RuleTriggers, UnreadableX4TSidecarIsNamed) {
+  TempDir dir;
+  const fs::path root = CopyFixture("mini-kimi-mxfp4", dir);
+  ::ckpt::testing::WriteAll(root / "x4t-layer-00001.safetensors", std::string("\x10\0\0", 3));
+  FormatReport r = Detect(root);
+  ASSERT_EQ(r.findings.count("sidecar-unreadable"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.kept()[0].tensor, "x4t-layer-00001.safetensors");
 }
 
 }  // namespace
