@@ -273,9 +273,13 @@ constexpr Rule kRules[] = {
 
     // Hugging Face cache and download layouts (docs/hf-layouts.md).
     {"link-not-to-blob", K::kLayout, "a snapshot link that does not point into blobs/",
-     "own: docs/hf-layouts.md", "", ""},
+     "own: docs/hf-layouts.md", "hub snapshot of mini-kimi-mxfp4 with a link into another snapshot",
+     "tests/core/hf_layout_test.cc "
+     "HubSnapshotTest.LinkOutsideBlobsAndUnnamedBlobAreReportedNotFailing"},
     {"blob-name-unchecked", K::kLayout, "a blob named by neither a SHA-256 nor a git blob id",
-     "own: docs/hf-layouts.md", "", ""},
+     "own: docs/hf-layouts.md", "hub snapshot of mini-kimi-mxfp4 with a blob named not-a-digest",
+     "tests/core/hf_layout_test.cc "
+     "HubSnapshotTest.LinkOutsideBlobsAndUnnamedBlobAreReportedNotFailing"},
     {"blob-digest-mismatch", K::kLayout, "a blob's content does not match its digest name",
      "own: a corrupted or tampered cache (docs/hf-layouts.md)",
      "hub snapshot of mini-kimi-mxfp4 with a blob byte flipped",
@@ -285,9 +289,13 @@ constexpr Rule kRules[] = {
      "local download of mini-kimi-nvfp4 with one .metadata removed",
      "tests/core/hf_layout_test.cc LocalDirTest.MixedCommitsFlaggedAndMissingMetadataReported"},
     {"download-metadata-unreadable", K::kLayout, "a .metadata file that cannot be parsed",
-     "own: docs/hf-layouts.md", "", ""},
+     "own: docs/hf-layouts.md", "local download of mini-kimi-nvfp4 with a one-line .metadata",
+     "tests/core/hf_layout_test.cc "
+     "LocalDirTest.UnreadableMetadataAndUncheckableEtagAreReportedNotFailing"},
     {"etag-unchecked", K::kLayout, "an etag that is neither a SHA-256 nor a git blob id",
-     "own: docs/hf-layouts.md", "", ""},
+     "own: docs/hf-layouts.md", "local download of mini-kimi-nvfp4 with etag not-a-digest",
+     "tests/core/hf_layout_test.cc "
+     "LocalDirTest.UnreadableMetadataAndUncheckableEtagAreReportedNotFailing"},
     {"etag-mismatch", K::kLayout, "a downloaded file's digest differs from its recorded etag",
      "own: changed since download, or corrupted (docs/hf-layouts.md)",
      "local download of mini-kimi-nvfp4 with a shard byte flipped",
