@@ -7,6 +7,7 @@
 #include "core/checkpoint.h"
 #include "core/progress.h"
 #include "core/quant/format.h"
+#include "core/quant/pair_verify.h"
 #include "core/quant/scale_window.h"
 #include "gtest/gtest.h"
 #include "tests/quant/quant_test_util.h"
@@ -217,6 +218,23 @@ TEST(RuleTriggers, UnreadableX4TSidecarIsNamed) {
   FormatReport r = Detect(root);
   ASSERT_EQ(r.findings.count("sidecar-unreadable"), 1u) << Codes(r);
   EXPECT_EQ(r.findings.kept()[0].tensor, "x4t-layer-00001.safetensors");
+}
+
+
+// Expert 0's w1 re-declared [96, 256] in the derived header (same bytes): a pair mismatch.
+TEST(RuleTriggers, DerivedMatrixOfAnotherShapeIsShapeDiffers) {
+  TempDir dir;
+  const fs::path root = CopyFixture("mini-kimi-nvfp4", dir);
+  const std::string m = kExpert + "0.w1";
+  EditHeaderEntry(root, m + ".weight_packed", "[192,64]", "[96,128]");
+  EditHeaderEntry(root, m + ".weight_scale", "[192,8]", "[96,16]");
+  auto src = Checkpoint::Open(Fixture("mini-kimi-mxfp4").string());
+  auto dst = Checkpoint::Open(root.string());
+  ASSERT_TRUE(src.ok() && dst.ok());
+  auto r = VerifyPair(**src, **dst, PairVerifyOptions{}, NoProgress());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->lossless);
+  ASSERT_EQ(r->mismatches.count("shape-differs"), 1u) << r->mismatches.ToJson().dump();
 }
 
 }  // namespace
