@@ -13,6 +13,7 @@ void AddFingerprintCommand(CLI::App& app, int* exit_code);
 void AddForwardCommand(CLI::App& app, int* exit_code);
 void AddDiffCommand(CLI::App& app, int* exit_code);
 void AddQuantCheckCommand(CLI::App& app, int* exit_code);
+void AddRulesCommand(CLI::App& app, int* exit_code);  // the rule catalog (docs/rules.md)
 void AddTranscodeCommand(CLI::App& app, int* exit_code);
 void AddVerifyPairCommand(CLI::App& app, int* exit_code);
 void AddKeysCommand(CLI::App& app, int* exit_code);

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   ckpt::cli::AddForwardCommand(app, &exit_code);
   ckpt::cli::AddDiffCommand(app, &exit_code);
   ckpt::cli::AddQuantCheckCommand(app, &exit_code);
+  ckpt::cli::AddRulesCommand(app, &exit_code);
   ckpt::cli::AddTranscodeCommand(app, &exit_code);
   ckpt::cli::AddVerifyPairCommand(app, &exit_code);
   ckpt::cli::AddKeysCommand(app, &exit_code);

@@ -285,5 +285,41 @@ TEST(GenericLinksTest, RefusedByDefaultFollowedWhenAllowedAndConfined) {
   EXPECT_TRUE(FingerprintStatus(root, inside).ok());
 }
 
+// A link into another snapshot and a blob named by no digest are listed, never failing
+// (docs/rules.md: link-not-to-blob, blob-name-unchecked).
+TEST(HubSnapshotTest, LinkOutsideBlobsAndUnnamedBlobAreReportedNotFailing) {
+  TempDir dir;
+  auto hub = testing::MakeHubSnapshot("mini-kimi-mxfp4", dir / "hub", "org/m", kCommit);
+  EXPECT_TRUE(CheckDir(hub.snapshot).findings.empty());
+  fs::copy_file(hub.snapshot / "config.json", hub.repo / "blobs" / "not-a-digest");
+  fs::remove(hub.snapshot / "config.json");
+  fs::create_symlink("../../blobs/not-a-digest", hub.snapshot / "config.json");
+  fs::create_directories(hub.repo / "snapshots" / "other");
+  fs::copy_file(hub.snapshot / "model.safetensors.index.json",
+                hub.repo / "snapshots" / "other" / "model.safetensors.index.json");
+  fs::remove(hub.snapshot / "model.safetensors.index.json");
+  fs::create_symlink("../other/model.safetensors.index.json",
+                     hub.snapshot / "model.safetensors.index.json");
+  Checked c = CheckDir(hub.snapshot);
+  EXPECT_TRUE(Codes(c.findings, true).empty());
+  EXPECT_THAT(Codes(c.findings, false),
+              ::testing::UnorderedElementsAre("blob-name-unchecked", "link-not-to-blob"));
+}
+
+// Download metadata that is not three lines, and an etag that is no digest, are listed, never
+// failing (docs/rules.md: download-metadata-unreadable, etag-unchecked).
+TEST(LocalDirTest, UnreadableMetadataAndUncheckableEtagAreReportedNotFailing) {
+  TempDir dir;
+  fs::path local = testing::MakeLocalDir("mini-kimi-nvfp4", dir / "local", kCommit);
+  EXPECT_TRUE(CheckDir(local).findings.empty());
+  WriteAll(testing::MetadataOf(local, "config.json"), std::string("one line only\n"));
+  WriteAll(testing::MetadataOf(local, "model.safetensors.index.json"),
+           std::string(kCommit) + "\nnot-a-digest\n1764460800.25\n");
+  Checked c = CheckDir(local);
+  EXPECT_TRUE(Codes(c.findings, true).empty());
+  EXPECT_THAT(Codes(c.findings, false),
+              ::testing::UnorderedElementsAre("download-metadata-unreadable", "etag-unchecked"));
+}
+
 }  // namespace
 }  // namespace ckpt

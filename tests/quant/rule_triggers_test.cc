@@ -1,0 +1,241 @@
+// Catalogued rules (docs/rules.md) that no other test triggered: each mutation of a copied
+// fixture gives its named finding, and the clean fixture gives none.
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "core/checkpoint.h"
+#include "core/progress.h"
+#include "core/quant/format.h"
+#include "core/quant/pair_verify.h"
+#include "core/quant/scale_window.h"
+#include "gtest/gtest.h"
+#include "tests/quant/quant_test_util.h"
+#include "tests/test_util.h"
+
+namespace ckpt::quant {
+namespace {
+
+namespace fs = std::filesystem;
+using ::ckpt::quant::testing::kExpert;
+using ::ckpt::quant::testing::MutateTensor;
+using ::ckpt::testing::CopyFixture;
+using ::ckpt::testing::Fixture;
+using ::ckpt::testing::TempDir;
+using nlohmann::json;
+
+FormatReport Detect(const fs::path& root) {
+  auto c = Checkpoint::Open(root.string());
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? DetectFormat(**c, {}) : FormatReport{};
+}
+
+std::string Codes(const FormatReport& r) { return r.findings.ToJson()["by_code"].dump(); }
+
+// Applies `edit` to a JSON file of a copied fixture.
+void EditJson(const fs::path& file, const std::function<void(json&)>& edit) {
+  auto j = ReadJsonFile(file.string());
+  ASSERT_TRUE(j.ok()) << j.status();
+  edit(*j);
+  ::ckpt::testing::WriteAll(file, j->dump(2));
+}
+
+// Applies `edit` to both quantization_config copies of a Kimi config (top level and nested).
+void EditQuantConfig(const fs::path& file, const std::function<void(json&)>& edit) {
+  EditJson(file, [&](json& c) {
+    edit(c["quantization_config"]);
+    edit(c["text_config"]["quantization_config"]);
+  });
+}
+
+// Rewrites, in the shard header that holds `tensor`, the first `from` inside that tensor's entry
+// with `to` (same length, so every offset stays valid): a dtype or a name changed on disk.
+void EditHeaderEntry(const fs::path& root, const std::string& tensor, const std::string& from,
+                     const std::string& to) {
+  ASSERT_EQ(from.size(), to.size());
+  auto index = ReadJsonFile((root / "model.safetensors.index.json").string());
+  ASSERT_TRUE(index.ok()) << index.status();
+  const fs::path shard = root / (*index)["weight_map"][tensor].get<std::string>();
+  std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(shard);
+  std::string s(bytes.begin(), bytes.end());
+  const size_t entry = s.find("\"" + tensor + "\":{");
+  ASSERT_NE(entry, std::string::npos) << tensor;
+  const size_t at = s.find(from, entry + tensor.size() + 2);
+  ASSERT_NE(at, std::string::npos) << from;
+  s.replace(at, from.size(), to);
+  ::ckpt::testing::WriteAll(shard, s);
+}
+
+// A copy of mini-kimi-mxfp4 with its quantization_config edited.
+class Mxfp4Config : public ::testing::Test {
+ protected:
+  FormatReport DetectEdited(const std::function<void(json&)>& edit) {
+    root_ = CopyFixture("mini-kimi-mxfp4", dir_);
+    EditQuantConfig(root_ / "config.json", edit);
+    return Detect(root_);
+  }
+  TempDir dir_;
+  fs::path root_;
+};
+
+TEST_F(Mxfp4Config, CleanFixtureHasNoFindings) {
+  EXPECT_EQ(Detect(Fixture("mini-kimi-mxfp4")).findings.total(), 0u);
+}
+
+TEST_F(Mxfp4Config, IgnoreEntryThatIsNotARegexIsBadPattern) {
+  FormatReport r = DetectEdited([](json& q) { q["ignore"].push_back("re:(unclosed"); });
+  EXPECT_EQ(r.findings.count("bad-pattern"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.total(), 1u) << Codes(r);
+}
+
+TEST_F(Mxfp4Config, WeightsThatAreNot4BitFloatAreAConfigGroupFinding) {
+  FormatReport r = DetectEdited(
+      [](json& q) { q["config_groups"]["group_0"]["weights"]["num_bits"] = 8; });
+  EXPECT_EQ(r.findings.count("config-group"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.total(), 1u) << Codes(r);
+}
+
+TEST_F(Mxfp4Config, TargetsMatchingNoQuantizedTensorLeaveEveryOneUntargeted) {
+  FormatReport r = DetectEdited(
+      [](json& q) { q["config_groups"]["group_0"]["targets"] = {"re:.*no_such_module$"}; });
+  EXPECT_EQ(r.findings.count("untargeted-quantized"), 96u) << Codes(r);
+}
+
+TEST_F(Mxfp4Config, TargetedDenseModuleIsAnUnquantizedTarget) {
+  FormatReport r = DetectEdited([](json& q) {
+    q["config_groups"]["group_0"]["targets"].push_back("language_model.model.embed_tokens");
+  });
+  ASSERT_EQ(r.findings.count("unquantized-target"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.kept()[0].tensor, "language_model.model.embed_tokens.weight");
+}
+
+TEST_F(Mxfp4Config, UnknownQuantMethodIsUnsupportedNeverGuessed) {
+  FormatReport r = DetectEdited([](json& q) { q["quant_method"] = "bitsandbytes"; });
+  EXPECT_EQ(r.format, QuantFormat::kUnknown);
+  EXPECT_EQ(r.findings.count("unsupported-format"), 1u) << Codes(r);
+}
+
+TEST_F(Mxfp4Config, X4TMethodOnAPlainCheckpointIsALayoutFinding) {
+  FormatReport r = DetectEdited([](json& q) { q["quant_method"] = "kimi_x4t"; });
+  EXPECT_EQ(r.format, QuantFormat::kX4TContainerB);
+  EXPECT_EQ(r.findings.count("layout"), 1u) << Codes(r);
+}
+
+TEST(RuleTriggers, PackedTensorsWithoutQuantizationConfigAreUndeclared) {
+  TempDir dir;
+  const fs::path root = CopyFixture("mini-kimi-mxfp4", dir);
+  EditJson(root / "config.json", [](json& c) {
+    c.erase("quantization_config");
+    c["text_config"].erase("quantization_config");
+  });
+  FormatReport r = Detect(root);
+  EXPECT_EQ(r.findings.count("undeclared-quantization"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.total(), 1u) << Codes(r);
+}
+
+TEST(RuleTriggers, X4TVersionRootSchemaAndContractCodecAreChecked) {
+  TempDir dir;
+  const fs::path root = CopyFixture("mini-kimi-x4t", dir);
+  EditQuantConfig(root / "metadata/config.json", [](json& q) {
+    q["format_version"] = 2;
+    q["checkpoint_root"] = "x4t";  // relative
+  });
+  EditJson(root / "manifest.json",
+           [](json& m) { m["schema"] = "trellis-exact-mxfp4-checkpoint/2"; });
+  EditJson(root / "build-contract.json", [](json& b) { b["codec"] = "other-codec/1"; });
+  FormatReport r = Detect(root);
+  EXPECT_EQ(r.findings.count("format-version"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.count("checkpoint-root"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.count("checkpoint-root-mismatch"), 0u) << Codes(r);
+  EXPECT_EQ(r.findings.count("manifest-schema"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.count("build-contract-codec"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.total(), 4u) << Codes(r);
+}
+
+// Row 64 group 1 of layer 1 expert 0's w1 is all zero (scale byte 1): 0xFF there is reported
+// but the values are zero, so the verdict stays lossless-transcodable.
+TEST(RuleTriggers, NaNScaleOnAnAllZeroGroupIsReportedNotRejected) {
+  TempDir dir;
+  const fs::path root = CopyFixture("mini-kimi-mxfp4", dir);
+  const std::string m = kExpert + "0.w1";
+  MutateTensor(root, m + ".weight_scale", [](uint8_t* p, size_t n) {
+    ASSERT_EQ(n, 192u * 4);
+    ASSERT_EQ(p[64 * 4 + 1], 1);
+    p[64 * 4 + 1] = 0xFF;
+  });
+  auto ckpt = Checkpoint::Open(root.string());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto r = ScaleWindowPolicy(ScaleWindowConfig{}).Check(**ckpt, NoProgress(), 2);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->verdict, ScaleWindowVerdict::kLosslessTranscodable);
+  ASSERT_EQ(r->nan_scales.count("nan-scale-zero-group"), 1u);
+  EXPECT_EQ(r->nan_scales.count("nan-scale"), 0u);
+  EXPECT_EQ(r->nan_scales.kept()[0].tensor, m);
+  EXPECT_EQ(r->nan_scales.kept()[0].row, 64);
+  EXPECT_EQ(r->nan_scales.kept()[0].group, 1);
+}
+
+
+// Dtypes changed in the header (same sizes): the scale or packed tensor is no longer what its
+// format stores.
+TEST(RuleTriggers, WrongScaleOrPackedDtypeIsNamed) {
+  TempDir dir;
+  const fs::path root = CopyFixture("mini-kimi-mxfp4", dir);
+  EditHeaderEntry(root, kExpert + "2.w1.weight_scale", "\"dtype\":\"U8\"", "\"dtype\":\"I8\"");
+  EditHeaderEntry(root, kExpert + "3.w2.weight_packed", "\"dtype\":\"U8\"", "\"dtype\":\"I8\"");
+  FormatReport r = Detect(root);
+  ASSERT_EQ(r.findings.count("scale-dtype"), 1u) << Codes(r);
+  ASSERT_EQ(r.findings.count("packed-shape"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.kept()[0].tensor, kExpert + "2.w1.weight_scale");
+  EXPECT_EQ(r.findings.kept()[1].tensor, kExpert + "3.w2.weight_packed");
+}
+
+TEST(RuleTriggers, Nvfp4GlobalScaleMissingOrNotF32IsNamed) {
+  TempDir dir;
+  const fs::path root = CopyFixture("mini-kimi-nvfp4", dir);
+  EXPECT_EQ(Detect(root).findings.total(), 0u);
+  const std::string gone = kExpert + "4.w3.weight_global_scale";
+  for (const char* f : {"model-00001-of-00002.safetensors", "model.safetensors.index.json"}) {
+    std::vector<uint8_t> b = ::ckpt::testing::ReadAll(root / f);
+    std::string s(b.begin(), b.end());
+    const size_t at = s.find("\"" + gone + "\"");
+    ASSERT_NE(at, std::string::npos) << f;
+    s[at + gone.size()] = 'X';  // ...weight_global_scalX
+    ::ckpt::testing::WriteAll(root / f, s);
+  }
+  EditHeaderEntry(root, kExpert + "6.w1.weight_global_scale", "\"F32\"", "\"I32\"");
+  FormatReport r = Detect(root);
+  EXPECT_EQ(r.findings.count("missing-global-scale"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.count("global-scale-shape"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.count("extra-tensor"), 1u) << Codes(r);  // the renamed one
+}
+
+
+TEST(RuleTriggers, UnreadableX4TSidecarIsNamed) {
+  TempDir dir;
+  const fs::path root = CopyFixture("mini-kimi-mxfp4", dir);
+  ::ckpt::testing::WriteAll(root / "x4t-layer-00001.safetensors", std::string("\x10\0\0", 3));
+  FormatReport r = Detect(root);
+  ASSERT_EQ(r.findings.count("sidecar-unreadable"), 1u) << Codes(r);
+  EXPECT_EQ(r.findings.kept()[0].tensor, "x4t-layer-00001.safetensors");
+}
+
+
+// Expert 0's w1 re-declared [96, 256] in the derived header (same bytes): a pair mismatch.
+TEST(RuleTriggers, DerivedMatrixOfAnotherShapeIsShapeDiffers) {
+  TempDir dir;
+  const fs::path root = CopyFixture("mini-kimi-nvfp4", dir);
+  const std::string m = kExpert + "0.w1";
+  EditHeaderEntry(root, m + ".weight_packed", "[192,64]", "[96,128]");
+  EditHeaderEntry(root, m + ".weight_scale", "[192,8]", "[96,16]");
+  auto src = Checkpoint::Open(Fixture("mini-kimi-mxfp4").string());
+  auto dst = Checkpoint::Open(root.string());
+  ASSERT_TRUE(src.ok() && dst.ok());
+  auto r = VerifyPair(**src, **dst, PairVerifyOptions{}, NoProgress());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->lossless);
+  ASSERT_EQ(r->mismatches.count("shape-differs"), 1u) << r->mismatches.ToJson().dump();
+}
+
+}  // namespace
+}  // namespace ckpt::quant
