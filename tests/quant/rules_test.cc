@@ -45,6 +45,7 @@ const std::set<std::string> kNotFindingCodes = {
     "oms-manifest-root", "source-ref",          // record subject names
     "scale-window", "verify-pair",              // policy name, progress stage
     "vllm-w13-collapse",                        // forward emulation name
+    "pin-value",                                // an RFC 7512 URI attribute (refused)
 };
 
 // The string literals of one C++ source, comments skipped (raw strings included).
