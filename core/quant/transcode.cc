@@ -146,13 +146,21 @@ struct DerivedScales {
 };
 
 // The global is 2^(k_max - 8) in effect: a multiplier 2^(k_max - 8) (ModelOpt, exact in F32 for
-// every E8M0 k_max, subnormal below k_max = -118) or a divisor 2^(8 - k_max).
+// every E8M0 k_max, subnormal below k_max = -118) or a divisor 2^(8 - k_max), which F32 cannot
+// hold below k_max = -119: FAILED_PRECONDITION, never an infinite global.
 absl::StatusOr<DerivedScales> DeriveScales(const QuantWeight& w, int k_max,
                                            const LayoutSpec& spec) {
   absl::StatusOr<Mxfp4View> v = Mxfp4ViewOf(w);
   if (!v.ok()) return v.status();
   DerivedScales d;
-  d.global_scale = std::ldexp(1.0f, spec.global_divides ? 8 - k_max : k_max - 8);
+  const int global_log2 = spec.global_divides ? 8 - k_max : k_max - 8;
+  d.global_scale = std::ldexp(1.0f, global_log2);
+  if (!std::isfinite(d.global_scale)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        w.module, ": its global scale 2^", global_log2, " (k_max ", k_max, ") is beyond F32 in the ",
+        TranscodeLayoutName(spec.layout), " layout; ModelOpt's 2^(k_max - 8) holds it "
+        "(--layout modelopt)"));
+  }
   const uint64_t groups = v->groups_per_row();
   d.block_scales.assign(w.rows * groups * 2, spec.zero_group_scale);
   for (uint64_t r = 0; r < w.rows; ++r) {
@@ -956,7 +964,10 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
   absl::StatusOr<StreamResult> streamed =
       StreamTrees({*image}, std::move(work), read, progress, std::move(sinks));
   if (!streamed.ok()) {
-    st.remove_on_failure = streamed.status().code() == absl::StatusCode::kInvalidArgument;
+    // A source refused as not transcodable (INVALID_ARGUMENT, FAILED_PRECONDITION) would be
+    // refused again: nothing for --resume to continue.
+    st.remove_on_failure = streamed.status().code() == absl::StatusCode::kInvalidArgument ||
+                           streamed.status().code() == absl::StatusCode::kFailedPrecondition;
     return st.Fail(streamed.status());
   }
   result.policy = policy.Finish(std::move(parts));

@@ -82,7 +82,8 @@ nlohmann::json Nvfp4QuantizationConfig(const nlohmann::json& mxfp4_config);
 // interrupted run's temporary directory without `resume`, two output tensors of one name; for
 // kModelOpt, a module the exclude list cannot name without also excluding a quantized one),
 // NOT_FOUND (DST's parent is missing; `resume` without a temporary directory),
-// FAILED_PRECONDITION (only the policy: over-span or NaN scale), ALREADY_EXISTS (the temporary
+// FAILED_PRECONDITION (the source is not transcodable: over-span or NaN scale; in the
+// compressed-tensors layout, a global beyond F32), ALREADY_EXISTS (the temporary
 // name is a link, not a directory, or another run's: another target, layout, policy or
 // source), ABORTED (another transcode to DST holds the lock; `resume` after the source
 // changed), RESOURCE_EXHAUSTED (a unit over the window), DATA_LOSS (I/O, naming file and

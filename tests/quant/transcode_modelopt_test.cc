@@ -315,6 +315,31 @@ TEST(TranscodeModelOpt, W1AndW3ShareOneGlobalEvenWhenTheirRangesDiffer) {
             std::ldexp(1.0f, w3_max + 5 - 127 - 8));
 }
 
+// Every scale of expert 2's w1 and w3 at E8M0 5 (2^-122): compressed-tensors' divisor would be
+// 2^130, beyond F32 (it used to be written as +inf, every value then 0); ModelOpt's multiplier
+// 2^-130 is an exact subnormal, and every value stays exact.
+TEST(TranscodeModelOpt, TinyScalesFitTheMultiplierButNotTheDivisor) {
+  TempDir dir;
+  auto root = CopyFixture("mini-kimi-mxfp4", dir);
+  for (const char* w : {"2.w1", "2.w3"}) {
+    MutateTensor(root, kExpert + w + ".weight_scale",
+                 [](uint8_t* p, size_t n) { std::fill(p, p + n, 5); });
+  }
+  auto ct = TranscodeToNvfp4(root.string(), (dir / "ct").string(), {}, NoProgress());
+  ASSERT_EQ(ct.status().code(), absl::StatusCode::kFailedPrecondition) << ct.status();
+  EXPECT_THAT(std::string(ct.status().message()),
+              HasSubstr(kExpert + "2.w1: its global scale 2^130 (k_max -122) is beyond F32"));
+  EXPECT_FALSE(fs::exists(dir / "ct"));
+  EXPECT_FALSE(fs::exists(dir / ".ct.transcode-tmp"));  // nothing a --resume could continue
+  auto r = ToModelOpt(root, dir / "out");
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto src = Checkpoint::Open(root.string());
+  auto out = Checkpoint::Open((dir / "out").string());
+  ASSERT_TRUE(src.ok() && out.ok());
+  EXPECT_EQ(ScalarF32(*(*out)->Find(kExpert + "2.w3.weight_scale_2")), std::ldexp(1.0f, -130));
+  ExpectValuesEqualSource(**src, **out);
+}
+
 TEST(TranscodeModelOpt, OverSpanSourceFailsNamingTheGroupAndPublishesNothing) {
   TempDir dir;
   auto root = CopyFixture("mini-kimi-mxfp4", dir);
