@@ -425,24 +425,41 @@ TEST(TranscodeModelOpt, ResumeContinuesOnlyARunOfTheSameLayout) {
   EXPECT_EQ(Files(dir / "out"), Files(dir / "want"));
 }
 
-// A module name that is part of a quantized module's name cannot be excluded without excluding
-// that one too in vLLM (it matches exclude entries as substrings): refused, nothing written.
-TEST(TranscodeModelOpt, ExcludeEntryInsideAQuantizedNameIsRefused) {
-  TempDir dir;
+// A compressed-tensors MXFP4 source: module "layers.0.mlp.gate_up" (one row of 32 elements) in
+// one shard and `extra` BF16 tensors of shape [2, 32] in a second, with their index.
+fs::path TinySource(const TempDir& dir, const std::vector<std::string>& extra) {
   const fs::path root = dir / "src";
   fs::create_directory(root);
-  std::vector<uint8_t> packed(16, 0x22), scale(1, 127), bf16(2 * 32 * 2, 0);
-  std::vector<TensorToWrite> tensors;
-  tensors.push_back(TensorToWrite::Owned("layers.0.mlp.gate_up.weight_packed", DType::kU8,
-                                         {1, 16}, packed));
-  tensors.push_back(TensorToWrite::Owned("layers.0.mlp.gate_up.weight_scale", DType::kU8, {1, 1},
-                                         scale));
-  tensors.push_back(TensorToWrite::Owned("layers.0.mlp.gate.weight", DType::kBF16, {2, 32}, bf16));
-  ASSERT_TRUE(WriteSafetensors((root / "model.safetensors").string(), std::move(tensors), {}).ok());
+  const std::string first = "model-00001-of-00002.safetensors";
+  const std::string second = "model-00002-of-00002.safetensors";
+  json weight_map = json::object();
+  std::vector<TensorToWrite> quantized, others;
+  quantized.push_back(TensorToWrite::Owned("layers.0.mlp.gate_up.weight_packed", DType::kU8,
+                                           {1, 16}, std::vector<uint8_t>(16, 0x22)));
+  quantized.push_back(TensorToWrite::Owned("layers.0.mlp.gate_up.weight_scale", DType::kU8,
+                                           {1, 1}, std::vector<uint8_t>(1, 127)));
+  for (const TensorToWrite& t : quantized) weight_map[t.name] = first;
+  for (const std::string& name : extra) {
+    others.push_back(
+        TensorToWrite::Owned(name, DType::kBF16, {2, 32}, std::vector<uint8_t>(2 * 32 * 2, 0)));
+    weight_map[name] = second;
+  }
+  EXPECT_TRUE(WriteSafetensors((root / first).string(), std::move(quantized), {}).ok());
+  EXPECT_TRUE(WriteSafetensors((root / second).string(), std::move(others), {}).ok());
+  ::ckpt::testing::WriteAll(root / "model.safetensors.index.json",
+                            json({{"metadata", json::object()}, {"weight_map", weight_map}}).dump());
   ::ckpt::testing::WriteAll(root / "config.json", std::string(R"({"quantization_config": {
       "quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized",
       "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float",
                                                 "group_size": 32}}}}})"));
+  return root;
+}
+
+// A module name that is part of a quantized module's name cannot be excluded without excluding
+// that one too in vLLM (it matches exclude entries as substrings): refused, nothing written.
+TEST(TranscodeModelOpt, ExcludeEntryInsideAQuantizedNameIsRefused) {
+  TempDir dir;
+  const fs::path root = TinySource(dir, {"layers.0.mlp.gate.weight"});
   auto ct = TranscodeToNvfp4(root.string(), (dir / "ct").string(), {}, NoProgress());
   ASSERT_TRUE(ct.ok()) << ct.status();  // the compressed-tensors layout needs no such list
   auto r = ToModelOpt(root, dir / "out");
@@ -450,6 +467,20 @@ TEST(TranscodeModelOpt, ExcludeEntryInsideAQuantizedNameIsRefused) {
   EXPECT_THAT(std::string(r.status().message()),
               HasSubstr("layers.0.mlp.gate is part of the name of quantized module "
                         "layers.0.mlp.gate_up"));
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  EXPECT_FALSE(fs::exists(dir / ".out.transcode-tmp"));
+}
+
+// A source tensor named like a derived one (a BF16 M.weight in another shard than
+// M.weight_packed) would be written twice under one name, once in each shard: refused before
+// anything is written.
+TEST(TranscodeModelOpt, DerivedNameTakenByASourceTensorIsRefused) {
+  TempDir dir;
+  const fs::path root = TinySource(dir, {"layers.0.mlp.gate_up.weight"});
+  auto r = ToModelOpt(root, dir / "out");
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("would hold layers.0.mlp.gate_up.weight twice"));
   EXPECT_FALSE(fs::exists(dir / "out"));
   EXPECT_FALSE(fs::exists(dir / ".out.transcode-tmp"));
 }
