@@ -4,9 +4,7 @@
 // the two config files, and a decoder of our own for E2M1, E4M3 and E8M0 that reconstructs every
 // value as e2m1 x weight_scale x weight_scale_2 and compares it with the MXFP4 source's value.
 #include <fnmatch.h>
-#include <sys/resource.h>
 
-#include <csignal>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +26,8 @@ namespace ckpt::quant {
 namespace {
 
 namespace fs = std::filesystem;
+using ::ckpt::quant::testing::FileSizeLimit;
+using ::ckpt::quant::testing::Files;
 using ::ckpt::quant::testing::kExpert;
 using ::ckpt::quant::testing::MutateTensor;
 using ::ckpt::testing::CopyFixture;
@@ -41,14 +41,6 @@ absl::StatusOr<TranscodeResult> ToModelOpt(const fs::path& src, const fs::path& 
                                            TranscodeOptions options = {}) {
   options.layout = TranscodeLayout::kModelOpt;
   return TranscodeToNvfp4(src.string(), dst.string(), options, NoProgress());
-}
-
-std::map<std::string, std::vector<uint8_t>> Files(const fs::path& root) {
-  std::map<std::string, std::vector<uint8_t>> out;
-  for (const auto& e : fs::recursive_directory_iterator(root)) {
-    if (e.is_regular_file()) out[fs::relative(e.path(), root).string()] = ReadAll(e.path());
-  }
-  return out;
 }
 
 json ReadJson(const fs::path& p) {
@@ -376,26 +368,6 @@ TEST(TranscodeModelOpt, SmallWindowAndThreadsGiveTheSameBytes) {
   for (const auto& [name, bytes] : Files(dir / "whole")) disk[name] = ToHex(Sha256Of(bytes));
   EXPECT_EQ(stated, disk);
 }
-
-// Writes past `limit` bytes fail with EFBIG while it lives: a disk that fills up mid-shard.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t limit) {
-    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
-    ::getrlimit(RLIMIT_FSIZE, &old_);
-    rlimit l = old_;
-    l.rlim_cur = limit;
-    ::setrlimit(RLIMIT_FSIZE, &l);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &old_);
-    std::signal(SIGXFSZ, old_handler_);
-  }
-
- private:
-  rlimit old_;
-  void (*old_handler_)(int);
-};
 
 TEST(TranscodeModelOpt, ResumeContinuesOnlyARunOfTheSameLayout) {
   TempDir dir;
