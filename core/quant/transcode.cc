@@ -156,10 +156,10 @@ absl::StatusOr<DerivedScales> DeriveScales(const QuantWeight& w, int k_max,
   const int global_log2 = spec.global_divides ? 8 - k_max : k_max - 8;
   d.global_scale = std::ldexp(1.0f, global_log2);
   if (!std::isfinite(d.global_scale)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        w.module, ": its global scale 2^", global_log2, " (k_max ", k_max, ") is beyond F32 in the ",
-        TranscodeLayoutName(spec.layout), " layout; ModelOpt's 2^(k_max - 8) holds it "
-        "(--layout modelopt)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(w.module, ": its global scale 2^", global_log2, " (k_max ", k_max,
+                     ") is beyond F32 in the ", TranscodeLayoutName(spec.layout),
+                     " layout; ModelOpt's 2^(k_max - 8) holds it (--layout modelopt)"));
   }
   const uint64_t groups = v->groups_per_row();
   d.block_scales.assign(w.rows * groups * 2, spec.zero_group_scale);

@@ -66,7 +66,8 @@ std::vector<std::string> SourceModules(const Checkpoint& src) {
   std::vector<std::string> out;
   const std::string suffix = ".weight_packed";
   for (const std::string& n : src.TensorNames()) {
-    if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    if (n.size() > suffix.size() &&
+        n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) {
       out.push_back(n.substr(0, n.size() - suffix.size()));
     }
   }
@@ -418,8 +419,8 @@ fs::path TinySource(const TempDir& dir, const std::vector<std::string>& extra) {
   }
   EXPECT_TRUE(WriteSafetensors((root / first).string(), std::move(quantized), {}).ok());
   EXPECT_TRUE(WriteSafetensors((root / second).string(), std::move(others), {}).ok());
-  ::ckpt::testing::WriteAll(root / "model.safetensors.index.json",
-                            json({{"metadata", json::object()}, {"weight_map", weight_map}}).dump());
+  const json index = {{"metadata", json::object()}, {"weight_map", weight_map}};
+  ::ckpt::testing::WriteAll(root / "model.safetensors.index.json", index.dump());
   ::ckpt::testing::WriteAll(root / "config.json", std::string(R"({"quantization_config": {
       "quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized",
       "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float",
