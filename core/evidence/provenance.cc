@@ -53,6 +53,7 @@ absl::StatusOr<std::string> ProvenancePayload(const TranscodeProvenance& p) {
                                 {"thresholds", p.policy.thresholds}}},
                     {"source", p.source_path},
                     {"output", p.output_path}};
+  if (!p.layout.empty()) external["layout"] = p.layout;
   if (!p.source_ref.empty()) {
     external["source_ref"] = p.source_ref;
     deps->push_back({{"name", kSourceRefName}, {"uri", p.source_ref}});
@@ -100,6 +101,7 @@ absl::StatusOr<TranscodeProvenance> ParseProvenance(const std::string& payload) 
     }
     const json& ext = def.at("externalParameters");
     p.target_format = ext.at("target_format").get<std::string>();
+    if (ext.contains("layout")) p.layout = ext.at("layout").get<std::string>();
     p.policy.name = ext.at("policy").at("name").get<std::string>();
     p.policy.version = ext.at("policy").at("version").get<std::string>();
     p.policy.thresholds = ext.at("policy").at("thresholds");

@@ -4,8 +4,10 @@
 //   subject                  the derived checkpoint's files and its OMS manifest ROOT
 //   buildDefinition
 //     buildType              https://ckpt-audit.dev/transcode/v1
-//     externalParameters     target_format, policy {name, version, thresholds}, source and
-//                            output paths, source_ref (when given, e.g. a repo@revision)
+//     externalParameters     target_format, layout (compressed-tensors | modelopt; absent in
+//                            statements written before layouts), policy {name, version,
+//                            thresholds}, source and output paths, source_ref (when given,
+//                            e.g. a repo@revision)
 //     resolvedDependencies   the source's files and OMS ROOT (by SHA-256); source_ref as a uri
 //   runDetails
 //     builder                id https://ckpt-audit.dev/cli, version {ckpt-audit: VERSION}
@@ -36,6 +38,7 @@ struct TranscodeProvenance {
   std::vector<Subject> source;   // files + kManifestRootSubject
   std::string source_ref;        // empty when not given
   std::string target_format;
+  std::string layout;  // empty: not recorded (read back from an older statement)
   PolicyRef policy;
   std::string source_path;  // realpaths, informative: digests are what bind
   std::string output_path;

@@ -32,6 +32,7 @@ absl::StatusOr<ProvenancedTranscode> TranscodeWithProvenance(const std::string& 
   p.derived = audit::SubjectsOf(FingerprintOf(*result->output, walk.ignore_paths));
   p.source_ref = source_ref;
   p.target_format = "nvfp4";
+  p.layout = quant::TranscodeLayoutName(options.layout);
   p.policy = audit::PolicyRefOf(options.policy);
   p.source_path = result->source->root;
   p.output_path = result->output->root;

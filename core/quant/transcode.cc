@@ -114,6 +114,30 @@ std::string PolicyFailure(const ScaleWindowResult& r) {
   return msg;
 }
 
+// What a layout names and how it encodes one module's cast (transcode.h; docs/quant.md
+// "Transcode"). Block scales of active groups are the same bytes in every layout.
+struct LayoutSpec {
+  TranscodeLayout layout;
+  const char* packed;  // suffix of the packed weight
+  const char* global;  // suffix of the global scale
+  std::vector<uint64_t> global_shape;
+  bool global_divides;       // compressed-tensors: value = e2m1 x scale / global
+  uint8_t zero_group_scale;  // E4M3 byte of both blocks of an all-zero group
+};
+
+// compressed-tensors as the bundled fixture has it: a [1] divisor, +0 on all-zero groups
+// (docs/formats.md §5). ModelOpt as its exporter writes it: `weight`, the 0-d multiplier
+// `weight_scale_2`, and 1.0 where a block's amax is zero, since ModelOpt never writes a zero
+// block scale (docs/formats.md §9).
+const LayoutSpec& SpecOf(TranscodeLayout layout) {
+  static const LayoutSpec kCompressedTensors{TranscodeLayout::kCompressedTensors, kPackedSuffix,
+                                             kGlobalScaleSuffix, {1}, true, 0x00};
+  static const LayoutSpec kModelOpt{TranscodeLayout::kModelOpt, ".weight", ".weight_scale_2",
+                                    {}, false,
+                                    static_cast<uint8_t>(EncodeE4M3PowerOfTwo(0))};
+  return layout == TranscodeLayout::kModelOpt ? kModelOpt : kCompressedTensors;
+}
+
 // The derived tensors of one MXFP4 module: E4M3 block scales and the global scale.
 struct DerivedScales {
   std::vector<uint8_t> block_scales;
@@ -121,17 +145,28 @@ struct DerivedScales {
   uint64_t zero_groups = 0;
 };
 
-absl::StatusOr<DerivedScales> DeriveScales(const QuantWeight& w, int k_max) {
+// The global is 2^(k_max - 8) in effect: a multiplier 2^(k_max - 8) (ModelOpt, exact in F32 for
+// every E8M0 k_max, subnormal below k_max = -118) or a divisor 2^(8 - k_max), which F32 cannot
+// hold below k_max = -119: FAILED_PRECONDITION, never an infinite global.
+absl::StatusOr<DerivedScales> DeriveScales(const QuantWeight& w, int k_max,
+                                           const LayoutSpec& spec) {
   absl::StatusOr<Mxfp4View> v = Mxfp4ViewOf(w);
   if (!v.ok()) return v.status();
   DerivedScales d;
-  d.global_scale = std::ldexp(1.0f, 8 - k_max);
+  const int global_log2 = spec.global_divides ? 8 - k_max : k_max - 8;
+  d.global_scale = std::ldexp(1.0f, global_log2);
+  if (!std::isfinite(d.global_scale)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(w.module, ": its global scale 2^", global_log2, " (k_max ", k_max,
+                     ") is beyond F32 in the ", TranscodeLayoutName(spec.layout),
+                     " layout; ModelOpt's 2^(k_max - 8) holds it (--layout modelopt)"));
+  }
   const uint64_t groups = v->groups_per_row();
-  d.block_scales.assign(w.rows * groups * 2, 0);
+  d.block_scales.assign(w.rows * groups * 2, spec.zero_group_scale);
   for (uint64_t r = 0; r < w.rows; ++r) {
     for (uint64_t g = 0; g < groups; ++g) {
       if (!v->GroupActive(r, g)) {
-        ++d.zero_groups;  // canonical +0: values are zero whatever the scale
+        ++d.zero_groups;  // canonical scale: values are zero whatever the scale
         continue;
       }
       const int e = EncodeE4M3PowerOfTwo(E8M0Exponent(v->ScaleByte(r, g)) - k_max + 8);
@@ -361,17 +396,20 @@ class DstLock {
   Fd fd_;
 };
 
-// What identifies a run: its target, policy and the source as read (every file's identity).
+// What identifies a run: its target, layout, policy and the source as read (every file's
+// identity).
 // Written into the temporary directory when it is made; --resume continues only a directory
 // whose record equals the current one.
-nlohmann::json RunRecord(const TreeImage& source, const ScaleWindowConfig& policy) {
+nlohmann::json RunRecord(const TreeImage& source, const ScaleWindowConfig& policy,
+                         TranscodeLayout layout) {
   nlohmann::json files = nlohmann::json::array();
   for (const ImageFile& f : source.files) {
     const io::FileIdentity& id = f.identity;
     files.push_back({{"name", f.name}, {"size", id.size}, {"device", id.device},
                      {"inode", id.inode}, {"mtime_ns", id.mtime_ns}, {"ctime_ns", id.ctime_ns}});
   }
-  return {{"version", 1}, {"target", "nvfp4"}, {"policy", policy.id()},
+  return {{"version", 1}, {"target", "nvfp4"}, {"layout", TranscodeLayoutName(layout)},
+          {"policy", policy.id()},
           {"source", EncodeName(source.root)}, {"files", files}};
 }
 
@@ -379,7 +417,7 @@ nlohmann::json RunRecord(const TreeImage& source, const ScaleWindowConfig& polic
 // when it is another run's, ABORTED when the source changed since.
 absl::Status MatchRecord(const nlohmann::json& stored, const nlohmann::json& now,
                          const std::string& tmp_label) {
-  for (const char* key : {"version", "target", "policy", "source"}) {
+  for (const char* key : {"version", "target", "layout", "policy", "source"}) {
     if (!stored.contains(key) || stored[key] != now[key]) {
       return absl::AlreadyExistsError(absl::StrCat(
           tmp_label, ": it belongs to another run (", key, " ",
@@ -556,10 +594,14 @@ struct Plan {
   std::vector<Copy> copies;  // tensors carried over unchanged, written as they stream past
 };
 
-absl::StatusOr<Plan> PlanOutput(const Checkpoint& src, const std::string& tmp_label) {
+absl::StatusOr<Plan> PlanOutput(const Checkpoint& src, const std::string& tmp_label,
+                                const LayoutSpec& spec) {
   Plan plan;
   std::set<std::string> modules;
   for (const std::string& m : PackedModules(src)) modules.insert(m);
+  // A derived name may also be a source tensor's (a stray M.weight beside M.weight_packed):
+  // refused, wherever each would land, rather than written twice.
+  std::map<std::string, std::string> written;  // output tensor -> its source tensor
   for (const auto& shard : src.shards()) {
     auto out = std::make_unique<OutShard>();
     out->rel = src.RelativePath(*shard);
@@ -570,24 +612,33 @@ absl::StatusOr<Plan> PlanOutput(const Checkpoint& src, const std::string& tmp_la
     out->label = absl::StrCat(tmp_label, "/", out->rel);
     std::vector<TensorEntry> entries;
     for (const TensorInfo& t : shard->tensors()) {
+      const size_t first = entries.size();
       if (absl::EndsWith(t.name, kPackedSuffix)) {
         const std::string m = t.name.substr(0, t.name.size() - strlen(kPackedSuffix));
         if (t.shape.size() != 2 || (t.shape[1] * 2) % 32 != 0) {
           return absl::InvalidArgumentError(
               absl::StrCat(t.name, ": not an MXFP4 packed weight (rows x 16k bytes)"));
         }
-        entries.push_back({t.name, t.dtype, t.shape});
+        entries.push_back({m + spec.packed, t.dtype, t.shape});
         entries.push_back({m + kScaleSuffix, DType::kF8_E4M3, {t.shape[0], t.shape[1] * 2 / 16}});
-        entries.push_back({m + kGlobalScaleSuffix, DType::kF32, {1}});
+        entries.push_back({m + spec.global, DType::kF32, spec.global_shape});
         plan.module_shard[m] = plan.shards.size();
-        continue;
-      }
-      if (absl::EndsWith(t.name, kScaleSuffix) &&
-          modules.count(t.name.substr(0, t.name.size() - strlen(kScaleSuffix)))) {
+      } else if (absl::EndsWith(t.name, kScaleSuffix) &&
+                 modules.count(t.name.substr(0, t.name.size() - strlen(kScaleSuffix)))) {
         continue;  // replaced by the derived E4M3 scales
+      } else {
+        entries.push_back({t.name, t.dtype, t.shape});
+        plan.copies.push_back({plan.shards.size(), shard.get(), &t});
       }
-      entries.push_back({t.name, t.dtype, t.shape});
-      plan.copies.push_back({plan.shards.size(), shard.get(), &t});
+      for (size_t i = first; i < entries.size(); ++i) {
+        auto [it, fresh] = written.emplace(entries[i].name, t.name);
+        if (!fresh) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              src.root(), ": the ", TranscodeLayoutName(spec.layout), " output would hold ",
+              entries[i].name, " twice (from source tensors ", it->second, " and ", t.name,
+              ")"));
+        }
+      }
     }
     absl::StatusOr<SafetensorsLayout> layout =
         LayOutSafetensors(out->label, std::move(entries), shard->metadata());
@@ -639,10 +690,110 @@ absl::Status CheckStagingEntries(const Staging& st, const Plan& plan,
   return absl::OkStatus();
 }
 
+// The modules ModelOpt's exporter lists in `exclude_modules` (docs/formats.md §9): those left
+// unquantized that carry a weight of two or more dimensions (linear layers, embeddings, MoE
+// routers; norms are 1-D), each summarized as its exporter does by the first of "P*", "P.*"
+// (P a prefix of its name ending before a dot, shortest first) that matches no quantized
+// module, else its own name; sorted. vLLM also takes entries as substrings of a module name,
+// so an entry inside a quantized module's name, and a name holding an fnmatch wildcard
+// character, are INVALID_ARGUMENT: the list cannot say what was left unquantized.
+absl::StatusOr<std::vector<std::string>> ModelOptExcludeModules(const Checkpoint& src) {
+  const std::vector<std::string> quantized = PackedModules(src);  // sorted
+  const std::set<std::string> is_quantized(quantized.begin(), quantized.end());
+  auto prefixes_quantized = [&](const std::string& prefix) {
+    auto it = std::lower_bound(quantized.begin(), quantized.end(), prefix);
+    return it != quantized.end() && absl::StartsWith(*it, prefix);
+  };
+  constexpr char kWeight[] = ".weight";
+  std::set<std::string> unquantized;
+  for (const auto& shard : src.shards()) {
+    for (const TensorInfo& t : shard->tensors()) {
+      if (t.shape.size() < 2 || !absl::EndsWith(t.name, kWeight)) continue;
+      std::string m = t.name.substr(0, t.name.size() - strlen(kWeight));
+      if (!is_quantized.count(m)) unquantized.insert(std::move(m));
+    }
+  }
+  std::set<std::string> entries;
+  for (const std::string& m : unquantized) {
+    if (m.find_first_of("*?[") != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          src.root(), ": module ", EncodeName(m), " holds an fnmatch wildcard character; "
+          "ModelOpt's exclude_modules cannot name it"));
+    }
+    std::string entry = m;
+    for (size_t i = 0; i < m.size(); ++i) {
+      if (m[i] != '.') continue;
+      const std::string p = m.substr(0, i);
+      if (!prefixes_quantized(p)) {
+        entry = p + "*";
+        break;
+      }
+      if (!is_quantized.count(p) && !prefixes_quantized(p + ".")) {
+        entry = p + ".*";
+        break;
+      }
+    }
+    entries.insert(std::move(entry));
+  }
+  // As wildcards the entries match no quantized module (chosen so). As substrings: an entry
+  // without '*', and the P of "P*", which vLLM splits into P and "P.*".
+  for (const std::string& e : entries) {
+    if (absl::EndsWith(e, ".*")) continue;
+    const std::string literal = absl::EndsWith(e, "*") ? e.substr(0, e.size() - 1) : e;
+    for (const std::string& q : quantized) {
+      if (q.find(literal) != std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            src.root(), ": unquantized module ", EncodeName(literal), " is part of the name of "
+            "quantized module ", EncodeName(q), "; vLLM would leave both unquantized"));
+      }
+    }
+  }
+  return std::vector<std::string>(entries.begin(), entries.end());
+}
+
+// hf_quant_config.json as ModelOpt writes it for W4A16_NVFP4 (docs/formats.md §9). The producer
+// must be "modelopt" for loaders to read it; the version names the ModelOpt development line
+// whose exporter this layout follows, with a local label saying who wrote it.
+nlohmann::json ModelOptHfQuantConfig(const std::vector<std::string>& exclude_modules) {
+  return {{"producer", {{"name", "modelopt"}, {"version", "0.47.0.dev0+ckpt.audit"}}},
+          {"quantization",
+           {{"quant_algo", "W4A16_NVFP4"},
+            {"kv_cache_quant_algo", nullptr},
+            {"group_size", 16},
+            {"exclude_modules", exclude_modules}}}};
+}
+
+// config.json's quantization_config as ModelOpt's exporter converts hf_quant_config.json for
+// W4A16_NVFP4: weights only, no input_activations, no kv_cache_scheme (docs/formats.md §9).
+nlohmann::json ModelOptQuantizationConfig(const nlohmann::json& hf_quant_config) {
+  const nlohmann::json& q = hf_quant_config.at("quantization");
+  nlohmann::json weights = {
+      {"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", q.at("group_size")}};
+  return {{"config_groups",
+           {{"group_0", {{"weights", weights}, {"targets", nlohmann::json::array({"Linear"})}}}}},
+          {"ignore", q.at("exclude_modules")},
+          {"quant_algo", q.at("quant_algo")},
+          {"producer", hf_quant_config.at("producer")},
+          {"quant_method", "modelopt"}};
+}
+
 }  // namespace
 
+std::string TranscodeLayoutName(TranscodeLayout layout) {
+  return layout == TranscodeLayout::kModelOpt ? "modelopt" : "compressed-tensors";
+}
+
+absl::StatusOr<TranscodeLayout> ParseTranscodeLayout(const std::string& name) {
+  for (TranscodeLayout l : {TranscodeLayout::kCompressedTensors, TranscodeLayout::kModelOpt}) {
+    if (name == TranscodeLayoutName(l)) return l;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--layout: ", EncodeName(name), " is not a layout (compressed-tensors or modelopt)"));
+}
+
 nlohmann::json TranscodeResult::ToJson() const {
-  return {{"policy", policy.ToJson()},
+  return {{"layout", TranscodeLayoutName(layout)},
+          {"policy", policy.ToJson()},
           {"files", files},
           {"tensors_written", tensors_written},
           {"modules_transcoded", modules_transcoded},
@@ -712,12 +863,21 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
       }
     }
   }
-  absl::StatusOr<Plan> planned = PlanOutput(src, st.tmp_label);
+  const LayoutSpec& spec = SpecOf(options.layout);
+  absl::StatusOr<Plan> planned = PlanOutput(src, st.tmp_label, spec);
   if (!planned.ok()) return planned.status();
   Plan& plan = *planned;
   // Other top-level files of the root (tokenizer, generation config) are carried over
-  // unchanged, from the bytes that were read; config and index are rewritten.
+  // unchanged, from the bytes that were read; config and index are rewritten, and ModelOpt's
+  // hf_quant_config.json written.
   std::set<std::string> small_files = {"config.json"};
+  nlohmann::json hf_quant_config;
+  if (spec.layout == TranscodeLayout::kModelOpt) {
+    absl::StatusOr<std::vector<std::string>> exclude = ModelOptExcludeModules(src);
+    if (!exclude.ok()) return exclude.status();
+    hf_quant_config = ModelOptHfQuantConfig(*exclude);
+    small_files.insert("hf_quant_config.json");
+  }
   if (src.layout() == CheckpointLayout::kSharded) {
     small_files.insert("model.safetensors.index.json");
   }
@@ -727,7 +887,7 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
     }
   }
 
-  const nlohmann::json record = RunRecord(src.image(), options.policy);
+  const nlohmann::json record = RunRecord(src.image(), options.policy, spec.layout);
   if (absl::Status o = OpenStaging(st, record, options.resume); !o.ok()) return o;
   if (options.resume) {
     if (absl::Status c = CheckStagingEntries(st, plan, small_files); !c.ok()) {
@@ -740,6 +900,7 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
   // The second half: tensor data, streamed in the window. A fused group's unit scans it for
   // the policy and, while the source is transcodable, writes its derived tensors.
   TranscodeResult result;
+  result.layout = spec.layout;
   std::vector<ScaleWindowPartial> parts(units->size());
   std::atomic<bool> refused{false};
   std::atomic<uint64_t> modules{0}, zero_groups{0};
@@ -768,12 +929,13 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
         absl::StatusOr<QuantWeight> qw = ResolveWeight(src, m.name);
         if (!qw.ok()) return qw.status();
         // A fused group without any nonzero value gets global scale 1 (k_max = 8).
-        absl::StatusOr<DerivedScales> d = DeriveScales(*qw, r.Find(m.name)->pair_k_max.value_or(8));
+        absl::StatusOr<DerivedScales> d =
+            DeriveScales(*qw, r.Find(m.name)->pair_k_max.value_or(8), spec);
         if (!d.ok()) return d.status();
         OutShard& out = *plan.shards[plan.module_shard.at(m.name)];
-        absl::Status s = out.Put(m.name + kPackedSuffix, src.Find(m.name + kPackedSuffix)->bytes());
+        absl::Status s = out.Put(m.name + spec.packed, src.Find(m.name + kPackedSuffix)->bytes());
         if (s.ok()) s = out.Put(m.name + kScaleSuffix, d->block_scales);
-        if (s.ok()) s = out.Put(m.name + kGlobalScaleSuffix, F32Bytes(d->global_scale));
+        if (s.ok()) s = out.Put(m.name + spec.global, F32Bytes(d->global_scale));
         if (!s.ok()) return s;
         ++modules;
         zero_groups += d->zero_groups;
@@ -802,7 +964,10 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
   absl::StatusOr<StreamResult> streamed =
       StreamTrees({*image}, std::move(work), read, progress, std::move(sinks));
   if (!streamed.ok()) {
-    st.remove_on_failure = streamed.status().code() == absl::StatusCode::kInvalidArgument;
+    // A source refused as not transcodable (INVALID_ARGUMENT, FAILED_PRECONDITION) would be
+    // refused again: nothing for --resume to continue.
+    st.remove_on_failure = streamed.status().code() == absl::StatusCode::kInvalidArgument ||
+                           streamed.status().code() == absl::StatusCode::kFailedPrecondition;
     return st.Fail(streamed.status());
   }
   result.policy = policy.Finish(std::move(parts));
@@ -845,14 +1010,25 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
   result.bytes_written = total_size;
 
   nlohmann::json config = src.config();
-  if (config.contains("quantization_config")) {
-    config["quantization_config"] = Nvfp4QuantizationConfig(config["quantization_config"]);
+  std::map<std::string, std::string> texts;
+  if (spec.layout == TranscodeLayout::kModelOpt) {
+    // One description, at the top level, as ModelOpt's exporter writes it; a text_config copy
+    // would still describe the MXFP4 source (docs/formats.md §9).
+    config["quantization_config"] = ModelOptQuantizationConfig(hf_quant_config);
+    if (config.contains("text_config") && config["text_config"].is_object()) {
+      config["text_config"].erase("quantization_config");
+    }
+    texts["hf_quant_config.json"] = DumpJson(hf_quant_config, 2);
+  } else {
+    if (config.contains("quantization_config")) {
+      config["quantization_config"] = Nvfp4QuantizationConfig(config["quantization_config"]);
+    }
+    if (config.contains("text_config") && config["text_config"].contains("quantization_config")) {
+      config["text_config"]["quantization_config"] =
+          Nvfp4QuantizationConfig(config["text_config"]["quantization_config"]);
+    }
   }
-  if (config.contains("text_config") && config["text_config"].contains("quantization_config")) {
-    config["text_config"]["quantization_config"] =
-        Nvfp4QuantizationConfig(config["text_config"]["quantization_config"]);
-  }
-  std::map<std::string, std::string> texts = {{"config.json", DumpJson(config, 2)}};
+  texts["config.json"] = DumpJson(config, 2);
   if (src.layout() == CheckpointLayout::kSharded) {
     nlohmann::json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
     texts["model.safetensors.index.json"] = DumpJson(index, 2);

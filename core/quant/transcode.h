@@ -1,9 +1,12 @@
-// Lossless MXFP4 -> NVFP4A16 transcoding (docs/formats.md §5, docs/quant.md "Transcode").
+// Lossless MXFP4 -> NVFP4A16 transcoding (docs/formats.md §5, §9, docs/quant.md "Transcode").
 //
-// Packed nibbles are copied unchanged; per fused group (w1/w3 share it) the global scale is
-// 2^(8 - k_max) and each 16-block of an active group j gets the E4M3 scale 2^(k_j - k_max + 8);
-// all-zero groups get +0. Nothing is ever requantized: an over-span or NaN-scale source fails
-// with FAILED_PRECONDITION naming tensor, row and group, and nothing is published.
+// Packed nibbles are copied unchanged; each 16-block of an active group j gets the E4M3 scale
+// 2^(k_j - k_max + 8), k_max shared per fused group (w1/w3 share it), and the global scale is
+// 2^(k_max - 8) in effect. Two layouts write this one cast (TranscodeLayout): compressed-tensors
+// stores the global as its divisor 2^(8 - k_max) and all-zero groups as +0; ModelOpt stores it
+// as the multiplier `weight_scale_2` 2^(k_max - 8) and all-zero groups as 1.0. Nothing is ever
+// requantized: an over-span or NaN-scale source fails with FAILED_PRECONDITION naming tensor,
+// row and group, and nothing is published.
 //
 // The source is read once through the bounded streaming engine (core/io/tree_stream.h): shard
 // by shard and fused group by fused group, in `memory_window`, on `threads`. Each output shard
@@ -34,7 +37,19 @@
 
 namespace ckpt::quant {
 
+// How the output names and encodes the cast (docs/quant.md "Transcode"):
+//   kCompressedTensors  M.weight_packed U8, M.weight_scale F8_E4M3, M.weight_global_scale F32 [1];
+//                       quantization_config format nvfp4-pack-quantized
+//   kModelOpt           M.weight U8, M.weight_scale F8_E4M3, M.weight_scale_2 F32 [];
+//                       hf_quant_config.json and a quant_method "modelopt" quantization_config,
+//                       quant_algo W4A16_NVFP4 (docs/formats.md §9)
+enum class TranscodeLayout { kCompressedTensors, kModelOpt };
+std::string TranscodeLayoutName(TranscodeLayout layout);  // "compressed-tensors" | "modelopt"
+// INVALID_ARGUMENT for any other name.
+absl::StatusOr<TranscodeLayout> ParseTranscodeLayout(const std::string& name);
+
 struct TranscodeOptions {
+  TranscodeLayout layout = TranscodeLayout::kCompressedTensors;
   ScaleWindowConfig policy;
   unsigned threads = 0;  // 0 = all cores
   uint64_t memory_window = kDefaultMemoryWindow;
@@ -42,6 +57,7 @@ struct TranscodeOptions {
 };
 
 struct TranscodeResult {
+  TranscodeLayout layout = TranscodeLayout::kCompressedTensors;
   ScaleWindowResult policy;
   std::vector<std::string> files;  // written, relative to DST
   uint64_t tensors_written = 0, modules_transcoded = 0, bytes_written = 0;
@@ -63,12 +79,15 @@ struct TranscodeResult {
 nlohmann::json Nvfp4QuantizationConfig(const nlohmann::json& mxfp4_config);
 
 // Errors: INVALID_ARGUMENT (source not compressed-tensors MXFP4, DST exists, a bad DST name, an
-// interrupted run's temporary directory without `resume`), NOT_FOUND (DST's parent is missing;
-// `resume` without a temporary directory), FAILED_PRECONDITION (only the policy: over-span or
-// NaN scale), ALREADY_EXISTS (the temporary name is a link, not a directory, or another run's),
-// ABORTED (another transcode to DST holds the lock; `resume` after the source changed),
-// RESOURCE_EXHAUSTED (a unit over the window), DATA_LOSS (I/O, naming file and offset; the
-// temporary directory is kept for `resume`).
+// interrupted run's temporary directory without `resume`, two output tensors of one name; for
+// kModelOpt, a module the exclude list cannot name without also excluding a quantized one),
+// NOT_FOUND (DST's parent is missing; `resume` without a temporary directory),
+// FAILED_PRECONDITION (the source is not transcodable: over-span or NaN scale; in the
+// compressed-tensors layout, a global beyond F32), ALREADY_EXISTS (the temporary
+// name is a link, not a directory, or another run's: another target, layout, policy or
+// source), ABORTED (another transcode to DST holds the lock; `resume` after the source
+// changed), RESOURCE_EXHAUSTED (a unit over the window), DATA_LOSS (I/O, naming file and
+// offset; the temporary directory is kept for `resume`).
 absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src, const std::string& dst,
                                                  const TranscodeOptions& options,
                                                  Progress& progress);

@@ -1,7 +1,9 @@
-// `ckpt-audit transcode --to nvfp4 SRC DST`: lossless MXFP4 -> NVFP4A16, or a failure naming
-// every over-span tensor/row/group (nothing published). The source streams through
-// --memory-window; an interrupted run is continued with --resume (core/quant/transcode.h). A finished transcode also writes a signed
-// SLSA Provenance v1 statement beside DST (DST.intoto.jsonl, or --provenance FILE) naming the
+// `ckpt-audit transcode --to nvfp4 [--layout compressed-tensors|modelopt] SRC DST`: lossless
+// MXFP4 -> NVFP4A16, written in compressed-tensors' layout (the default) or ModelOpt's
+// (W4A16_NVFP4), or a failure naming every over-span tensor/row/group (nothing published). The
+// source streams through --memory-window; an interrupted run is continued with --resume
+// (core/quant/transcode.h). A finished transcode also writes a signed SLSA Provenance v1
+// statement beside DST (DST.intoto.jsonl, or --provenance FILE) naming the
 // derived files and the source files by digest, and appends it to the log with --db
 // (core/interop/transcode_provenance.h). Exit 0 written, 1 policy refused the source, 2 invalid
 // input or error.
@@ -28,6 +30,7 @@ namespace {
 
 struct TranscodeArgs {
   std::string to = "nvfp4";
+  std::string layout = "compressed-tensors";
   std::string src, dst;
   std::string policy = audit::kDefaultPolicy;
   std::string source_ref;
@@ -44,6 +47,8 @@ int Run(const TranscodeArgs& a) {
   if (a.to != "nvfp4") {
     return ReportError(absl::InvalidArgumentError("--to: only nvfp4 is supported"));
   }
+  auto layout = quant::ParseTranscodeLayout(a.layout);
+  if (!layout.ok()) return ReportError(layout.status());
   auto policy = audit::PolicyByName(a.policy);
   if (!policy.ok()) return ReportError(policy.status());
   const std::string provenance_path =
@@ -60,6 +65,7 @@ int Run(const TranscodeArgs& a) {
                  setup->key_path.c_str());
   }
   quant::TranscodeOptions options;
+  options.layout = *layout;
   options.threads = a.threads;
   options.policy = *policy;
   options.memory_window = a.memory_window;
@@ -97,12 +103,14 @@ int Run(const TranscodeArgs& a) {
     if (logged) j["provenance_record_id"] = *logged;
     std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
-    std::printf("wrote %s: %llu tensors in %zu files (%s), %llu modules transcoded losslessly, "
-                "%llu all-zero groups canonicalized to scale +0 (policy %s)\n",
-                a.dst.c_str(), static_cast<unsigned long long>(t.tensors_written),
-                t.files.size(), HumanBytes(t.bytes_written).c_str(),
+    std::printf("wrote %s (%s layout): %llu tensors in %zu files (%s), %llu modules transcoded "
+                "losslessly, %llu all-zero groups canonicalized to scale %s (policy %s)\n",
+                a.dst.c_str(), quant::TranscodeLayoutName(t.layout).c_str(),
+                static_cast<unsigned long long>(t.tensors_written), t.files.size(),
+                HumanBytes(t.bytes_written).c_str(),
                 static_cast<unsigned long long>(t.modules_transcoded),
                 static_cast<unsigned long long>(t.zero_groups_canonicalized),
+                t.layout == quant::TranscodeLayout::kModelOpt ? "1.0" : "+0",
                 t.policy.config.id().c_str());
     if (a.resume) {
       std::printf("resumed: %llu output shard(s) of the interrupted run kept, %llu redone\n",
@@ -122,6 +130,9 @@ void AddTranscodeCommand(CLI::App& app, int* exit_code) {
       "transcode", "Losslessly transcode an MXFP4 checkpoint to NVFP4A16 (never requantizes)");
   auto a = std::make_shared<TranscodeArgs>();
   cmd->add_option("--to", a->to, "target format (nvfp4)")->required();
+  cmd->add_option("--layout", a->layout,
+                  "compressed-tensors (default) or modelopt (ModelOpt W4A16_NVFP4 names, "
+                  "weight_scale_2 and hf_quant_config.json)");
   cmd->add_option("SRC", a->src, "compressed-tensors MXFP4 checkpoint root")->required();
   cmd->add_option("DST", a->dst, "output directory (must not exist)")->required();
   cmd->add_option("--policy", a->policy, "scale-window (default) or marlin-safe");

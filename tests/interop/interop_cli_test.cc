@@ -187,6 +187,8 @@ TEST_F(ChainCli, ProvenanceNamesBothTreesByDigest) {
   const json& deps = p["predicate"]["buildDefinition"]["resolvedDependencies"];
   EXPECT_EQ(deps.back()["uri"], "hf://org/mini@0123");
   EXPECT_EQ(p["predicate"]["buildDefinition"]["externalParameters"]["target_format"], "nvfp4");
+  EXPECT_EQ(p["predicate"]["buildDefinition"]["externalParameters"]["layout"],
+            "compressed-tensors");
   // The tensor files are byte for byte the committed NVFP4 fixture's (config.json is written by
   // a different JSON serializer, so it and the OMS ROOT differ).
   auto fixture = interop::TreeSubjects(Fixture("mini-kimi-nvfp4").string(), 0, NoProgress());

@@ -130,10 +130,24 @@ TEST(Provenance, SlsaV1ShapeAndRoundTrip) {
   EXPECT_EQ(back->source[1].sha256, std::string(64, 'e'));
   EXPECT_EQ(back->source_ref, "hf://org/model@0123abcd");
   EXPECT_EQ(back->policy.thresholds["max_span"], 17);
+  EXPECT_EQ(back->layout, "");  // not given: not written, and none read back
+  EXPECT_FALSE(def["externalParameters"].contains("layout"));
   auto idx = evidence::IndexPayload(*payload);
   ASSERT_TRUE(idx.ok());
   EXPECT_EQ(idx->root, "/dst");
   EXPECT_EQ(idx->time, "2026-01-01T00:00:02.000Z");
+}
+
+TEST(Provenance, RecordsTheTranscodeLayout) {
+  evidence::TranscodeProvenance p = SampleProvenance();
+  p.layout = "modelopt";
+  auto payload = evidence::ProvenancePayload(p);
+  ASSERT_TRUE(payload.ok()) << payload.status();
+  EXPECT_EQ(json::parse(*payload)["predicate"]["buildDefinition"]["externalParameters"]["layout"],
+            "modelopt");
+  auto back = evidence::ParseProvenance(*payload);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->layout, "modelopt");
 }
 
 TEST(Provenance, ReadingRejectsWhatItDidNotWrite) {

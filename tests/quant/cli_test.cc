@@ -104,6 +104,28 @@ TEST(QuantCli, TranscodeWritesAVerifiablePairOrNothing) {
   EXPECT_EQ(Cli("transcode --to mxfp8 " + kSrc + " " + (dir / "nv3").string()).rc, 2);
 }
 
+TEST(QuantCli, TranscodeLayoutModelOptOrRefused) {
+  TempDir dir;
+  CliRun ok = Cli("transcode --json --layout modelopt --to nvfp4 " + kSrc + " " +
+                  (dir / "mo").string());
+  ASSERT_EQ(ok.rc, 0) << ok.err;
+  EXPECT_EQ(nlohmann::json::parse(ok.out)["layout"], "modelopt");
+  EXPECT_TRUE(fs::exists(dir / "mo" / "hf_quant_config.json"));
+  EXPECT_TRUE(fs::exists(dir / "mo.intoto.jsonl"));
+  CliRun ct = Cli("transcode --to nvfp4 " + kSrc + " " + (dir / "ct").string());
+  ASSERT_EQ(ct.rc, 0) << ct.err;
+  EXPECT_NE(ct.out.find("(compressed-tensors layout)"), std::string::npos) << ct.out;
+  EXPECT_FALSE(fs::exists(dir / "ct" / "hf_quant_config.json"));
+  for (const char* bad : {"ModelOpt", "nvfp4", "''"}) {
+    CliRun r = Cli(std::string("transcode --layout ") + bad + " --to nvfp4 " + kSrc + " " +
+                   (dir / "bad").string());
+    EXPECT_EQ(r.rc, 2) << bad;
+    EXPECT_NE(r.err.find("--layout"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir / "bad"));
+    EXPECT_FALSE(fs::exists(dir / "bad.intoto.jsonl"));
+  }
+}
+
 TEST(QuantCli, TranscodeKilledMidShardThenResumeIsByteIdentical) {
   TempDir dir;
   ASSERT_EQ(Cli("transcode --to nvfp4 " + kSrc + " " + (dir / "want").string()).rc, 0);

@@ -1,15 +1,22 @@
-// Helpers for quant tests: mutate tensors inside a copied checkpoint's shards in place.
+// Helpers for quant tests: mutate tensors inside a copied checkpoint's shards in place, read a
+// tree back, make writes fail past a size.
 #ifndef CKPT_TESTS_QUANT_QUANT_TEST_UTIL_H_
 #define CKPT_TESTS_QUANT_QUANT_TEST_UTIL_H_
 
+#include <sys/resource.h>
+
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "core/checkpoint.h"
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace ckpt::quant::testing {
 
@@ -33,6 +40,38 @@ inline void MutateTensor(const std::filesystem::path& root, const std::string& t
   f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(f.good()) << path;
 }
+
+// Every file under `root` by relative path, with its bytes.
+inline std::map<std::string, std::vector<uint8_t>> Files(const std::filesystem::path& root) {
+  std::map<std::string, std::vector<uint8_t>> out;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
+    if (e.is_regular_file()) {
+      out[std::filesystem::relative(e.path(), root).string()] = ::ckpt::testing::ReadAll(e.path());
+    }
+  }
+  return out;
+}
+
+// Writes past `limit` bytes of any file fail with EFBIG (SIGXFSZ ignored) while it lives: a
+// disk that fills up mid-shard.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t limit) {
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    rlimit l = old_;
+    l.rlim_cur = limit;
+    ::setrlimit(RLIMIT_FSIZE, &l);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit old_;
+  void (*old_handler_)(int);
+};
 
 }  // namespace ckpt::quant::testing
 

@@ -3,11 +3,8 @@
 #include "core/quant/transcode.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
-#include <sys/resource.h>
 
-#include <csignal>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -25,6 +22,8 @@ namespace ckpt::quant {
 namespace {
 
 namespace fs = std::filesystem;
+using ::ckpt::quant::testing::FileSizeLimit;
+using ::ckpt::quant::testing::Files;
 using ::ckpt::quant::testing::kExpert;
 using ::ckpt::quant::testing::MutateTensor;
 using ::ckpt::testing::CopyFixture;
@@ -39,15 +38,6 @@ absl::StatusOr<TranscodeResult> Transcode(const fs::path& src, const fs::path& d
   return TranscodeToNvfp4(src.string(), dst.string(), options, NoProgress());
 }
 
-// Every file under `root` by relative path.
-std::map<std::string, std::vector<uint8_t>> Files(const fs::path& root) {
-  std::map<std::string, std::vector<uint8_t>> out;
-  for (const auto& e : fs::recursive_directory_iterator(root)) {
-    if (e.is_regular_file()) out[fs::relative(e.path(), root).string()] = ReadAll(e.path());
-  }
-  return out;
-}
-
 // Names in `dir` other than `keep`.
 std::vector<std::string> LeftBehind(const fs::path& dir, const std::set<std::string>& keep) {
   std::vector<std::string> out;
@@ -56,27 +46,6 @@ std::vector<std::string> LeftBehind(const fs::path& dir, const std::set<std::str
   }
   return out;
 }
-
-// Writes past `limit` bytes of any file fail with EFBIG (SIGXFSZ ignored) while it lives: a
-// disk that fills up mid-shard.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t limit) {
-    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
-    ::getrlimit(RLIMIT_FSIZE, &old_);
-    rlimit l = old_;
-    l.rlim_cur = limit;
-    ::setrlimit(RLIMIT_FSIZE, &l);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &old_);
-    std::signal(SIGXFSZ, old_handler_);
-  }
-
- private:
-  rlimit old_;
-  void (*old_handler_)(int);
-};
 
 TEST(Transcode, OutputEqualsTheNvfp4FixtureTensorForTensor) {
   TempDir dir;
