@@ -18,9 +18,10 @@ absl::StatusOr<Dims> DimsFromConfig(const nlohmann::json& tc) {
                                    {"hidden_size", &d.hidden},
                                    {"intermediate_size", &d.intermediate}}) {
     const nlohmann::json* v = tc.is_object() && tc.contains(key) ? &tc[key] : nullptr;
-    if (!v || !v->is_number_integer() || v->get<int64_t>() <= 0) {
+    if (!v || !v->is_number_integer() || v->get<int64_t>() <= 0 ||
+        v->get<int64_t>() > (int64_t{1} << 32)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("gpt-oss config: ", key, " must be a positive integer"));
+          absl::StrCat("gpt-oss config: ", key, " must be an integer in [1, 2^32]"));
     }
     *field = v->get<uint64_t>();
   }

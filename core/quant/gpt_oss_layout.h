@@ -38,7 +38,7 @@ struct Dims {
   uint64_t Cols(Fused f) const { return f == Fused::kGateUp ? hidden : intermediate; }
 };
 // num_local_experts, hidden_size, intermediate_size of a gpt-oss config; INVALID_ARGUMENT
-// unless all are positive and H, I are multiples of 32.
+// unless all are in [1, 2^32] and H, I are multiples of 32.
 absl::StatusOr<Dims> DimsFromConfig(const nlohmann::json& text_config);
 
 // One element of a fused tensor: expert, fused row, column (the input index).

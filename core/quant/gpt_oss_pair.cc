@@ -60,7 +60,7 @@ GptOssWindowStats Window(const std::string& base, const uint8_t* blocks, const u
     const int k = E8M0Exponent(scales[i]);
     if (Active16(blocks + 16 * i) || Active16(blocks + 16 * i + 8)) {
       ++w.active_blocks;
-      k_max = std::max(k_max.value_or(k), k);
+      if (scales[i] != kE8M0NaN) k_max = std::max(k_max.value_or(k), k);
     }
     if (scales[i] > 0) rule_max = std::max(rule_max.value_or(k), k);
   }
@@ -123,7 +123,12 @@ absl::Status CompareGptOssUnit(const Checkpoint& source, const Checkpoint& deriv
   }
   const uint64_t E = d->experts, R = d->Rows(f), C = d->Cols(f), G = C / 32;
   const std::optional<TensorRef> sb = source.Find(base + "_blocks"), ss = source.Find(base + "_scales");
-  if (!sb || !ss || sb->bytes().size() != E * R * C / 2 || ss->bytes().size() != E * R * G) {
+  // Shapes, not byte counts: the header parser bounds shape products, so the loops below stay
+  // inside the tensors whatever the config says.
+  if (!sb || !ss || sb->info->shape != std::vector<uint64_t>{E, R, G, 16} ||
+      ss->info->shape != std::vector<uint64_t>{E, R, G} || sb->info->dtype != DType::kU8 ||
+      ss->info->dtype != DType::kU8 || sb->bytes().size() != sb->info->num_bytes() ||
+      ss->bytes().size() != ss->info->num_bytes()) {
     return absl::InvalidArgumentError(absl::StrCat(
         base, "_blocks/_scales: the source's config needs [", E, ", ", R, ", ", G, ", 16] and [",
         E, ", ", R, ", ", G, "]"));

@@ -24,7 +24,8 @@ struct PairUnitOutcome;
 
 // The MXFP4 32-blocks of one fused tensor (all experts), against one k_max for the tensor:
 //   window_blocks: all-zero blocks, and active ones with k_max - k_j <= 17 where k_max is over
-//     the active blocks (what a lossless cast with one weight_scale_2 can keep);
+//     the active blocks with a finite scale (what a lossless cast with one weight_scale_2 can
+//     keep; an active block with scale 0xFF (NaN) is never in it);
 //   modelopt_rule_blocks: what ModelOpt's closed-form cast counts as lossless: scale byte 0,
 //     or k_max' - k_j <= 17 with k_max' over every nonzero scale byte, all-zero blocks included.
 struct GptOssWindowStats {

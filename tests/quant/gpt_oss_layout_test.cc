@@ -116,6 +116,9 @@ TEST(GptOssLayoutTest, DimsFromConfig) {
               HasSubstr("multiples of 32"));
   EXPECT_FALSE(DimsFromConfig({{"num_local_experts", -3}, {"hidden_size", 96},
                                {"intermediate_size", 64}}).ok());
+  // 2I and the products of the maps must not wrap.
+  EXPECT_FALSE(DimsFromConfig({{"num_local_experts", 3}, {"hidden_size", 96},
+                               {"intermediate_size", uint64_t{1} << 63}}).ok());
 }
 
 }  // namespace

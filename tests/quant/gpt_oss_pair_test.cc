@@ -261,6 +261,38 @@ TEST(GptOssPair, DerivedContractViolationsAreNamed) {
   EXPECT_TRUE(shape_named);
 }
 
+// A NaN scale byte (0xFF) on an active source group: the derived value cannot equal it, and the
+// group is out of our window without moving k_max (ModelOpt's rule takes the byte as 2^128).
+// Layer 0 down_proj scales [4, 96, 2]: expert 0, row 1, group 1 -> index 3.
+TEST(GptOssPair, NanSourceScaleIsAValueMismatchOutOfTheWindow) {
+  TempDir tmp;
+  const fs::path src = CopyFixture(kSource, tmp);
+  MutateTensor(src, kL0 + "down_proj_scales", [](uint8_t* p, size_t) { p[3] = kE8M0NaN; });
+  const PairVerifyResult r = Verify(src, Fixture(kLossless));
+  ASSERT_EQ(r.mismatches.count("value-differs"), 1u) << r.mismatches.ToJson().dump(2);
+  EXPECT_EQ(r.mismatches.total(), 1u);
+  const GptOssWindowStats* w = Window(r, kL0 + "down_proj");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->k_max, -5);
+  EXPECT_EQ(w->window_blocks, w->blocks - 1);
+  EXPECT_EQ(w->modelopt_k_max, 128);
+}
+
+// A config whose dimensions disagree with the stored blocks is an error, never a read past them.
+TEST(GptOssPair, ConfigLargerThanTheTensorsIsAnError) {
+  TempDir tmp;
+  const fs::path src = CopyFixture(kSource, tmp);
+  const std::vector<uint8_t> bytes = ReadAll(src / "config.json");
+  std::string config(bytes.begin(), bytes.end());
+  const size_t at = config.find("\"intermediate_size\": 64");
+  ASSERT_NE(at, std::string::npos);
+  config.replace(at, 23, "\"intermediate_size\": 96");
+  ::ckpt::testing::WriteAll(src / "config.json", config);
+  absl::StatusOr<PairVerifyResult> r = TryVerify(src, Fixture(kLossless));
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("the source's config needs"));
+}
+
 TEST(GptOssPair, DerivedMustBeAModelOptExport) {
   absl::StatusOr<PairVerifyResult> r = TryVerify(Fixture(kSource), Fixture(kSource));
   ASSERT_FALSE(r.ok());
