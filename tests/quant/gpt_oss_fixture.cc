@@ -13,6 +13,7 @@
 #include "core/checkpoint.h"
 #include "core/quant/codecs.h"
 #include "core/quant/fp4_tensor.h"
+#include "core/quant/gpt_oss_cast.h"
 #include "core/quant/safetensors_writer.h"
 #include "core/text/json_dump.h"
 #include "nlohmann/json.hpp"
@@ -191,75 +192,73 @@ json ModelOptQuantConfig() {
           {"quant_method", "modelopt"}};
 }
 
-// One fused tensor of the source, exported.
-absl::Status ExportFused(const Checkpoint& src, const Dims& d, const std::string& base, Fused f,
-                         ModelOptCast cast, std::vector<TensorToWrite>* out) {
-  const std::optional<TensorRef> b = src.Find(base + "_blocks"), sc = src.Find(base + "_scales");
-  if (!b || !sc) return absl::InvalidArgumentError(base + ": blocks or scales missing");
+// Our model of ModelOpt's closed-form cast of one stacked tensor (FIXTURES.md): k_max over
+// every nonzero scale byte; in-window blocks (and byte 0) get 2^(k_j - m); the others a
+// data-derived scale max_nibble * 2^(k_j - m) / 6 clamped to [2^-9, 448] (a zero one becomes
+// 1), and their codes requantized to it.
+gptoss::ModelOptFused ModelOptRuleCast(const Mxfp4View& v, const Dims& d, Fused f) {
   const uint64_t E = d.experts, R = d.Rows(f), C = d.Cols(f), G = C / 32;
-  absl::StatusOr<Mxfp4View> v = Mxfp4View::Make(base, b->bytes(), sc->bytes(), E * R, C);
-  if (!v.ok()) return v.status();
-  // k_max: over active groups (ours) or over every nonzero scale byte (ModelOpt's rule).
   std::optional<int> k_max;
   for (uint64_t r = 0; r < E * R; ++r) {
     for (uint64_t g = 0; g < G; ++g) {
-      const uint8_t s = v->ScaleByte(r, g);
-      const bool counts = cast == ModelOptCast::kLossless ? v->GroupActive(r, g) : s > 0;
-      if (counts) k_max = std::max(k_max.value_or(-1000), E8M0Exponent(s));
+      if (v.ScaleByte(r, g) > 0) k_max = std::max(k_max.value_or(-1000), E8M0Exponent(v.ScaleByte(r, g)));
     }
   }
   const int m = k_max.value_or(8) - 8;
-  std::vector<uint8_t> packed(E * R * C / 2), scales(E * R * C / 16);
+  gptoss::ModelOptFused out;
+  out.weight_scale_2 = std::ldexp(1.0f, m);
+  out.packed.assign(E * R * C / 2, 0);
+  out.scales.assign(E * R * C / 16, 0);
   for (uint64_t e = 0; e < E; ++e) {
     for (uint64_t r = 0; r < R; ++r) {
       for (uint64_t blk = 0; blk < C / 16; ++blk) {
-        const uint64_t row = e * R + r, g = blk / 2;
-        const uint8_t s = v->ScaleByte(row, g);
+        const uint64_t row = e * R + r;
+        const uint8_t s = v.ScaleByte(row, blk / 2);
         const int k = E8M0Exponent(s);
-        const bool active = v->codes().AnyNonzero(row, blk * 16, 16);
-        uint8_t scale = 0;
-        if (cast == ModelOptCast::kLossless) {
-          if (active) {
-            const int byte = EncodeE4M3PowerOfTwo(k - m);
-            if (byte < 0 || s == kE8M0NaN) {
-              return absl::FailedPreconditionError(
-                  absl::StrCat(base, " expert ", e, " row ", r, " group ", g, ": k ", k,
-                               " is outside the window of k_max ", m + 8));
-            }
-            scale = static_cast<uint8_t>(byte);
-          }
-        } else {
-          const bool in_range = s == 0 || (k - m >= -9 && k - m <= 8);
-          uint8_t max_idx = 0;
-          for (uint64_t c = blk * 16; c < blk * 16 + 16; ++c) {
-            max_idx = std::max<uint8_t>(max_idx, v->codes().Code(row, c) & 7);
-          }
-          const double amax = in_range ? 6.0 * std::ldexp(1.0, k)
-                                       : kE2M1Magnitude[max_idx] * std::ldexp(1.0, k);
-          const double per_block = amax / 6.0 / std::ldexp(1.0, m);
-          scale = RoundE4M3(per_block == 0 ? 1.0 : per_block);
-        }
-        scales[gptoss::ModelOptPosition(d, f, {e, r, blk * 16}).scale] = scale;
+        const bool in_range = s == 0 || (k - m >= -9 && k - m <= 8);
+        uint8_t max_idx = 0;
         for (uint64_t c = blk * 16; c < blk * 16 + 16; ++c) {
-          uint8_t code = v->codes().Code(row, c);
-          if (cast == ModelOptCast::kModelOptRule) {
-            const double x = DecodeE2M1(code) * std::ldexp(1.0, k);
-            code = RoundE2M1(x / (DecodeE4M3(scale) * std::ldexp(1.0, m)));
-          }
+          max_idx = std::max<uint8_t>(max_idx, v.codes().Code(row, c) & 7);
+        }
+        const double amax = (in_range ? 6.0 : kE2M1Magnitude[max_idx]) * std::ldexp(1.0, k);
+        const double per_block = amax / 6.0 / std::ldexp(1.0, m);
+        const uint8_t scale = RoundE4M3(per_block == 0 ? 1.0 : per_block);
+        out.scales[gptoss::ModelOptPosition(d, f, {e, r, blk * 16}).scale] = scale;
+        for (uint64_t c = blk * 16; c < blk * 16 + 16; ++c) {
+          const double x = DecodeE2M1(v.codes().Code(row, c)) * std::ldexp(1.0, k);
+          const uint8_t code = RoundE2M1(x / (DecodeE4M3(scale) * std::ldexp(1.0, m)));
           const gptoss::NibbleAt at = gptoss::ModelOptPosition(d, f, {e, r, c}).code;
-          packed[at.byte] |= static_cast<uint8_t>(at.high ? code << 4 : code);
+          out.packed[at.byte] |= static_cast<uint8_t>(at.high ? code << 4 : code);
         }
       }
     }
   }
-  const float s2 = std::ldexp(1.0f, m), input = 1.0f;
+  return out;
+}
+
+// One stacked tensor of the source, exported: the lossless cast is core's.
+absl::Status ExportFused(const Checkpoint& src, const Dims& d, const std::string& base, Fused f,
+                         ModelOptCast cast, std::vector<TensorToWrite>* out) {
+  const std::optional<TensorRef> b = src.Find(base + "_blocks"), sc = src.Find(base + "_scales");
+  if (!b || !sc) return absl::InvalidArgumentError(base + ": blocks or scales missing");
+  absl::StatusOr<gptoss::ModelOptFused> x;
+  if (cast == ModelOptCast::kLossless) {
+    x = gptoss::CastToModelOpt(base, d, f, b->bytes(), sc->bytes());
+  } else {
+    absl::StatusOr<Mxfp4View> v =
+        Mxfp4View::Make(base, b->bytes(), sc->bytes(), d.experts * d.Rows(f), d.Cols(f));
+    if (!v.ok()) return v.status();
+    x = ModelOptRuleCast(*v, d, f);
+  }
+  if (!x.ok()) return x.status();
+  const float input = 1.0f;
   std::vector<uint8_t> s2b(4), inb(4);
-  std::memcpy(s2b.data(), &s2, 4);
+  std::memcpy(s2b.data(), &x->weight_scale_2, 4);
   std::memcpy(inb.data(), &input, 4);
   const std::vector<gptoss::TensorSpec> specs =
       gptoss::ModelOptTensors(base.substr(0, base.size() - gptoss::FusedName(f).size()), d, f,
                               true, DType::kBF16);
-  std::vector<uint8_t>* data[] = {&packed, &scales, &s2b, &inb};
+  std::vector<uint8_t>* data[] = {&x->packed, &x->scales, &s2b, &inb};
   for (int i = 0; i < 4; ++i) {
     out->push_back(TensorToWrite::Owned(specs[i].name, specs[i].dtype, specs[i].shape,
                                         std::move(*data[i])));
