@@ -14,9 +14,10 @@ Fused FusedOf(Projection p) { return p == Projection::kDown ? Fused::kDown : Fus
 
 absl::StatusOr<Dims> DimsFromConfig(const nlohmann::json& tc) {
   Dims d;
-  for (const auto& [key, field] : {std::pair<const char*, uint64_t*>{"num_local_experts", &d.experts},
-                                   {"hidden_size", &d.hidden},
-                                   {"intermediate_size", &d.intermediate}}) {
+  for (const auto& [key, field] :
+       {std::pair<const char*, uint64_t*>{"num_local_experts", &d.experts},
+        {"hidden_size", &d.hidden},
+        {"intermediate_size", &d.intermediate}}) {
     const nlohmann::json* v = tc.is_object() && tc.contains(key) ? &tc[key] : nullptr;
     if (!v || !v->is_number_integer() || v->get<int64_t>() <= 0 ||
         v->get<int64_t>() > (int64_t{1} << 32)) {
@@ -35,9 +36,12 @@ absl::StatusOr<Dims> DimsFromConfig(const nlohmann::json& tc) {
 
 FusedElement ToFused(Projection p, uint64_t expert, uint64_t row, uint64_t col) {
   switch (p) {
-    case Projection::kGate: return {expert, 2 * row, col};
-    case Projection::kUp: return {expert, 2 * row + 1, col};
-    case Projection::kDown: return {expert, row, col};
+    case Projection::kGate:
+      return {expert, 2 * row, col};
+    case Projection::kUp:
+      return {expert, 2 * row + 1, col};
+    case Projection::kDown:
+      return {expert, row, col};
   }
   return {};
 }

@@ -64,7 +64,7 @@ struct ElementAt {
   uint64_t scale = 0;
   bool operator==(const ElementAt&) const = default;
 };
-ElementAt Mxfp4Position(const Dims& d, Fused f, const FusedElement& x);  // 32-element groups
+ElementAt Mxfp4Position(const Dims& d, Fused f, const FusedElement& x);     // 32-element groups
 ElementAt ModelOptPosition(const Dims& d, Fused f, const FusedElement& x);  // 16-element blocks
 
 // Tensor names and shapes of one layer's experts (prefix "model.layers.L.mlp.experts.").

@@ -10,6 +10,7 @@
 #include "core/quant/codecs.h"
 #include "core/quant/gpt_oss_layout.h"
 #include "core/quant/pair_verify.h"
+#include "core/text/json_dump.h"
 
 namespace ckpt::quant {
 namespace {
@@ -17,14 +18,7 @@ namespace {
 using gptoss::Dims;
 using gptoss::Fused;
 
-constexpr const char* kDerivedSuffixes[] = {"", "_weight_scale", "_weight_scale_2",
-                                            "_input_scale"};
-
-std::string ShapeString(const std::vector<uint64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) absl::StrAppend(&out, i ? ", " : "", s[i]);
-  return out + "]";
-}
+constexpr const char* kDerivedSuffixes[] = {"", "_weight_scale", "_weight_scale_2", "_input_scale"};
 
 bool Active16(const uint8_t* p) {  // 8 packed bytes, any nonzero magnitude
   uint64_t w;
@@ -45,8 +39,8 @@ std::optional<float> Scalar(const TensorRef& t) {
 
 void Add(PairUnitOutcome* o, std::string code, std::string tensor, int64_t row, int64_t group,
          std::string message, std::map<std::string, int64_t> numbers = {}) {
-  o->found.Add({std::move(code), std::move(tensor), row, group, std::move(message),
-                std::move(numbers)});
+  o->found.Add(
+      {std::move(code), std::move(tensor), row, group, std::move(message), std::move(numbers)});
 }
 
 // The scale window of the source tensor, both ways (GptOssWindowStats).
@@ -115,39 +109,41 @@ absl::Status CompareGptOssUnit(const Checkpoint& source, const Checkpoint& deriv
   const std::string& base = unit.name;
   absl::StatusOr<Dims> d = gptoss::DimsFromConfig(source.text_config());
   if (!d.ok()) return d.status();
-  const Fused f = absl::EndsWith(base, "." + gptoss::FusedName(Fused::kGateUp)) ? Fused::kGateUp
-                                                                              : Fused::kDown;
+  const Fused f =
+      absl::EndsWith(base, "." + gptoss::FusedName(Fused::kGateUp)) ? Fused::kGateUp : Fused::kDown;
   if (!absl::EndsWith(base, "." + gptoss::FusedName(f))) {
     return absl::InvalidArgumentError(
         absl::StrCat(base, "_blocks: not a gpt-oss gate_up_proj or down_proj tensor"));
   }
   const uint64_t E = d->experts, R = d->Rows(f), C = d->Cols(f), G = C / 32;
-  const std::optional<TensorRef> sb = source.Find(base + "_blocks"), ss = source.Find(base + "_scales");
+  const std::optional<TensorRef> sb = source.Find(base + "_blocks"),
+                                 ss = source.Find(base + "_scales");
   // Shapes, not byte counts: the header parser bounds shape products, so the loops below stay
   // inside the tensors whatever the config says.
   if (!sb || !ss || sb->info->shape != std::vector<uint64_t>{E, R, G, 16} ||
       ss->info->shape != std::vector<uint64_t>{E, R, G} || sb->info->dtype != DType::kU8 ||
       ss->info->dtype != DType::kU8 || sb->bytes().size() != sb->info->num_bytes() ||
       ss->bytes().size() != ss->info->num_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        base, "_blocks/_scales: the source's config needs [", E, ", ", R, ", ", G, ", 16] and [",
-        E, ", ", R, ", ", G, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(base, "_blocks/_scales: the source's config needs [", E, ", ", R, ", ", G,
+                     ", 16] and [", E, ", ", R, ", ", G, "]"));
   }
   // The derived side's contract: names, dtypes and shapes of the ModelOpt export.
-  const std::vector<gptoss::TensorSpec> want =
-      gptoss::ModelOptTensors(base.substr(0, base.size() - gptoss::FusedName(f).size()), *d, f,
-                              true, DType::kBF16);
+  const std::vector<gptoss::TensorSpec> want = gptoss::ModelOptTensors(
+      base.substr(0, base.size() - gptoss::FusedName(f).size()), *d, f, true, DType::kBF16);
   std::optional<TensorRef> dt[3];
   for (int i = 0; i < 3; ++i) {
     dt[i] = derived.Find(want[i].name);
     if (!dt[i]) {
       Add(o, "missing-tensor", want[i].name, -1, -1, "absent from the derived checkpoint");
-    } else if (i < 2 && (dt[i]->info->dtype != want[i].dtype || dt[i]->info->shape != want[i].shape ||
-                         dt[i]->bytes().size() != dt[i]->info->num_bytes())) {
+    } else if (i < 2 &&
+               (dt[i]->info->dtype != want[i].dtype || dt[i]->info->shape != want[i].shape ||
+                dt[i]->bytes().size() != dt[i]->info->num_bytes())) {
       Add(o, "derived-tensor-invalid", want[i].name, -1, -1,
-          absl::StrCat(DTypeName(dt[i]->info->dtype), " ", ShapeString(dt[i]->info->shape),
+          absl::StrCat(DTypeName(dt[i]->info->dtype), " ",
+                       DumpJson(nlohmann::json(dt[i]->info->shape)),
                        ", ModelOpt's gpt-oss export is ", DTypeName(want[i].dtype), " ",
-                       ShapeString(want[i].shape)));
+                       DumpJson(nlohmann::json(want[i].shape))));
       dt[i].reset();
     }
   }
@@ -161,7 +157,8 @@ absl::Status CompareGptOssUnit(const Checkpoint& source, const Checkpoint& deriv
     }
   }
   if (std::optional<TensorRef> in = derived.Find(want[3].name); in && !Scalar(*in)) {
-    Add(o, "derived-tensor-invalid", want[3].name, -1, -1, "input_scale must be one F32, 0-d or [1]");
+    Add(o, "derived-tensor-invalid", want[3].name, -1, -1,
+        "input_scale must be one F32, 0-d or [1]");
   }
   o->gpt_oss = Window(base, sb->bytes().data(), ss->bytes().data(), E * R * G);
   if (!dt[0] || !dt[1] || !s2) return absl::OkStatus();
@@ -212,7 +209,9 @@ absl::Status CompareGptOssUnit(const Checkpoint& source, const Checkpoint& deriv
         if (!same_bytes) Add(o, "packed-bytes-differ", tensor, r, g, where + ": FP4 codes differ");
         if (differs) {
           Add(o, "value-differs", tensor, r, g, where + ": reconstructed values differ",
-              {{"expert", e}, {"source_scale_byte", s}, {"derived_scale_byte_0", dscale[0]},
+              {{"expert", e},
+               {"source_scale_byte", s},
+               {"derived_scale_byte_0", dscale[0]},
                {"derived_scale_byte_1", dscale[1]}});
         } else if (zero_fixed) {
           ++o->zero_canonicalized;

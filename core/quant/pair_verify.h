@@ -79,8 +79,8 @@ PairVerifyResult FinishPair(PairPlan plan, const std::vector<PairUnitOutcome>& o
 // Contract findings of either side (DetectFormat) are mismatches too, coded "source:<code>" and
 // "derived:<code>". Errors (not findings): INVALID_ARGUMENT when the source is not
 // compressed-tensors MXFP4 or the derived is neither NVFP4 nor X4T (a gpt-oss MXFP4 source:
-// when the derived is not a ModelOpt export), or a tensor cannot be read as its declared kind; DATA_LOSS for undecodable X4T
-// streams or files changed during the run.
+// when the derived is not a ModelOpt export), or a tensor cannot be read as its declared kind;
+// DATA_LOSS for undecodable X4T streams or files changed during the run.
 absl::StatusOr<PairVerifyResult> VerifyPair(const Checkpoint& source, const Checkpoint& derived,
                                             const PairVerifyOptions& options, Progress& progress);
 

@@ -57,7 +57,8 @@ def compare(label, want, got):
     print(f"  {label}: {want.numel()} elements, {n} differ")
     if n:
         idx = diff.nonzero()[0].tolist()
-        print(f"    first at {idx}: expected {want[tuple(idx)].item()!r}, got {got[tuple(idx)].item()!r}")
+        print(f"    first at {idx}: expected {want[tuple(idx)].item()!r}, "
+              f"got {got[tuple(idx)].item()!r}")
     return n
 
 

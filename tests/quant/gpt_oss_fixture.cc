@@ -72,9 +72,9 @@ TensorToWrite Dense(uint64_t seed, const std::string& name, std::vector<uint64_t
 
 // What one 32-group of a fixture expert tensor holds.
 struct Group {
-  bool zero = false;    // all codes +0/-0
-  uint8_t scale = 0;    // E8M0 byte
-  uint8_t fill = 0;     // the byte of every code pair of a zero group
+  bool zero = false;  // all codes +0/-0
+  uint8_t scale = 0;  // E8M0 byte
+  uint8_t fill = 0;   // the byte of every code pair of a zero group
 };
 
 // The special all-zero groups (FIXTURES.md): odd experts, rows 3-6.
@@ -89,7 +89,8 @@ Group GroupAt(const GptOssFixtureSpec& s, int layer, Fused f, uint64_t e, uint64
     if (r == 5 && g == 0) return {true, 0, 0x00};
     if (r == 6 && g == 0) return {true, in_window, 0x08};
   }
-  const uint64_t h = Hash(s.seed, {static_cast<uint64_t>(layer), static_cast<uint64_t>(f), e, r, g});
+  const uint64_t h =
+      Hash(s.seed, {static_cast<uint64_t>(layer), static_cast<uint64_t>(f), e, r, g});
   int k = top - static_cast<int>(h % 15);
   if ((e | r | g) == 0) k = top;
   if (e == E - 1 && r == R - 1 && g == G - 1) k = top - 17;
@@ -110,9 +111,10 @@ void FillExperts(const GptOssFixtureSpec& s, int layer, Fused f, const std::stri
         const uint64_t at = gptoss::Mxfp4Position(d, f, {e, r, g * 32}).code.byte;
         scales[gptoss::Mxfp4Position(d, f, {e, r, g * 32}).scale] = grp.scale;
         for (uint64_t i = 0; i < 16; ++i) {
-          blocks[at + i] = grp.zero ? grp.fill
-              : static_cast<uint8_t>(Hash(s.seed, {9, static_cast<uint64_t>(layer),
-                                                   static_cast<uint64_t>(f), e, r, g, i}));
+          blocks[at + i] =
+              grp.zero ? grp.fill
+                       : static_cast<uint8_t>(Hash(s.seed, {9, static_cast<uint64_t>(layer),
+                                                            static_cast<uint64_t>(f), e, r, g, i}));
         }
         if (!grp.zero) blocks[at] |= 0x07;  // keep it active, and every max nibble 6
       }
@@ -185,8 +187,9 @@ json ModelOptQuantConfig() {
   const json fp4 = {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", 16}};
   return {{"config_groups",
            {{"group_0", {{"input_activations", fp4}, {"weights", fp4}, {"targets", {"Linear"}}}}}},
-          {"ignore", {"lm_head", "model.embed_tokens", "model.layers.*.self_attn*",
-                      "model.layers.*.mlp.router*"}},
+          {"ignore",
+           {"lm_head", "model.embed_tokens", "model.layers.*.self_attn*",
+            "model.layers.*.mlp.router*"}},
           {"quant_algo", "NVFP4"},
           {"producer", {{"name", "modelopt"}, {"version", "0.0.0+ckpt-audit-fixture"}}},
           {"quant_method", "modelopt"}};
@@ -201,7 +204,8 @@ gptoss::ModelOptFused ModelOptRuleCast(const Mxfp4View& v, const Dims& d, Fused 
   std::optional<int> k_max;
   for (uint64_t r = 0; r < E * R; ++r) {
     for (uint64_t g = 0; g < G; ++g) {
-      if (v.ScaleByte(r, g) > 0) k_max = std::max(k_max.value_or(-1000), E8M0Exponent(v.ScaleByte(r, g)));
+      if (v.ScaleByte(r, g) > 0)
+        k_max = std::max(k_max.value_or(-1000), E8M0Exponent(v.ScaleByte(r, g)));
     }
   }
   const int m = k_max.value_or(8) - 8;
@@ -255,13 +259,12 @@ absl::Status ExportFused(const Checkpoint& src, const Dims& d, const std::string
   std::vector<uint8_t> s2b(4), inb(4);
   std::memcpy(s2b.data(), &x->weight_scale_2, 4);
   std::memcpy(inb.data(), &input, 4);
-  const std::vector<gptoss::TensorSpec> specs =
-      gptoss::ModelOptTensors(base.substr(0, base.size() - gptoss::FusedName(f).size()), d, f,
-                              true, DType::kBF16);
+  const std::vector<gptoss::TensorSpec> specs = gptoss::ModelOptTensors(
+      base.substr(0, base.size() - gptoss::FusedName(f).size()), d, f, true, DType::kBF16);
   std::vector<uint8_t>* data[] = {&x->packed, &x->scales, &s2b, &inb};
   for (int i = 0; i < 4; ++i) {
-    out->push_back(TensorToWrite::Owned(specs[i].name, specs[i].dtype, specs[i].shape,
-                                        std::move(*data[i])));
+    out->push_back(
+        TensorToWrite::Owned(specs[i].name, specs[i].dtype, specs[i].shape, std::move(*data[i])));
   }
   return absl::OkStatus();
 }
@@ -292,7 +295,8 @@ absl::Status WriteGptOssMxfp4Fixture(const std::string& dir, const GptOssFixture
   }
   t.push_back(Dense(s.seed, "model.norm.weight", {H}, 1.0f, 0.05f));
   t.push_back(Dense(s.seed, "lm_head.weight", {s.vocab, H}, 0.0f, 0.05f));
-  if (absl::Status st = WriteText(fs::path(dir) / "config.json", DumpJson(Mxfp4Config(s), 2) + "\n");
+  if (absl::Status st =
+          WriteText(fs::path(dir) / "config.json", DumpJson(Mxfp4Config(s), 2) + "\n");
       !st.ok()) {
     return st;
   }
@@ -321,11 +325,12 @@ absl::Status WriteGptOssModelOpt(const std::string& src_root, const std::string&
   }
   json config = (*src)->config();
   config["quantization_config"] = ModelOptQuantConfig();
-  const json hf_quant = {
-      {"producer", config["quantization_config"]["producer"]},
-      {"quantization", {{"quant_algo", "NVFP4"}, {"kv_cache_quant_algo", nullptr},
-                        {"group_size", 16},
-                        {"exclude_modules", config["quantization_config"]["ignore"]}}}};
+  const json hf_quant = {{"producer", config["quantization_config"]["producer"]},
+                         {"quantization",
+                          {{"quant_algo", "NVFP4"},
+                           {"kv_cache_quant_algo", nullptr},
+                           {"group_size", 16},
+                           {"exclude_modules", config["quantization_config"]["ignore"]}}}};
   for (const auto& [name, doc] : {std::pair<const char*, const json*>{"config.json", &config},
                                   {"hf_quant_config.json", &hf_quant}}) {
     if (absl::Status st = WriteText(fs::path(dir) / name, DumpJson(*doc, 2) + "\n"); !st.ok()) {
@@ -350,7 +355,8 @@ absl::Status DumpGptOssValues(const std::string& root, const std::string& out) {
       if (!mx && !mo) continue;
       const std::string base = mx ? n.substr(0, n.size() - 7) : n;
       const std::string scale = mx ? base + "_scales" : n + "_weight_scale";
-      const std::optional<TensorRef> s = (*ck)->Find(scale), s2t = (*ck)->Find(n + "_weight_scale_2");
+      const std::optional<TensorRef> s = (*ck)->Find(scale),
+                                     s2t = (*ck)->Find(n + "_weight_scale_2");
       if (!s || (!mx && (!s2t || s2t->bytes().size() != 4))) {
         return absl::InvalidArgumentError(absl::StrCat(root, ": ", n, ": scale tensors missing"));
       }

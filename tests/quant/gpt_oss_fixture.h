@@ -10,9 +10,10 @@
 //    is lossless there and nowhere else).
 //  - WriteGptOssModelOpt: that checkpoint exported in ModelOpt's gpt-oss NVFP4 layout (W4A4,
 //    input_scale pinned to 1). kLossless: core/quant/gpt_oss_cast.h (one weight_scale_2 =
-//    2^(k_max - 8) per fused tensor, k_max over the active groups). kModelOptRule: our model of ModelOpt's closed-form cast (k_max over
-//    every nonzero scale byte, out-of-window blocks clamped to [2^-9, 448] and their codes
-//    requantized), which the large bytes on all-zero groups make lossy.
+//    2^(k_max - 8) per fused tensor, k_max over the active groups). kModelOptRule: our model of
+//    ModelOpt's closed-form cast (k_max over every nonzero scale byte, out-of-window blocks clamped
+//    to [2^-9, 448] and their codes requantized), which the large bytes on all-zero groups make
+//    lossy.
 #ifndef CKPT_TESTS_QUANT_GPT_OSS_FIXTURE_H_
 #define CKPT_TESTS_QUANT_GPT_OSS_FIXTURE_H_
 

@@ -30,8 +30,9 @@ int main(int argc, char** argv) {
     const fs::path out = argv[2];
     const std::string src = (out / "mini-gpt-oss-mxfp4").string();
     if (absl::Status s = WriteGptOssMxfp4Fixture(src); !s.ok()) return Fail(s);
-    for (const auto& [name, cast] : {std::pair{"mini-gpt-oss-modelopt-nvfp4", ModelOptCast::kLossless},
-                                     std::pair{"mini-gpt-oss-modelopt-lossy", ModelOptCast::kModelOptRule}}) {
+    for (const auto& [name, cast] :
+         {std::pair{"mini-gpt-oss-modelopt-nvfp4", ModelOptCast::kLossless},
+          std::pair{"mini-gpt-oss-modelopt-lossy", ModelOptCast::kModelOptRule}}) {
       if (absl::Status s = WriteGptOssModelOpt(src, (out / name).string(), cast); !s.ok()) {
         return Fail(s);
       }

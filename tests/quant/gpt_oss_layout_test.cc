@@ -105,20 +105,26 @@ TEST(GptOssLayoutTest, TensorNamesAndShapes) {
 }
 
 TEST(GptOssLayoutTest, DimsFromConfig) {
-  auto d = DimsFromConfig({{"num_local_experts", 3}, {"hidden_size", 96}, {"intermediate_size", 64}});
+  auto d =
+      DimsFromConfig({{"num_local_experts", 3}, {"hidden_size", 96}, {"intermediate_size", 64}});
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->Rows(Fused::kGateUp), 128u);
   EXPECT_EQ(d->Cols(Fused::kDown), 64u);
   EXPECT_THAT(DimsFromConfig({{"num_local_experts", 3}, {"hidden_size", 96}}).status().message(),
               HasSubstr("intermediate_size"));
-  EXPECT_THAT(DimsFromConfig({{"num_local_experts", 3}, {"hidden_size", 90},
-                              {"intermediate_size", 64}}).status().message(),
-              HasSubstr("multiples of 32"));
-  EXPECT_FALSE(DimsFromConfig({{"num_local_experts", -3}, {"hidden_size", 96},
-                               {"intermediate_size", 64}}).ok());
+  EXPECT_THAT(
+      DimsFromConfig({{"num_local_experts", 3}, {"hidden_size", 90}, {"intermediate_size", 64}})
+          .status()
+          .message(),
+      HasSubstr("multiples of 32"));
+  EXPECT_FALSE(
+      DimsFromConfig({{"num_local_experts", -3}, {"hidden_size", 96}, {"intermediate_size", 64}})
+          .ok());
   // 2I and the products of the maps must not wrap.
-  EXPECT_FALSE(DimsFromConfig({{"num_local_experts", 3}, {"hidden_size", 96},
-                               {"intermediate_size", uint64_t{1} << 63}}).ok());
+  EXPECT_FALSE(
+      DimsFromConfig(
+          {{"num_local_experts", 3}, {"hidden_size", 96}, {"intermediate_size", uint64_t{1} << 63}})
+          .ok());
 }
 
 }  // namespace

@@ -76,8 +76,9 @@ void Rewrite(const fs::path& dir, const std::function<bool(TensorToWrite&)>& edi
     }
   }
   fs::remove(dir / "model.safetensors");
-  ASSERT_TRUE(WriteSafetensors((dir / "model.safetensors").string(), std::move(out),
-                               {{"format", "pt"}}).ok());
+  ASSERT_TRUE(
+      WriteSafetensors((dir / "model.safetensors").string(), std::move(out), {{"format", "pt"}})
+          .ok());
 }
 
 TEST(GptOssFixture, CommittedFilesAreWhatTheGeneratorWrites) {
@@ -85,9 +86,11 @@ TEST(GptOssFixture, CommittedFilesAreWhatTheGeneratorWrites) {
   const std::string src = (tmp / kSource).string();
   ASSERT_TRUE(testing::WriteGptOssMxfp4Fixture(src).ok());
   ASSERT_TRUE(testing::WriteGptOssModelOpt(src, (tmp / kLossless).string(),
-                                           testing::ModelOptCast::kLossless).ok());
+                                           testing::ModelOptCast::kLossless)
+                  .ok());
   ASSERT_TRUE(testing::WriteGptOssModelOpt(src, (tmp / kLossy).string(),
-                                           testing::ModelOptCast::kModelOptRule).ok());
+                                           testing::ModelOptCast::kModelOptRule)
+                  .ok());
   for (const std::string& d : {kSource, kLossless, kLossy}) {
     for (const auto& e : fs::directory_iterator(Fixture(d))) {
       const fs::path name = e.path().filename();
@@ -109,7 +112,9 @@ TEST(GptOssFixture, SourceIsCleanGptOssMxfp4) {
 // transformers: layer 0 gate_up_proj expert 0 row 0 group 0 has k = k_max = -4.
 TEST(GptOssFixture, DumpDecodesTheFirstGroup) {
   TempDir tmp;
-  ASSERT_TRUE(testing::DumpGptOssValues(Fixture(kSource).string(), (tmp / "model.safetensors").string()).ok());
+  ASSERT_TRUE(
+      testing::DumpGptOssValues(Fixture(kSource).string(), (tmp / "model.safetensors").string())
+          .ok());
   auto src = Checkpoint::Open(Fixture(kSource).string());
   ASSERT_TRUE(src.ok());
   const uint8_t* blocks = (*src)->Find(kL0 + "gate_up_proj_blocks")->bytes().data();
@@ -143,8 +148,10 @@ TEST(GptOssPair, LosslessExportVerifies) {
   // and bias, the two expert biases.
   EXPECT_EQ(r.ignored_tensors_compared, 3u + 2 * 15);
   ASSERT_EQ(r.gpt_oss_windows.size(), 4u);
-  const std::pair<std::string, int> k_max[] = {{kL0 + "gate_up_proj", -4}, {kL0 + "down_proj", -5},
-                                               {kL1 + "gate_up_proj", -5}, {kL1 + "down_proj", -6}};
+  const std::pair<std::string, int> k_max[] = {{kL0 + "gate_up_proj", -4},
+                                               {kL0 + "down_proj", -5},
+                                               {kL1 + "gate_up_proj", -5},
+                                               {kL1 + "down_proj", -6}};
   for (const auto& [name, k] : k_max) {
     const GptOssWindowStats* w = Window(r, name);
     ASSERT_NE(w, nullptr);
@@ -255,7 +262,8 @@ TEST(GptOssPair, DerivedContractViolationsAreNamed) {
   for (const Finding& f : r.mismatches.kept()) {
     if (f.tensor == kL0 + "gate_up_proj") {
       shape_named = true;
-      EXPECT_THAT(f.message, HasSubstr("U8 [4, 128, 48], ModelOpt's gpt-oss export is U8 [4, 48, 128]"));
+      EXPECT_THAT(f.message,
+                  HasSubstr("U8 [4,128,48], ModelOpt's gpt-oss export is U8 [4,48,128]"));
     }
   }
   EXPECT_TRUE(shape_named);
