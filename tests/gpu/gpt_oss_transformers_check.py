@@ -17,16 +17,14 @@ element equal, --expect lossy requires at least one difference. ckpt-audit's dum
 Exit 0 when every check passes, 1 on any difference, 2 on bad input; without torch,
 safetensors or transformers it prints why and exits 0 having checked nothing ("SKIPPED").
 
-On the device host, from the repository root (the fixtures are in tests/data):
-  .device-rig/bin/gpt-oss-fixture dump tests/data/mini-gpt-oss-mxfp4 $OUT/src.safetensors
-  .device-rig/bin/gpt-oss-fixture dump tests/data/mini-gpt-oss-modelopt-nvfp4 $OUT/mo.safetensors
-  .device-rig/bin/gpt-oss-fixture dump tests/data/mini-gpt-oss-modelopt-lossy $OUT/lossy.safetensors
-  python3 tests/gpu/gpt_oss_transformers_check.py --fixture tests/data/mini-gpt-oss-mxfp4 \\
-      --decoded $OUT/src.safetensors \\
-      --modelopt tests/data/mini-gpt-oss-modelopt-nvfp4 --modelopt-decoded $OUT/mo.safetensors
-  python3 tests/gpu/gpt_oss_transformers_check.py --fixture tests/data/mini-gpt-oss-mxfp4 \\
-      --decoded $OUT/src.safetensors --modelopt tests/data/mini-gpt-oss-modelopt-lossy \\
-      --modelopt-decoded $OUT/lossy.safetensors --expect lossy
+Here (CPU only, deterministic), write ckpt-audit's dumps into a folder that travels with the
+working tree (untracked, not ignored):
+  mkdir -p gptoss-check
+  for d in mini-gpt-oss-mxfp4 mini-gpt-oss-modelopt-nvfp4 mini-gpt-oss-modelopt-lossy; do
+    build/tests/quant/gpt-oss-fixture dump tests/data/$d gptoss-check/$d.safetensors; done
+then on the device host, from the repository root:
+  python3 tests/gpu/gpt_oss_transformers_check.py --dumps gptoss-check
+(or one pair at a time with --fixture/--decoded/--modelopt/--modelopt-decoded/--expect).
 """
 
 import argparse
@@ -76,75 +74,96 @@ def modelopt_values(tensors, base):
     return (lut[codes] * scale * s2).to(torch.float32)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--fixture", required=True, help="gpt-oss MXFP4 checkpoint directory")
-    p.add_argument("--decoded", required=True, help="gpt-oss-fixture dump of --fixture")
-    p.add_argument("--modelopt", help="ModelOpt NVFP4 export of --fixture")
-    p.add_argument("--modelopt-decoded", help="gpt-oss-fixture dump of --modelopt")
-    p.add_argument("--expect", choices=["lossless", "lossy"], default="lossless")
-    a = p.parse_args()
-    try:
-        import torch
-        import safetensors.torch  # noqa: F401
-        from transformers.integrations.mxfp4 import convert_moe_packed_tensors
-    except ImportError as e:
-        print(f"SKIPPED: {e} (needs torch, safetensors and transformers: run on the device host)")
-        return 0
-    import transformers
+def load_dir(path):
+    out = {}
+    for f in sorted(f for f in os.listdir(path) if f.endswith(".safetensors")):
+        out.update(load(os.path.join(path, f)))
+    return out
 
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"cuda {torch.cuda.is_available()}")
-    shards = sorted(f for f in os.listdir(a.fixture) if f.endswith(".safetensors"))
-    src = {}
-    for f in shards:
-        src.update(load(os.path.join(a.fixture, f)))
-    ours = load(a.decoded)
+
+def check(fixture, decoded, modelopt=None, modelopt_decoded=None, expect="lossless"):
+    """Runs the checks of one (fixture, export) pair; returns the number that failed."""
+    import torch
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    src = load_dir(fixture)
+    ours = load(decoded)
     bases = sorted(n[: -len("_blocks")] for n in src if n.endswith("_blocks"))
     if not bases:
-        print(f"{a.fixture}: no *_blocks tensors")
-        return 2
-    with open(os.path.join(a.fixture, "config.json")) as fh:
+        print(f"{fixture}: no *_blocks tensors")
+        return 1
+    with open(os.path.join(fixture, "config.json")) as fh:
         quant = json.load(fh).get("quantization_config", {})
-    print(f"{a.fixture}: quant_method {quant.get('quant_method')!r}, {len(bases)} expert tensors")
+    print(f"{fixture}: quant_method {quant.get('quant_method')!r}, {len(bases)} expert tensors")
     failures = 0
     reference = {}
     for base in bases:
-        if base not in ours:
-            print(f"  {base}: missing from {a.decoded}")
-            failures += 1
-            continue
         # transformers gives [E, in, rows]; ckpt-audit's dump is [E, rows, in].
         tf = convert_moe_packed_tensors(src[base + "_blocks"], src[base + "_scales"],
                                         dtype=torch.float32).cpu()
         reference[base] = tf.transpose(1, 2).contiguous()
-        failures += compare(f"{base} transformers vs ckpt-audit", reference[base], ours[base]) > 0
-        # transformers' default (BF16) as the model loads it, where every value fits BF16.
+        failures += compare(f"{base} transformers vs ckpt-audit", reference[base],
+                            ours.get(base, torch.empty(0))) > 0
+        # transformers' default (BF16), as the model loads it; every fixture value fits BF16.
         tf16 = convert_moe_packed_tensors(src[base + "_blocks"], src[base + "_scales"]).cpu()
         failures += compare(f"{base} transformers bf16 vs ckpt-audit",
-                            tf16.transpose(1, 2).to(torch.float32), ours[base]) > 0
-    if a.modelopt:
-        mo = {}
-        for f in sorted(f for f in os.listdir(a.modelopt) if f.endswith(".safetensors")):
-            mo.update(load(os.path.join(a.modelopt, f)))
-        mo_ours = load(a.modelopt_decoded) if a.modelopt_decoded else {}
+                            tf16.transpose(1, 2).to(torch.float32),
+                            ours.get(base, torch.empty(0))) > 0
+    if modelopt:
+        mo = load_dir(modelopt)
+        mo_ours = load(modelopt_decoded) if modelopt_decoded else {}
         total_diff = 0
+        print(f"{modelopt}: expected {expect}")
         for base in bases:
-            if base not in mo:
-                print(f"  {base}: missing from {a.modelopt}")
+            if base + "_weight_scale" not in mo:
+                print(f"  {base}: missing from {modelopt}")
                 failures += 1
                 continue
             vals = modelopt_values(mo, base)
-            n = compare(f"{base} ModelOpt export vs transformers MXFP4", reference[base], vals)
-            total_diff += n
-            if a.modelopt_decoded:
+            total_diff += compare(f"{base} ModelOpt export vs transformers MXFP4",
+                                  reference[base], vals)
+            if modelopt_decoded:
                 failures += compare(f"{base} ModelOpt export: torch vs ckpt-audit", vals,
                                     mo_ours.get(base, torch.empty(0))) > 0
-        if a.expect == "lossless" and total_diff:
+        if expect == "lossless" and total_diff:
             failures += 1
-        if a.expect == "lossy" and not total_diff:
+        if expect == "lossy" and not total_diff:
             print("  expected the export to be lossy, but every value matches")
             failures += 1
+    return failures
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dumps", help="directory of the three dumps: runs every check below")
+    p.add_argument("--data", default="tests/data", help="fixture directory (with --dumps)")
+    p.add_argument("--fixture", help="gpt-oss MXFP4 checkpoint directory")
+    p.add_argument("--decoded", help="gpt-oss-fixture dump of --fixture")
+    p.add_argument("--modelopt", help="ModelOpt NVFP4 export of --fixture")
+    p.add_argument("--modelopt-decoded", help="gpt-oss-fixture dump of --modelopt")
+    p.add_argument("--expect", choices=["lossless", "lossy"], default="lossless")
+    a = p.parse_args()
+    if not a.dumps and not (a.fixture and a.decoded):
+        p.error("give --dumps, or --fixture and --decoded")
+    try:
+        import torch
+        import safetensors.torch  # noqa: F401
+        import transformers
+        from transformers.integrations.mxfp4 import convert_moe_packed_tensors  # noqa: F401
+    except ImportError as e:
+        print(f"SKIPPED: {e} (needs torch, safetensors and transformers: run on the device host)")
+        return 0
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"cuda {torch.cuda.is_available()}")
+    if a.dumps:
+        src = "mini-gpt-oss-mxfp4"
+        runs = [(os.path.join(a.data, src), os.path.join(a.dumps, src + ".safetensors"),
+                 os.path.join(a.data, mo), os.path.join(a.dumps, mo + ".safetensors"), expect)
+                for mo, expect in [("mini-gpt-oss-modelopt-nvfp4", "lossless"),
+                                   ("mini-gpt-oss-modelopt-lossy", "lossy")]]
+    else:
+        runs = [(a.fixture, a.decoded, a.modelopt, a.modelopt_decoded, a.expect)]
+    failures = sum(check(*r) for r in runs)
     print("OK" if failures == 0 else f"FAILED: {failures} check(s) differ")
     return 0 if failures == 0 else 1
 
