@@ -80,6 +80,15 @@ int Run(const VerifyPairArgs& a) {
     nlohmann::ordered_json j = audit::PairAuditOf(r).ToJson();
     j["source"] = e.source().checkpoint->root();
     j["derived"] = e.root().checkpoint->root();
+    for (const quant::GptOssWindowStats& w : r.gpt_oss_windows) {  // gpt-oss pairs only
+      j["gpt_oss_windows"].push_back({{"tensor", w.tensor},
+                                      {"blocks", w.blocks},
+                                      {"active_blocks", w.active_blocks},
+                                      {"window_blocks", w.window_blocks},
+                                      {"k_max", w.k_max},
+                                      {"modelopt_rule_blocks", w.modelopt_rule_blocks},
+                                      {"modelopt_k_max", w.modelopt_k_max}});
+    }
     std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
     PrintText(a, r);

@@ -88,7 +88,12 @@ TEST(QuantCli, VerifyPairGptOssModelOpt) {
   CliRun lossy = Cli("verify-pair --json --source " + src + " --derived " +
                      Fixture("mini-gpt-oss-modelopt-lossy").string());
   EXPECT_EQ(lossy.rc, 1) << lossy.out;
-  EXPECT_EQ(nlohmann::json::parse(lossy.out)["mismatches"]["by_code"]["value-differs"], 3816);
+  const nlohmann::json lj = nlohmann::json::parse(lossy.out);
+  EXPECT_EQ(lj["mismatches"]["by_code"]["value-differs"], 3816);
+  ASSERT_EQ(lj["gpt_oss_windows"].size(), 4u);
+  EXPECT_EQ(lj["gpt_oss_windows"][3]["tensor"], "model.layers.1.mlp.experts.gate_up_proj");
+  EXPECT_EQ(lj["gpt_oss_windows"][3]["modelopt_rule_blocks"], 4);
+  EXPECT_EQ(lj["gpt_oss_windows"][3]["window_blocks"], 1536);
   EXPECT_EQ(Cli("verify-pair --source " + src + " --derived " + src).rc, 2);
 }
 
