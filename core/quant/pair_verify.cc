@@ -192,6 +192,69 @@ std::set<std::string> ModuleTensorNames(const Checkpoint& c, const std::vector<s
   return out;
 }
 
+// Compressed-tensors: one unit per module present on both sides.
+void AddModuleUnits(const Checkpoint& source, const Checkpoint& derived, PairPlan* plan,
+                    std::set<std::string>* src_q, std::set<std::string>* dst_q) {
+  const std::vector<std::string> src_mods = PackedModules(source);
+  const std::vector<std::string> dst_mods = PackedModules(derived);
+  const std::set<std::string> dst_mod_set(dst_mods.begin(), dst_mods.end());
+  const std::set<std::string> src_mod_set(src_mods.begin(), src_mods.end());
+  *src_q = ModuleTensorNames(source, src_mods);
+  *dst_q = ModuleTensorNames(derived, dst_mods);
+  for (const std::string& m : src_mods) {
+    if (dst_mod_set.count(m)) {
+      const std::set<std::string> a = ModuleTensorNames(source, {m});
+      const std::set<std::string> b = ModuleTensorNames(derived, {m});
+      plan->units.push_back({m, true, {a.begin(), a.end()}, {b.begin(), b.end()},
+                             source.Find(m + kPackedSuffix)->info->num_bytes()});
+    } else {
+      plan->result.mismatches.Add({"missing-tensor", m + kPackedSuffix, -1, -1,
+                                   "quantized in the source, absent from the derived checkpoint",
+                                   {}});
+    }
+  }
+  for (const std::string& m : dst_mods) {
+    if (!src_mod_set.count(m)) {
+      plan->result.mismatches.Add({"extra-tensor", m + kPackedSuffix, -1, -1,
+                                   "in the derived checkpoint only", {}});
+    }
+  }
+}
+
+// gpt-oss: one unit per stacked expert tensor, its derived tensors whichever exist (the unit
+// reports the missing ones); every other tensor is compared by digest.
+void AddGptOssUnits(const Checkpoint& source, const Checkpoint& derived, PairPlan* plan,
+                    std::set<std::string>* src_q, std::set<std::string>* dst_q) {
+  for (const std::string& base : GptOssExpertBases(source)) {
+    std::vector<std::string> a;
+    for (const std::string& n : GptOssSourceTensors(base)) {
+      if (source.Find(n)) a.push_back(n);
+    }
+    const std::vector<std::string> b = GptOssDerivedTensors(derived, base);
+    src_q->insert(a.begin(), a.end());
+    dst_q->insert(b.begin(), b.end());
+    plan->units.push_back({base, true, a, b, source.Find(base + "_blocks")->info->num_bytes(),
+                           true});
+  }
+}
+
+// A gpt-oss source pairs with a ModelOpt export only. Until ModelOpt is a detected format its
+// contract findings come from the unit comparison (gpt_oss_pair.h).
+absl::Status CheckGptOssDerived(const Checkpoint& derived, const FormatReport& dst_format,
+                                PairVerifyResult* result) {
+  if (!DeclaresModelOpt(derived)) {
+    return absl::InvalidArgumentError(absl::StrCat(derived.root(), ": derived is ",
+                                                   result->derived_format,
+                                                   ", not a ModelOpt NVFP4 export of gpt-oss"));
+  }
+  if (dst_format.format == QuantFormat::kUnknown) {
+    result->derived_format = "modelopt nvfp4 (gpt-oss experts)";
+  } else {
+    result->mismatches.Merge(dst_format.findings, "derived:");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& derived,
@@ -206,42 +269,28 @@ absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& de
   detect_source.join();
   result.source_format = src_format.Describe();
   result.derived_format = dst_format.Describe();
-  if (src_format.format != QuantFormat::kCompressedTensorsMxfp4) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source.root(), ": source is ", result.source_format, ", not compressed-tensors MXFP4"));
-  }
-  if (dst_format.format != QuantFormat::kCompressedTensorsNvfp4 &&
-      dst_format.format != QuantFormat::kX4TContainerB) {
+  result.mismatches.Merge(src_format.findings, "source:");
+  const bool gpt_oss = src_format.format == QuantFormat::kGptOssMxfp4;
+  if (gpt_oss) {
+    if (absl::Status s = CheckGptOssDerived(derived, dst_format, &result); !s.ok()) return s;
+  } else if (src_format.format != QuantFormat::kCompressedTensorsMxfp4) {
+    return absl::InvalidArgumentError(absl::StrCat(source.root(), ": source is ",
+                                                   result.source_format,
+                                                   ", not compressed-tensors or gpt-oss MXFP4"));
+  } else if (dst_format.format != QuantFormat::kCompressedTensorsNvfp4 &&
+             dst_format.format != QuantFormat::kX4TContainerB) {
     return absl::InvalidArgumentError(absl::StrCat(
         derived.root(), ": derived is ", result.derived_format, ", not NVFP4 or X4T"));
+  } else {
+    result.mismatches.Merge(dst_format.findings, "derived:");
   }
-  result.mismatches.Merge(src_format.findings, "source:");
-  result.mismatches.Merge(dst_format.findings, "derived:");
-  const std::vector<std::string> src_mods = PackedModules(source);
-  const std::vector<std::string> dst_mods = PackedModules(derived);
-  const std::set<std::string> dst_mod_set(dst_mods.begin(), dst_mods.end());
-  const std::set<std::string> src_mod_set(src_mods.begin(), src_mods.end());
-  const std::set<std::string> src_q = ModuleTensorNames(source, src_mods);
-  const std::set<std::string> dst_q = ModuleTensorNames(derived, dst_mods);
-
-  // Units: modules present on both sides, then non-quantized tensors present on both.
-  for (const std::string& m : src_mods) {
-    if (dst_mod_set.count(m)) {
-      const std::set<std::string> a = ModuleTensorNames(source, {m});
-      const std::set<std::string> b = ModuleTensorNames(derived, {m});
-      plan.units.push_back({m, true, {a.begin(), a.end()}, {b.begin(), b.end()},
-                            source.Find(m + kPackedSuffix)->info->num_bytes()});
-    } else {
-      result.mismatches.Add({"missing-tensor", m + kPackedSuffix, -1, -1,
-                             "quantized in the source, absent from the derived checkpoint", {}});
-    }
+  std::set<std::string> src_q, dst_q;
+  if (gpt_oss) {
+    AddGptOssUnits(source, derived, &plan, &src_q, &dst_q);
+  } else {
+    AddModuleUnits(source, derived, &plan, &src_q, &dst_q);
   }
-  for (const std::string& m : dst_mods) {
-    if (!src_mod_set.count(m)) {
-      result.mismatches.Add({"extra-tensor", m + kPackedSuffix, -1, -1,
-                             "in the derived checkpoint only", {}});
-    }
-  }
+  // Non-quantized tensors present on both sides.
   const std::vector<std::string> src_names = source.TensorNames();
   const std::vector<std::string> dst_names = derived.TensorNames();
   const std::set<std::string> dst_name_set(dst_names.begin(), dst_names.end());
@@ -271,7 +320,9 @@ absl::StatusOr<PairUnitOutcome> CompareUnit(const Checkpoint& source, const Chec
   }
   PairUnitOutcome o;
   o.found = FindingList(options.max_findings);
-  if (absl::Status s = CompareModule(source, derived, unit.name, &o); !s.ok()) return s;
+  absl::Status s = unit.gpt_oss ? CompareGptOssUnit(source, derived, unit, &o)
+                                : CompareModule(source, derived, unit.name, &o);
+  if (!s.ok()) return s;
   return o;
 }
 
@@ -306,6 +357,7 @@ PairVerifyResult FinishPair(PairPlan plan, const std::vector<PairUnitOutcome>& o
     result.value_blocks_compared += o.value_blocks;
     result.zero_groups_canonicalized += o.zero_canonicalized;
     result.ignored_bytes_compared += o.ignored_bytes;
+    if (o.gpt_oss) result.gpt_oss_windows.push_back(*o.gpt_oss);
     if (plan.units[i].module) {
       ++result.quantized_tensors;
       kinds.insert(o.global_bits ? "nvfp4" : "x4t");

@@ -2,6 +2,7 @@
 // re-encoding of the source (docs/formats.md §5, docs/quant.md "Pair verification")?
 //
 // Source: compressed-tensors MXFP4. Derived: NVFP4 (compressed-tensors) or an X4T container.
+// Or source gpt-oss MXFP4 and derived its ModelOpt NVFP4 export (gpt_oss_pair.h).
 // Checked: the inventories correspond one to one; packed bytes of every quantized tensor are
 // identical (X4T w2 un-permuted when declared); every reconstructed value is identical (per
 // 16-block, 2^k_j == weight_scale / weight_global_scale exactly, else element by element; X4T
@@ -19,6 +20,7 @@
 #include "core/progress.h"
 #include "core/quant/finding.h"
 #include "core/quant/format.h"
+#include "core/quant/gpt_oss_pair.h"
 #include "core/sha256.h"
 
 namespace ckpt::quant {
@@ -37,6 +39,7 @@ struct PairVerifyResult {
   uint64_t ignored_tensors_compared = 0, ignored_bytes_compared = 0;
   uint64_t fused_groups_checked = 0, zero_groups_canonicalized = 0;
   FindingList mismatches;  // codes listed in docs/quant.md
+  std::vector<GptOssWindowStats> gpt_oss_windows;  // gpt-oss pairs: per stacked expert tensor
 
   std::string verdict() const { return lossless ? "lossless" : "mismatch"; }
 };
@@ -50,6 +53,7 @@ struct PairUnit {
   bool module = false;
   std::vector<std::string> source_tensors, derived_tensors;  // what the comparison reads
   uint64_t bytes = 0;  // source bytes (progress)
+  bool gpt_oss = false;  // a module that is a gpt-oss stacked expert tensor (gpt_oss_pair.h)
 };
 struct PairPlan {
   PairVerifyResult result;  // formats and inventory mismatches so far
@@ -59,6 +63,7 @@ struct PairUnitOutcome {
   FindingList found{0};
   uint64_t packed_bytes = 0, value_blocks = 0, zero_canonicalized = 0, ignored_bytes = 0;
   std::optional<uint32_t> global_bits;  // NVFP4 modules
+  std::optional<GptOssWindowStats> gpt_oss;
 };
 absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& derived,
                                   const PairVerifyOptions& options);
@@ -73,8 +78,9 @@ PairVerifyResult FinishPair(PairPlan plan, const std::vector<PairUnitOutcome>& o
 
 // Contract findings of either side (DetectFormat) are mismatches too, coded "source:<code>" and
 // "derived:<code>". Errors (not findings): INVALID_ARGUMENT when the source is not
-// compressed-tensors MXFP4 or the derived is neither NVFP4 nor X4T, or a tensor cannot be read as its declared kind; DATA_LOSS for undecodable X4T
-// streams or files changed during the run.
+// compressed-tensors MXFP4 or the derived is neither NVFP4 nor X4T (a gpt-oss MXFP4 source:
+// when the derived is not a ModelOpt export), or a tensor cannot be read as its declared kind;
+// DATA_LOSS for undecodable X4T streams or files changed during the run.
 absl::StatusOr<PairVerifyResult> VerifyPair(const Checkpoint& source, const Checkpoint& derived,
                                             const PairVerifyOptions& options, Progress& progress);
 

@@ -75,6 +75,28 @@ TEST(QuantCli, VerifyPairExitCodesAndJson) {
   EXPECT_EQ(Cli("verify-pair --source " + kSrc).rc, 2);  // missing --derived
 }
 
+// gpt-oss MXFP4 against its ModelOpt exports (docs/quant.md "gpt-oss layouts"): the text output
+// gives each stacked tensor's window both ways; ModelOpt's rule on byte-250 zero groups is lossy.
+TEST(QuantCli, VerifyPairGptOssModelOpt) {
+  const std::string src = Fixture("mini-gpt-oss-mxfp4").string();
+  CliRun ok = Cli("verify-pair --source " + src + " --derived " +
+                  Fixture("mini-gpt-oss-modelopt-nvfp4").string());
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+  EXPECT_NE(ok.out.find("model.layers.0.mlp.experts.gate_up_proj: 1536 of 1536 blocks in the "
+                        "window (k_max -4), ModelOpt's rule 4 (k_max 123)"),
+            std::string::npos) << ok.out;
+  CliRun lossy = Cli("verify-pair --json --source " + src + " --derived " +
+                     Fixture("mini-gpt-oss-modelopt-lossy").string());
+  EXPECT_EQ(lossy.rc, 1) << lossy.out;
+  const nlohmann::json lj = nlohmann::json::parse(lossy.out);
+  EXPECT_EQ(lj["mismatches"]["by_code"]["value-differs"], 3816);
+  ASSERT_EQ(lj["gpt_oss_windows"].size(), 4u);
+  EXPECT_EQ(lj["gpt_oss_windows"][3]["tensor"], "model.layers.1.mlp.experts.gate_up_proj");
+  EXPECT_EQ(lj["gpt_oss_windows"][3]["modelopt_rule_blocks"], 4);
+  EXPECT_EQ(lj["gpt_oss_windows"][3]["window_blocks"], 1536);
+  EXPECT_EQ(Cli("verify-pair --source " + src + " --derived " + src).rc, 2);
+}
+
 TEST(QuantCli, VerifyPairListsAtMostMaxFindings) {
   TempDir dir;
   auto root = CopyFixture("mini-kimi-nvfp4", dir);
