@@ -555,8 +555,8 @@ absl::Status Registry::ReadBlobRange(const std::string& digest, uint64_t size, u
   auto resp = impl_->Send(req);
   if (!resp.ok()) return resp.status();
   // "bytes A-B/TOTAL" (or "bytes */TOTAL" with 416): TOTAL is the blob's real length.
-  absl::string_view cr = resp->Header("content-range");
-  absl::string_view total_text = cr.substr(cr.rfind('/') + 1);
+  const std::string cr = resp->Header("content-range");
+  const std::string total_text = cr.substr(cr.rfind('/') + 1);
   uint64_t total = 0;
   const bool has_total = cr.find('/') != absl::string_view::npos &&
                          absl::SimpleAtoi(total_text, &total);

@@ -270,40 +270,38 @@ struct TarLayer::Impl {
     if (compression == Compression::kGzip) {
       z.next_in = const_cast<Bytef*>(in.data());
       z.avail_in = static_cast<uInt>(in.size());
-      while (z.avail_in > 0) {
-        if (stream_ended) {  // another gzip member follows
+      // Until the input is used up and the inflater has nothing more to give.
+      while (true) {
+        if (stream_ended && z.avail_in > 0) {  // another gzip member follows
           if (inflateReset(&z) != Z_OK) return Bad("gzip: cannot start the next member");
           stream_ended = false;
         }
         z.next_out = chunk.data();
         z.avail_out = static_cast<uInt>(chunk.size());
-        int rc = inflate(&z, Z_NO_FLUSH);
+        int rc = stream_ended ? Z_STREAM_END : inflate(&z, Z_NO_FLUSH);
         if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR) {
           return Bad(absl::StrCat("gzip: ", z.msg ? z.msg : "corrupt stream"));
         }
         size_t produced = chunk.size() - z.avail_out;
         if (absl::Status s = Parse({chunk.data(), produced}); !s.ok()) return s;
         if (rc == Z_STREAM_END) stream_ended = true;
-        if (rc == Z_BUF_ERROR && produced == 0) break;
+        if (z.avail_in == 0 && (z.avail_out > 0 || stream_ended)) break;
       }
       return absl::OkStatus();
     }
     ZSTD_inBuffer zin{in.data(), in.size(), 0};
-    while (zin.pos < zin.size) {
-      ZSTD_outBuffer zout{chunk.data(), chunk.size(), 0};
-      size_t rc = ZSTD_decompressStream(zstd, &zout, &zin);
-      if (ZSTD_isError(rc)) return Bad(absl::StrCat("zstd: ", ZSTD_getErrorName(rc)));
-      if (absl::Status s = Parse({chunk.data(), zout.pos}); !s.ok()) return s;
-      stream_ended = rc == 0;
-    }
-    // Drain what the decoder still holds for this input.
     while (true) {
+      const size_t before = zin.pos;
       ZSTD_outBuffer zout{chunk.data(), chunk.size(), 0};
       size_t rc = ZSTD_decompressStream(zstd, &zout, &zin);
       if (ZSTD_isError(rc)) return Bad(absl::StrCat("zstd: ", ZSTD_getErrorName(rc)));
       if (absl::Status s = Parse({chunk.data(), zout.pos}); !s.ok()) return s;
-      stream_ended = rc == 0;
-      if (zout.pos < zout.size) break;
+      if (rc == 0) {
+        stream_ended = true;  // a frame ended and everything of it was given
+      } else if (zin.pos > before || zout.pos > 0) {
+        stream_ended = false;
+      }
+      if (zin.pos == zin.size && zout.pos < zout.size) break;
     }
     return absl::OkStatus();
   }
