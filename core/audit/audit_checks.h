@@ -32,6 +32,12 @@ namespace ckpt::audit {
 
 inline constexpr char kDefaultPolicy[] = "scale-window";
 
+// The subject that names the digest of the OCI manifest a tree was read from. It names no file:
+// a comparison with a tree on disk passes over it when the tree has no file of that name
+// (core/interop/tree_subjects.h SubjectDifferences), so one record binds the same files from disk
+// or registry.
+inline constexpr char kOciManifestSubject[] = "oci-manifest";
+
 // A tree read from elsewhere than a file system: an OCI artifact (core/oci/artifact.h,
 // docs/interop.md "OCI registries"). `subject` (its manifest digest) joins the record's subjects
 // beside the file digests and the OMS ROOT (for a source: its files), and each named file's

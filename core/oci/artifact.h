@@ -33,9 +33,6 @@ namespace ckpt::oci {
 
 inline constexpr char kModelFilepathAnnotation[] = "org.cncf.model.filepath";
 inline constexpr char kTitleAnnotation[] = "org.opencontainers.image.title";
-// The record subject that carries the manifest digest of an audited artifact, beside the file
-// digests and the OMS ROOT (core/audit ReadBinding).
-inline constexpr char kManifestSubject[] = "oci-manifest";
 
 struct ArtifactOptions {
   ClientOptions client;

@@ -16,7 +16,7 @@ absl::Status Open(const std::string& text, uint64_t window, std::string* path,
   *dir = a.root();
   *path = a.reference().ToString();
   *binding = audit::ReadBinding{
-      {oci::kManifestSubject, a.manifest_digest().substr(7)}, a.raw_files()};
+      {audit::kOciManifestSubject, a.manifest_digest().substr(7)}, a.raw_files()};
   if (ref->empty()) *ref = a.reference().ToString();
   return absl::OkStatus();
 }

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "core/audit/audit_checks.h"
 #include "core/evidence/base64.h"
+#include "core/interop/tree_subjects.h"
 #include "core/oci/artifact.h"
 #include "core/oci/tar_layer.h"
 #include "nlohmann/json.hpp"
@@ -457,10 +458,10 @@ TEST(OciDockerRegistry, PairOverOciAuditsLikeTheSameFilesOnDisk) {
     return out;
   };
   auto expected = subjects(local->subjects);
-  expected.emplace_back(oci::kManifestSubject, nv.substr(7));
+  expected.emplace_back(audit::kOciManifestSubject, nv.substr(7));
   EXPECT_EQ(subjects(remote->subjects), expected);
   auto expected_source = subjects(local->source->files);
-  expected_source.emplace_back(oci::kManifestSubject, mx.substr(7));
+  expected_source.emplace_back(audit::kOciManifestSubject, mx.substr(7));
   EXPECT_EQ(subjects(remote->source->files), expected_source);
   EXPECT_EQ(remote->source->manifest_root, local->source->manifest_root);
   EXPECT_EQ(remote->root, "oci://" + registry.host() + "/m@" + nv);
@@ -481,6 +482,24 @@ TEST(OciDockerRegistry, PairOverOciAuditsLikeTheSameFilesOnDisk) {
   EXPECT_EQ(cli.rc, 0) << cli.err << cli.out;
   EXPECT_THAT(cli.out, HasSubstr("\"verdict\": \"pass\""));
   EXPECT_THAT(cli.out, HasSubstr("\"model_ref\": \"oci://" + registry.host() + "/m@" + nv));
+  // The record verifies against the same files on disk: the manifest digest names no file.
+  const auto id = nlohmann::json::parse(cli.out)["record_id"].get<uint64_t>();
+  testing::CliResult verify = testing::RunCli(
+      "verify --db " + (dir / "log.db").string() + " --id " + std::to_string(id) + " --trust " +
+          (dir / "trusted").string() + " --root " + Fixture("mini-kimi-nvfp4").string() +
+          " --source " + Fixture("mini-kimi-mxfp4").string(),
+      dir.path(), env);
+  EXPECT_EQ(verify.rc, 0) << verify.err << verify.out;
+}
+
+TEST(OciSubjects, ManifestSubjectNamesNoFileUnlessTheTreeHasOne) {
+  const std::string hex(64, 'a'), other(64, 'b');
+  std::map<std::string, std::string> stated = {{"a.json", hex},
+                                               {audit::kOciManifestSubject, other}};
+  EXPECT_TRUE(interop::SubjectDifferences(stated, {{"a.json", hex}}).empty());
+  // A file of that name on disk is compared like any other.
+  EXPECT_EQ(interop::SubjectDifferences(stated, {{"a.json", hex}, {"oci-manifest", hex}}).size(),
+            1u);
 }
 
 }  // namespace
