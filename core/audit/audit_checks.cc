@@ -99,6 +99,27 @@ forward::ForwardAuditOptions ForwardOptionsOf(const AuditOptions& options) {
   return fopt;
 }
 
+// A tree read from an OCI artifact: every raw layer's digest must be the SHA-256 the engine
+// took from the bytes it read (those the verdicts were computed from), and the manifest digest
+// joins the subjects (docs/interop.md, "OCI registries"). A layer file the walk ignored was
+// never read and names no subject; the manifest digest still covers it.
+absl::Status Bind(const std::optional<ReadBinding>& binding, const TreeImage& image,
+                  std::vector<evidence::Subject>* subjects) {
+  if (!binding) return absl::OkStatus();
+  for (const auto& [name, want] : binding->file_sha256) {
+    const ImageFile* f = image.Find(name);
+    if (f == nullptr) continue;
+    std::string got = f->sha256 ? ToHex(*f->sha256) : "(not hashed)";
+    if (got != want) {
+      return absl::DataLossError(absl::StrCat(
+          image.root, "/", name, ": the bytes read hash to sha256:", got,
+          ", the manifest's layer digest is sha256:", want, " (a tampered layer); nothing signed"));
+    }
+  }
+  subjects->push_back(binding->subject);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 AuditRun::AuditRun(const AuditOptions& options, const quant::ScaleWindowConfig& policy)
@@ -165,12 +186,14 @@ absl::StatusOr<evidence::EvidenceRecord> AuditRun::Record(
   const Fingerprint derived_fp = FingerprintOf(derived_read, e.root().walk.ignore_paths);
   rec.root = derived_read.root;
   rec.subjects = SubjectsOf(derived_fp);
+  if (absl::Status s = Bind(options_.root_binding, derived_read, &rec.subjects); !s.ok()) return s;
   rec.checks.push_back(RecordOf(derived_fp));
   if (e.has_source()) {
     const TreeImage& source_read = *images[1];
     const Fingerprint source_fp = FingerprintOf(source_read, e.source().walk.ignore_paths);
     std::vector<evidence::Subject> files = SubjectsOf(source_fp);
     files.pop_back();  // the manifest ROOT has its own field
+    if (absl::Status s = Bind(options_.source_binding, source_read, &files); !s.ok()) return s;
     rec.source = evidence::SourceBinding{source_read.root, source_fp.manifest.RootHex(),
                                          std::move(files)};
   }

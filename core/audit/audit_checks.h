@@ -13,6 +13,8 @@
 #ifndef CKPT_CORE_AUDIT_AUDIT_CHECKS_H_
 #define CKPT_CORE_AUDIT_AUDIT_CHECKS_H_
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,12 +32,29 @@ namespace ckpt::audit {
 
 inline constexpr char kDefaultPolicy[] = "scale-window";
 
+// The subject that names the digest of the OCI manifest a tree was read from. It names no file:
+// a comparison with a tree on disk passes over it when the tree has no file of that name
+// (core/interop/tree_subjects.h SubjectDifferences), so one record binds the same files from disk
+// or registry.
+inline constexpr char kOciManifestSubject[] = "oci-manifest";
+
+// A tree read from elsewhere than a file system: an OCI artifact (core/oci/artifact.h,
+// docs/interop.md "OCI registries"). `subject` (its manifest digest) joins the record's subjects
+// beside the file digests and the OMS ROOT (for a source: its files), and each named file's
+// SHA-256, taken by the engine from the bytes it read, must be the one given (a raw layer's
+// digest): DATA_LOSS naming the file otherwise, and nothing is signed.
+struct ReadBinding {
+  evidence::Subject subject;
+  std::map<std::string, std::string> file_sha256;  // recorded name -> lowercase hex
+};
+
 struct AuditOptions {
   std::string root;
   std::string source;  // empty: no pair audit
   // When set, the audit reads through these already-opened directories (the daemon opens and
   // checks a root when a job is submitted) and `root` / `source` are not resolved again.
   std::shared_ptr<const io::Directory> root_dir, source_dir;
+  std::optional<ReadBinding> root_binding, source_binding;
   std::string policy = kDefaultPolicy;
   // Where an X4T container's declared checkpoint_root is mounted (docs/quant.md): the pair
   // check's format contract compares the mapped path with the root actually read.

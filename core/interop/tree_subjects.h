@@ -21,7 +21,9 @@ absl::StatusOr<std::vector<evidence::Subject>> TreeSubjects(const std::string& r
 std::map<std::string, std::string> SubjectMap(const std::vector<evidence::Subject>& subjects);
 
 // One line per difference between what a statement names (`stated`) and what is on disk
-// ("changed: f", "missing on disk: f", "not stated: f"); empty when they are equal.
+// ("changed: f", "missing on disk: f", "not stated: f"); empty when they are equal. A stated
+// `oci-manifest` subject (core/audit kOciManifestSubject) is passed over unless the disk has a
+// file of that name.
 std::vector<std::string> SubjectDifferences(const std::map<std::string, std::string>& stated,
                                             const std::map<std::string, std::string>& disk);
 

@@ -23,6 +23,7 @@
 #include "services/cli/evidence_paths.h"
 #include "services/cli/forward_device.h"
 #include "services/cli/log_heads.h"
+#include "services/cli/oci_trees.h"
 #include "services/cli/read_file.h"
 #include "storage/evidence_log.h"
 
@@ -145,6 +146,8 @@ int Run(AuditArgs a) {
   auto emulation = forward::ParseEmulation(a.emulate);
   if (!emulation.ok()) return ReportError(emulation.status());
   a.options.forward_emulation = *emulation;
+  // oci://REGISTRY/REPO@sha256:... (or :TAG) as ROOT or --source (docs/interop.md).
+  if (absl::Status s = OpenOciTrees(&a.options); !s.ok()) return ReportError(s);
   if (!a.part.empty()) return RunPart(a);
   auto setup = ResolveEvidenceSetup(a.db, a.key);
   if (!setup.ok()) return ReportError(setup.status());
@@ -208,8 +211,10 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand(
       "audit", "Run every check on a checkpoint and append one signed evidence record");
   auto a = std::make_shared<AuditArgs>();
-  cmd->add_option("ROOT", a->options.root, "checkpoint root (not with --merge)");
-  cmd->add_option("--source", a->options.source, "source checkpoint for a pair audit");
+  cmd->add_option("ROOT", a->options.root,
+                  "checkpoint root, or oci://REGISTRY/REPO@sha256:HEX (or :TAG) (not with --merge)");
+  cmd->add_option("--source", a->options.source,
+                  "source checkpoint (a directory or oci://...) for a pair audit");
   cmd->add_option("--policy", a->options.policy, "policy name (scale-window, marlin-safe)");
   cmd->add_option("--db", a->db, "evidence database (default: per-user)");
   cmd->add_option("--key", a->key.key,

@@ -1,0 +1,190 @@
+// What tests/oci needs around the registry client: child processes (Debian's docker-registry,
+// the fake registry of fake_registry.py), a ModelPack pusher built on the client's own upload
+// code, and a small ustar writer for hostile layers (docs/interop.md, "OCI registries").
+#ifndef CKPT_TESTS_OCI_OCI_HARNESS_H_
+#define CKPT_TESTS_OCI_OCI_HARNESS_H_
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/oci/manifest.h"
+#include "core/oci/registry.h"
+#include "tests/test_util.h"
+
+namespace ckpt::testing {
+
+// A child process (argv), killed and reaped on destruction; its stdout is a pipe (read it with
+// Line) or, when `log` is given, that file (a pipe nobody reads would stall a chatty child).
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& argv, const std::string& log = "") {
+    int fds[2];
+    if (::pipe(fds) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int out = log.empty() ? fds[1] : ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(out, 1);
+      if (!log.empty()) ::dup2(out, 2);
+      ::close(fds[0]);
+      std::vector<char*> args;
+      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execvp(args[0], args.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    out_ = ::fdopen(fds[0], "r");
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (out_ != nullptr) std::fclose(out_);
+  }
+  // The next line of its stdout ("" at its end).
+  std::string Line() {
+    char buf[256];
+    if (out_ == nullptr || std::fgets(buf, sizeof buf, out_) == nullptr) return "";
+    return buf;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* out_ = nullptr;
+};
+
+inline int FreeLoopbackPort() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+inline bool Installed(const std::string& program) {
+  return std::system(("command -v " + program + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+// Debian's docker-registry (distribution 2.8) on a loopback port with its storage and config
+// under `dir`; ready once /v2/ answers.
+class DockerRegistry {
+ public:
+  explicit DockerRegistry(const TempDir& dir) {
+    port_ = FreeLoopbackPort();
+    std::filesystem::path config = dir / "registry.yml";
+    WriteAll(config, absl::StrCat("version: 0.1\nlog:\n  level: error\n  accesslog:\n",
+                                  "    disabled: true\nstorage:\n  filesystem:\n",
+                                  "    rootdirectory: ", (dir / "storage").string(),
+                                  "\nhttp:\n  addr: 127.0.0.1:", port_, "\n"));
+    child_ = std::make_unique<Child>(
+        std::vector<std::string>{"docker-registry", "serve", config.string()},
+        (dir / "registry.log").string());
+    for (int i = 0; i < 100 && !ready_; ++i) {
+      int s = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<uint16_t>(port_));
+      ready_ = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      ::close(s);
+      if (!ready_) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  bool ready() const { return ready_; }
+  std::string host() const { return absl::StrCat("127.0.0.1:", port_); }
+
+ private:
+  int port_ = 0;
+  bool ready_ = false;
+  std::unique_ptr<Child> child_;
+};
+
+// tests/oci/fake_registry.py with `config` (JSON text); host() is 127.0.0.1:PORT.
+class FakeRegistry {
+ public:
+  FakeRegistry(const TempDir& dir, const std::string& config) {
+    std::filesystem::path path = dir / "fake.json";
+    WriteAll(path, config);
+    child_ = std::make_unique<Child>(std::vector<std::string>{
+        "python3", std::string(CKPT_SOURCE_DIR) + "/tests/oci/fake_registry.py", path.string()});
+    std::string line = child_->Line();
+    if (line.rfind("PORT ", 0) == 0) port_ = std::stoi(line.substr(5));
+  }
+  bool ready() const { return port_ != 0; }
+  std::string host() const { return absl::StrCat("127.0.0.1:", port_); }
+
+ private:
+  int port_ = 0;
+  std::unique_ptr<Child> child_;
+};
+
+inline std::string Text(const std::vector<uint8_t>& b) { return std::string(b.begin(), b.end()); }
+
+// A ModelPack layer of the file `name` with `bytes`.
+inline oci::Descriptor RawLayer(const std::string& name, const std::string& bytes) {
+  oci::Descriptor d;
+  d.media_type = name.ends_with(".safetensors") ? "application/vnd.cncf.model.weight.v1.raw"
+                                                : "application/vnd.cncf.model.weight.config.v1.raw";
+  d.digest = oci::DigestOf(bytes);
+  d.size = bytes.size();
+  d.annotations["org.cncf.model.filepath"] = name;
+  return d;
+}
+
+// A ModelPack manifest over `layers` (a small model config blob of its own).
+inline oci::Manifest ModelManifest(std::vector<oci::Descriptor> layers,
+                                   const std::string& config_bytes) {
+  oci::Manifest m;
+  m.media_type = oci::kOciManifest;
+  m.artifact_type = "application/vnd.cncf.model.manifest.v1+json";
+  m.config.media_type = "application/vnd.cncf.model.config.v1+json";
+  m.config.digest = oci::DigestOf(config_bytes);
+  m.config.size = config_bytes.size();
+  m.layers = std::move(layers);
+  return m;
+}
+
+// One ustar entry (header and padded data): type '0' file, '1' hard link, '2' symlink, '5' dir.
+inline std::string TarEntry(const std::string& name, char type, const std::string& data,
+                            const std::string& link = "") {
+  std::string h(512, '\0');
+  std::copy(name.begin(), name.end(), h.begin());
+  std::snprintf(&h[100], 8, "%07o", 0644);
+  std::snprintf(&h[108], 8, "%07o", 0);
+  std::snprintf(&h[116], 8, "%07o", 0);
+  std::snprintf(&h[124], 12, "%011o", static_cast<unsigned>(data.size()));
+  std::snprintf(&h[136], 12, "%011o", 0);
+  h[156] = type;
+  std::copy(link.begin(), link.end(), h.begin() + 157);
+  std::copy_n("ustar\00000", 8, h.begin() + 257);
+  std::fill(h.begin() + 148, h.begin() + 156, ' ');
+  unsigned sum = 0;
+  for (unsigned char c : h) sum += c;
+  std::snprintf(&h[148], 8, "%06o", sum);
+  std::string padded = data;
+  padded.resize((data.size() + 511) / 512 * 512, '\0');
+  return h + padded;
+}
+inline std::string TarEnd() { return std::string(1024, '\0'); }
+
+}  // namespace ckpt::testing
+
+#endif  // CKPT_TESTS_OCI_OCI_HARNESS_H_

@@ -1,0 +1,506 @@
+// The OCI registry client and oci:// audits (docs/interop.md, "OCI registries"): tar layers
+// in-process, named errors against tests/oci/fake_registry.py (bearer tokens, redirects to
+// storage, 429, wrong digests, tampered and mis-sized layers), and a ModelPack artifact of the
+// fixture pair pushed to Debian's docker-registry, audited over oci:// and on disk.
+#include <zlib.h>
+#include <zstd.h>
+
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "core/audit/audit_checks.h"
+#include "core/evidence/base64.h"
+#include "core/interop/tree_subjects.h"
+#include "core/oci/artifact.h"
+#include "core/oci/tar_layer.h"
+#include "nlohmann/json.hpp"
+#include "services/cli/oci_trees.h"
+#include "tests/oci/oci_harness.h"
+
+namespace ckpt {
+namespace {
+
+using ::ckpt::testing::Child;
+using ::ckpt::testing::DockerRegistry;
+using ::ckpt::testing::FakeRegistry;
+using ::ckpt::testing::Fixture;
+using ::ckpt::testing::ModelManifest;
+using ::ckpt::testing::RawLayer;
+using ::ckpt::testing::ReadAll;
+using ::ckpt::testing::TarEnd;
+using ::ckpt::testing::TarEntry;
+using ::ckpt::testing::TempDir;
+using ::ckpt::testing::Text;
+using ::ckpt::testing::WriteAll;
+using ::testing::HasSubstr;
+
+std::string Gzip(const std::string& in) {
+  z_stream z{};
+  deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+  std::string out(deflateBound(&z, in.size()) + 64, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = in.size();
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = out.size();
+  deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+std::string Zstd(const std::string& in) {
+  std::string out(ZSTD_compressBound(in.size()), '\0');
+  out.resize(ZSTD_compress(out.data(), out.size(), in.data(), in.size(), 3));
+  return out;
+}
+
+absl::StatusOr<std::vector<oci::TarEntry>> Unpack(const std::string& bytes, oci::Compression c,
+                                                  uint64_t budget = 1 << 20) {
+  oci::TarLayer tar("layer", c, &budget);
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  for (size_t i = 0; i < bytes.size(); i += 100) {  // in pieces, as the network gives them
+    absl::Status s = tar.Feed({p + i, std::min<size_t>(100, bytes.size() - i)});
+    if (!s.ok()) return s;
+  }
+  return tar.Finish();
+}
+
+TEST(OciReference, ParsesDigestsAndTags) {
+  const std::string hex(64, 'a');
+  auto d = oci::ParseReference("oci://localhost:5000/org/model@sha256:" + hex);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->registry, "localhost:5000");
+  EXPECT_EQ(d->repository, "org/model");
+  EXPECT_EQ(d->digest, "sha256:" + hex);
+  EXPECT_TRUE(d->Loopback());
+  auto t = oci::ParseReference("oci://registry.example:443/model:v1.2");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->tag, "v1.2");
+  EXPECT_FALSE(t->Loopback());
+  for (const char* bad : {"registry/model:v1", "oci://registry", "oci://r/Model:v1",
+                          "oci://r/model", "oci://r/model@sha256:abc", "oci://r/a//b:v1",
+                          "oci://r/model@md5:0123"}) {
+    EXPECT_EQ(oci::ParseReference(bad).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
+TEST(OciTarLayer, UnpacksPlainGzipAndZstd) {
+  const std::string tar = TarEntry("./dir/", '5', "") + TarEntry("./dir/a.json", '0', "{}") +
+                          TarEntry("b.safetensors", '0', std::string(700, 'x')) + TarEnd();
+  for (auto [bytes, c] : {std::pair{tar, oci::Compression::kNone},
+                          std::pair{Gzip(tar), oci::Compression::kGzip},
+                          std::pair{Zstd(tar), oci::Compression::kZstd}}) {
+    auto entries = Unpack(bytes, c);
+    ASSERT_TRUE(entries.ok()) << entries.status();
+    ASSERT_EQ(entries->size(), 2u);
+    EXPECT_EQ((*entries)[0].path, "dir/a.json");
+    EXPECT_EQ(Text(*(*entries)[0].bytes), "{}");
+    EXPECT_EQ((*entries)[1].bytes->size(), 700u);
+  }
+}
+
+TEST(OciTarLayer, RefusesHostileEntries) {
+  struct Case {
+    std::string tar, why;
+  } cases[] = {
+      {TarEntry("../escape", '0', "x"), "'..' component"},
+      {TarEntry("a/../../escape", '0', "x"), "'..' component"},
+      {TarEntry("/etc/passwd", '0', "x"), "is absolute"},
+      {TarEntry("model.safetensors", '2', "", "/etc/passwd"), "symbolic link"},
+      {TarEntry("model.safetensors", '1', "", "other"), "hard link"},
+      {TarEntry("dir/.wh.model.safetensors", '0', ""), "whiteout"},
+      {TarEntry("fifo", '6', ""), "only regular files and directories"},
+  };
+  for (const Case& c : cases) {
+    auto entries = Unpack(c.tar + TarEnd(), oci::Compression::kNone);
+    EXPECT_EQ(entries.status().code(), absl::StatusCode::kInvalidArgument) << c.why;
+    EXPECT_THAT(entries.status().message(), HasSubstr(c.why));
+  }
+  // A truncated archive and corrupt compression are refused, never half-read.
+  std::string tar = TarEntry("a", '0', std::string(2000, 'a')) + TarEnd();
+  EXPECT_FALSE(Unpack(tar.substr(0, 1000), oci::Compression::kNone).ok());
+  std::string gz = Gzip(tar);
+  EXPECT_FALSE(Unpack(gz.substr(0, gz.size() / 2), oci::Compression::kGzip).ok());
+}
+
+TEST(OciTarLayer, FilesCountAgainstTheWindowBeforeTheyAreKept) {
+  std::string tar = TarEntry("big", '0', std::string(5000, 'b')) + TarEnd();
+  auto entries = Unpack(tar, oci::Compression::kNone, 4096);
+  EXPECT_EQ(entries.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(entries.status().message(), HasSubstr("--memory-window"));
+  EXPECT_TRUE(Unpack(tar, oci::Compression::kNone, 5000).ok());
+}
+
+TEST(OciManifest, IndexIsRefusedByName) {
+  std::string index = R"({"schemaVersion":2,"mediaType":")" + std::string(oci::kOciIndex) +
+                      R"(","manifests":[]})";
+  auto m = oci::ParseManifest(index, "", "oci://r/m@x");
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(m.status().message(), HasSubstr("image index"));
+}
+
+// The fake registry's configuration, built as the test adds blobs and manifests.
+class FakeSetup {
+ public:
+  FakeSetup() {
+    cfg_ = {{"repo", "m"}, {"manifests", nlohmann::json::object()},
+            {"blobs", nlohmann::json::object()}, {"log", (dir_ / "requests.log").string()}};
+  }
+  const TempDir& dir() const { return dir_; }
+  nlohmann::json& cfg() { return cfg_; }
+  std::string Blob(const std::string& bytes, const std::string& digest = "") {
+    std::string d = digest.empty() ? oci::DigestOf(bytes) : digest;
+    std::filesystem::path p = dir_ / ("blob-" + std::to_string(n_++));
+    WriteAll(p, bytes);
+    cfg_["blobs"][d] = p.string();
+    return d;
+  }
+  // Pushes `m` (and a config blob); served under its digest (or `as`) and `tag`.
+  std::string Manifest(oci::Manifest m, const std::string& tag = "", const std::string& as = "") {
+    Blob("{}");
+    m.config.digest = oci::DigestOf("{}");
+    m.config.size = 2;
+    std::string bytes = oci::ManifestBytes(m);
+    std::filesystem::path p = dir_ / ("manifest-" + std::to_string(n_++));
+    WriteAll(p, bytes);
+    nlohmann::json e = {{"path", p.string()}, {"media_type", m.media_type}};
+    std::string d = as.empty() ? oci::DigestOf(bytes) : as;
+    cfg_["manifests"][d] = e;
+    if (!tag.empty()) cfg_["manifests"][tag] = e;
+    return d;
+  }
+  std::unique_ptr<FakeRegistry> Start() {
+    auto r = std::make_unique<FakeRegistry>(dir_, cfg_.dump());
+    EXPECT_TRUE(r->ready());
+    return r;
+  }
+  std::string Log() { return Text(ReadAll(dir_ / "requests.log")); }
+  // A Docker config with user:password for `host`.
+  std::string DockerConfig(const std::string& host, const std::string& user_pass) {
+    std::filesystem::path p = dir_ / "docker-config.json";
+    WriteAll(p, nlohmann::json{{"auths", {{host, {{"auth", evidence::Base64Encode(user_pass)}}}}}}
+                    .dump());
+    return p.string();
+  }
+
+ private:
+  TempDir dir_;
+  nlohmann::json cfg_;
+  int n_ = 0;
+};
+
+oci::ArtifactOptions NoCredentials(const FakeSetup& s) {
+  oci::ArtifactOptions o;
+  o.client.docker_config = (s.dir() / "absent-config.json").string();
+  return o;
+}
+
+// Reads the whole file `name` of the artifact through its io::Directory (by position).
+absl::StatusOr<std::string> ReadFile(const oci::Artifact& a, const std::string& name,
+                                     uint64_t size) {
+  auto f = a.root()->OpenFile(name);
+  if (!f.ok()) return f.status();
+  std::string out(size, '\0');
+  auto n = (*f)->Read(0, {reinterpret_cast<uint8_t*>(out.data()), out.size()});
+  if (!n.ok()) return n.status();
+  out.resize(*n);
+  return out;
+}
+
+const std::string kWeights = std::string(3000, 'w');
+
+TEST(OciFakeRegistry, BearerTokenFromTheDockerConfigsCredentials) {
+  FakeSetup s;
+  s.cfg()["token"] = {{"user", "u"}, {"password", "p"}, {"token", "tok123"}};
+  s.Blob(kWeights);
+  std::string digest = s.Manifest(ModelManifest({RawLayer("w.safetensors", kWeights)}, ""));
+  auto reg = s.Start();
+  oci::ArtifactOptions o;
+  o.client.docker_config = s.DockerConfig(reg->host(), "u:p");
+  auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + digest, o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto bytes = ReadFile(**a, "w.safetensors", kWeights.size());
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, kWeights);
+  std::string log = s.Log();
+  EXPECT_THAT(log, HasSubstr("GET /token?service=fake&scope=repository%3Am%3Apull auth=Basic"));
+  EXPECT_THAT(log, HasSubstr("/blobs/" + oci::DigestOf(kWeights) + " auth=Bearer tok123"));
+}
+
+TEST(OciFakeRegistry, TokenFlowFailuresAreUnauthenticated) {
+  FakeSetup s;
+  s.cfg()["token"] = {{"user", "u"}, {"password", "p"}, {"token", "tok123"}};
+  std::string digest = s.Manifest(ModelManifest({}, ""));
+  {
+    auto reg = s.Start();  // no credentials: the token endpoint refuses
+    auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + digest, NoCredentials(s));
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_THAT(a.status().message(), HasSubstr("no credentials for this registry"));
+  }
+  s.cfg()["reject_token"] = true;
+  auto reg = s.Start();
+  oci::ArtifactOptions o;
+  o.client.docker_config = s.DockerConfig(reg->host(), "u:p");
+  auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + digest, o);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(a.status().message(), HasSubstr("answered 401 again after authenticating"));
+}
+
+TEST(OciFakeRegistry, RedirectToStorageNeverCarriesTheToken) {
+  FakeSetup s;
+  s.cfg()["token"] = {{"user", "u"}, {"password", "p"}, {"token", "tok123"}};
+  s.cfg()["redirect_blobs"] = true;  // its storage answers 400 to any Authorization header
+  s.Blob(kWeights);
+  std::string digest = s.Manifest(ModelManifest({RawLayer("w.safetensors", kWeights)}, ""));
+  auto reg = s.Start();
+  oci::ArtifactOptions o;
+  o.client.docker_config = s.DockerConfig(reg->host(), "u:p");
+  auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + digest, o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto bytes = ReadFile(**a, "w.safetensors", kWeights.size());
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, kWeights);
+  std::string log = s.Log();
+  EXPECT_THAT(log, HasSubstr("storage GET /storage/" + oci::DigestOf(kWeights) + " auth=no"));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("auth=yes")));
+}
+
+TEST(OciFakeRegistry, TooManyRequestsIsNamedAndNotRetried) {
+  FakeSetup s;
+  s.cfg()["status"] = {{"blobs", 429}};
+  s.Blob(kWeights);
+  std::string digest = s.Manifest(ModelManifest({RawLayer("w.safetensors", kWeights)}, ""));
+  auto reg = s.Start();
+  auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + digest, NoCredentials(s));
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto bytes = ReadFile(**a, "w.safetensors", kWeights.size());
+  EXPECT_EQ(bytes.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(bytes.status().message(), HasSubstr("registry " + reg->host() + " answered 429"));
+  EXPECT_THAT(bytes.status().message(), HasSubstr("Retry-After: 7"));
+  std::string log = s.Log();
+  size_t blob_requests = 0;
+  for (size_t at = log.find("/blobs/"); at != std::string::npos; at = log.find("/blobs/", at + 1)) {
+    ++blob_requests;
+  }
+  EXPECT_EQ(blob_requests, 1u);
+}
+
+TEST(OciFakeRegistry, ManifestWhoseBytesAreNotTheDigestAskedFor) {
+  FakeSetup s;
+  const std::string other = oci::DigestOf("another manifest");
+  s.Manifest(ModelManifest({}, ""), "", other);
+  auto reg = s.Start();
+  auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + other, NoCredentials(s));
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(a.status().message(), HasSubstr("not the digest asked for"));
+}
+
+TEST(OciFakeRegistry, LayerLongerOrShorterThanItsDescriptor) {
+  FakeSetup s;
+  oci::Descriptor longer = RawLayer("long.safetensors", kWeights);
+  longer.size -= 10;  // the registry serves 10 more bytes than the manifest says
+  oci::Descriptor shorter = RawLayer("short.safetensors", kWeights + "0123456789");
+  s.Blob(kWeights, shorter.digest);  // the registry serves 10 fewer bytes
+  s.Blob(kWeights);
+  std::string tar = TarEntry("a.json", '0', "{}") + TarEnd();
+  oci::Descriptor tar_layer{"application/vnd.oci.image.layer.v1.tar", oci::DigestOf(tar),
+                            tar.size() - 512};
+  s.Blob(tar);
+  std::string raw_only = s.Manifest(ModelManifest({longer, shorter}, ""));
+  std::string with_tar = s.Manifest(ModelManifest({tar_layer}, ""));
+  auto reg = s.Start();
+  auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + raw_only, NoCredentials(s));
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto l = ReadFile(**a, "long.safetensors", 100);
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(l.status().message(), HasSubstr("longer than its descriptor"));
+  auto sh = ReadFile(**a, "short.safetensors", 100);
+  EXPECT_EQ(sh.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(sh.status().message(), HasSubstr("shorter than its descriptor"));
+  auto t = oci::Artifact::Open("oci://" + reg->host() + "/m@" + with_tar, NoCredentials(s));
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(t.status().message(), HasSubstr("longer than its descriptor"));
+}
+
+TEST(OciFakeRegistry, TamperedTarLayerAndDuplicateNamesAreRefused) {
+  FakeSetup s;
+  std::string tar = TarEntry("a.json", '0', "{}") + TarEnd();
+  std::string gz = Gzip(tar);
+  oci::Descriptor layer{"application/vnd.cncf.model.weight.config.v1.tar+gzip",
+                        oci::DigestOf(gz), gz.size()};
+  std::string tampered = Gzip(TarEntry("a.json", '0', "[]") + TarEnd());
+  ASSERT_EQ(tampered.size(), gz.size());
+  s.Blob(tampered, layer.digest);
+  std::string bad = s.Manifest(ModelManifest({layer}, ""));
+  std::string dup_tar = TarEntry("a.json", '0', "{}") + TarEntry("./a.json", '0', "{}") + TarEnd();
+  oci::Descriptor dup{"application/vnd.oci.image.layer.v1.tar", oci::DigestOf(dup_tar),
+                      dup_tar.size()};
+  s.Blob(dup_tar);
+  std::string dups = s.Manifest(ModelManifest({dup}, ""));
+  s.Blob("{}");
+  std::string twice = s.Manifest(ModelManifest({RawLayer("a.json", "{}"), RawLayer("a.json", "{}")},
+                                               ""));
+  auto reg = s.Start();
+  auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + bad, NoCredentials(s));
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(a.status().message(), HasSubstr("not to the manifest's digest"));
+  for (const std::string& d : {dups, twice}) {
+    auto b = oci::Artifact::Open("oci://" + reg->host() + "/m@" + d, NoCredentials(s));
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(b.status().message(), HasSubstr("duplicate names are refused"));
+  }
+}
+
+// The fixture's files as raw ModelPack layers; `tamper` (a file name) is served with one byte
+// of its tensor data changed, under its true digest.
+std::string ServeFixture(FakeSetup& s, const std::string& fixture, const std::string& tamper) {
+  std::vector<oci::Descriptor> layers;
+  for (const auto& e : std::filesystem::directory_iterator(Fixture(fixture))) {
+    std::string bytes = Text(ReadAll(e.path()));
+    std::string name = e.path().filename().string();
+    layers.push_back(RawLayer(name, bytes));
+    if (name == tamper) bytes[bytes.size() - 100] ^= 0x40;
+    s.Blob(bytes, layers.back().digest);
+  }
+  return s.Manifest(ModelManifest(layers, ""));
+}
+
+TEST(OciFakeRegistry, TamperedRawLayerFailsTheAuditAndSignsNothing) {
+  for (const std::string tamper : {"", "model-00002-of-00002.safetensors"}) {
+    FakeSetup s;
+    std::string digest = ServeFixture(s, "mini-kimi-nvfp4", tamper);
+    auto reg = s.Start();
+    setenv("DOCKER_CONFIG", s.dir().path().c_str(), 1);  // holds no config.json
+    audit::AuditOptions o;
+    o.root = "oci://" + reg->host() + "/m@" + digest;
+    ASSERT_TRUE(cli::OpenOciTrees(&o).ok());
+    auto rec = audit::RunAudit(o, NoProgress());
+    if (tamper.empty()) {
+      EXPECT_TRUE(rec.ok()) << rec.status();
+      continue;
+    }
+    EXPECT_EQ(rec.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(rec.status().message(), HasSubstr("model-00002-of-00002.safetensors"));
+    EXPECT_THAT(rec.status().message(), HasSubstr("a tampered layer"));
+  }
+}
+
+// Pushes `fixture` to `reg` as a ModelPack artifact under `tag`: safetensors as raw layers, the
+// other files as raw layers too or (tar_configs) as one tar+gzip config layer.
+std::string Push(const oci::Registry& reg, const std::string& fixture, const std::string& tag,
+                 bool tar_configs) {
+  std::vector<oci::Descriptor> layers;
+  std::string tar;
+  for (const auto& e : std::filesystem::directory_iterator(Fixture(fixture))) {
+    std::string bytes = Text(ReadAll(e.path()));
+    std::string name = e.path().filename().string();
+    if (tar_configs && !name.ends_with(".safetensors")) {
+      tar += TarEntry(name, '0', bytes);
+      continue;
+    }
+    EXPECT_TRUE(reg.PushBlob(bytes).ok());
+    layers.push_back(RawLayer(name, bytes));
+  }
+  if (tar_configs) {
+    std::string gz = Gzip(tar + TarEnd());
+    EXPECT_TRUE(reg.PushBlob(gz).ok());
+    layers.push_back({"application/vnd.cncf.model.weight.config.v1.tar+gzip", oci::DigestOf(gz),
+                      gz.size()});
+  }
+  const std::string config = R"({"descriptor":{"name":")" + fixture + R"("}})";
+  EXPECT_TRUE(reg.PushBlob(config).ok());
+  auto pushed = reg.PushManifest(tag, oci::kOciManifest,
+                                 oci::ManifestBytes(ModelManifest(layers, config)));
+  EXPECT_TRUE(pushed.ok()) << pushed.status();
+  return pushed.ok() ? *pushed : "";
+}
+
+TEST(OciDockerRegistry, PairOverOciAuditsLikeTheSameFilesOnDisk) {
+  if (!testing::Installed("docker-registry")) {
+    std::printf("skipped: docker-registry is not installed (deploy/install-deps.sh)\n");
+    GTEST_SKIP() << "docker-registry is not installed (deploy/install-deps.sh installs it)";
+  }
+  TempDir dir;
+  DockerRegistry registry(dir);
+  ASSERT_TRUE(registry.ready()) << "docker-registry did not start";
+  setenv("DOCKER_CONFIG", dir.path().c_str(), 1);  // holds no config.json
+  auto reg = oci::Registry::Connect(*oci::ParseReference("oci://" + registry.host() + "/m:x"));
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  const std::string nv = Push(**reg, "mini-kimi-nvfp4", "nvfp4", false);
+  const std::string mx = Push(**reg, "mini-kimi-mxfp4", "mxfp4", true);
+  ASSERT_FALSE(nv.empty());
+  ASSERT_FALSE(mx.empty());
+
+  audit::AuditOptions over;
+  over.root = "oci://" + registry.host() + "/m@" + nv;
+  over.source = "oci://" + registry.host() + "/m:mxfp4";  // a tag, recorded by its digest
+  ASSERT_TRUE(cli::OpenOciTrees(&over).ok());
+  auto remote = audit::RunAudit(over, NoProgress());
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  audit::AuditOptions disk;
+  disk.root = Fixture("mini-kimi-nvfp4").string();
+  disk.source = Fixture("mini-kimi-mxfp4").string();
+  auto local = audit::RunAudit(disk, NoProgress());
+  ASSERT_TRUE(local.ok()) << local.status();
+
+  EXPECT_EQ(remote->OverallVerdict(), evidence::Verdict::kPass);
+  EXPECT_EQ(remote->OverallVerdict(), local->OverallVerdict());
+  ASSERT_EQ(remote->checks.size(), local->checks.size());
+  for (size_t i = 0; i < local->checks.size(); ++i) {
+    EXPECT_EQ(remote->checks[i].name, local->checks[i].name);
+    EXPECT_EQ(remote->checks[i].verdict, local->checks[i].verdict) << local->checks[i].name;
+  }
+  auto subjects = [](std::vector<evidence::Subject> v) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (auto& s : v) out.emplace_back(s.name, s.sha256);
+    return out;
+  };
+  auto expected = subjects(local->subjects);
+  expected.emplace_back(audit::kOciManifestSubject, nv.substr(7));
+  EXPECT_EQ(subjects(remote->subjects), expected);
+  auto expected_source = subjects(local->source->files);
+  expected_source.emplace_back(audit::kOciManifestSubject, mx.substr(7));
+  EXPECT_EQ(subjects(remote->source->files), expected_source);
+  EXPECT_EQ(remote->source->manifest_root, local->source->manifest_root);
+  EXPECT_EQ(remote->root, "oci://" + registry.host() + "/m@" + nv);
+  EXPECT_EQ(remote->refs.source_ref, "oci://" + registry.host() + "/m@" + mx);
+
+  // The command line: `ckpt-audit audit oci://... --source oci://...`.
+  const std::string env = "DOCKER_CONFIG='" + dir.path().string() + "' XDG_DATA_HOME='" +
+                          (dir / "xdg").string() + "'";
+  testing::CliResult key = testing::RunCli("keys generate --out " + (dir / "key.pem").string() +
+                                               " --trust " + (dir / "trusted").string(),
+                                           dir.path(), env);
+  ASSERT_EQ(key.rc, 0) << key.err;
+  testing::CliResult cli = testing::RunCli(
+      "audit --json --db " + (dir / "log.db").string() + " --key " + (dir / "key.pem").string() +
+          " oci://" + registry.host() + "/m@" + nv + " --source oci://" + registry.host() +
+          "/m:mxfp4",
+      dir.path(), env);
+  EXPECT_EQ(cli.rc, 0) << cli.err << cli.out;
+  EXPECT_THAT(cli.out, HasSubstr("\"verdict\": \"pass\""));
+  EXPECT_THAT(cli.out, HasSubstr("\"model_ref\": \"oci://" + registry.host() + "/m@" + nv));
+  // The record verifies against the same files on disk: the manifest digest names no file.
+  const auto id = nlohmann::json::parse(cli.out)["record_id"].get<uint64_t>();
+  testing::CliResult verify = testing::RunCli(
+      "verify --db " + (dir / "log.db").string() + " --id " + std::to_string(id) + " --trust " +
+          (dir / "trusted").string() + " --root " + Fixture("mini-kimi-nvfp4").string() +
+          " --source " + Fixture("mini-kimi-mxfp4").string(),
+      dir.path(), env);
+  EXPECT_EQ(verify.rc, 0) << verify.err << verify.out;
+}
+
+TEST(OciSubjects, ManifestSubjectNamesNoFileUnlessTheTreeHasOne) {
+  const std::string hex(64, 'a'), other(64, 'b');
+  std::map<std::string, std::string> stated = {{"a.json", hex},
+                                               {audit::kOciManifestSubject, other}};
+  EXPECT_TRUE(interop::SubjectDifferences(stated, {{"a.json", hex}}).empty());
+  // A file of that name on disk is compared like any other.
+  EXPECT_EQ(interop::SubjectDifferences(stated, {{"a.json", hex}, {"oci-manifest", hex}}).size(),
+            1u);
+}
+
+}  // namespace
+}  // namespace ckpt
