@@ -46,6 +46,9 @@ const std::set<std::string> kNotFindingCodes = {
     "scale-window", "verify-pair",              // policy name, progress stage
     "vllm-w13-collapse",                        // forward emulation name
     "pin-value",                                // an RFC 7512 URI attribute (refused)
+    "content-range", "content-type", "docker-content-digest", "retry-after",
+    "www-authenticate",                         // HTTP header names (core/oci)
+    "oci-manifest",                             // record subject name
 };
 
 // The string literals of one C++ source, comments skipped (raw strings included).
