@@ -122,7 +122,7 @@ class Loader {
         }
         auto g = quant::ReadScalarF32(*q->global_scale);
         if (!g.ok()) return g.status();
-        m.global_scale = *g;
+        m.global = {*g, q->global_role};
         break;
       }
       case quant::WeightKind::kX4T: {
@@ -247,7 +247,7 @@ void Fp4Matrix::DequantizeRow(int64_t r, double* out) const {
       out[c] = quant::NibbleIsNonzero(code) ? v->Value(r, c) : quant::DecodeE2M1(code);
     }
   } else {
-    auto v = quant::Nvfp4View::Make(name, packed, scales, global_scale, rows, cols);
+    auto v = quant::Nvfp4View::Make(name, packed, scales, global, rows, cols);
     for (int64_t c = 0; c < cols; ++c) {
       const uint8_t code = v->codes().Code(r, c);
       out[c] = quant::NibbleIsNonzero(code) ? v->Value(r, c) : quant::DecodeE2M1(code);

@@ -32,12 +32,13 @@ bool BlockActive(const uint8_t* p) {  // 8 packed bytes = one 16-element block
   return (w & 0x7777777777777777ull) != 0;
 }
 
-// For each E8M0 byte s, the E4M3 byte d with E4M3(d) / global == 2^(s-127) exactly, or -1.
-std::array<int, 256> ExactScaleBytes(float global) {
+// For each E8M0 byte s, the E4M3 byte d whose scale with the global applied in its role
+// (docs/formats.md §4, §9) is 2^(s-127) exactly, or -1.
+std::array<int, 256> ExactScaleBytes(const Nvfp4Global& global) {
   std::array<int, 256> out;
   out.fill(-1);
   for (int d = 0; d < 256; ++d) {
-    const double v = DecodeE4M3(static_cast<uint8_t>(d)) / static_cast<double>(global);
+    const double v = global.Apply(DecodeE4M3(static_cast<uint8_t>(d)));
     int e;
     if (!(v > 0) || std::frexp(v, &e) != 0.5) continue;  // not a positive power of two
     const int s = (e - 1) + 127;                           // v == 2^(e-1)
@@ -78,7 +79,7 @@ void CompareGroupSlow(const Mxfp4View& s, const Nvfp4View& d, const std::string&
 }
 
 void CompareNvfp4(const Mxfp4View& s, const Nvfp4View& d, const std::string& m, PairUnitOutcome* o) {
-  const std::array<int, 256> exact = ExactScaleBytes(d.global_scale());
+  const std::array<int, 256> exact = ExactScaleBytes(d.global());
   const uint64_t groups = s.groups_per_row(), row_bytes = s.cols() / 2;
   const uint8_t* sp = s.codes().bytes().data();
   const uint8_t* dp = d.codes().bytes().data();
@@ -88,10 +89,11 @@ void CompareNvfp4(const Mxfp4View& s, const Nvfp4View& d, const std::string& m, 
   std::array<uint32_t, 256> want2;
   for (int b = 0; b < 256; ++b) want2[b] = exact[b] < 0 ? 0xFFFFFFFFu : exact[b] * 0x0101u;
   // With a power-of-two global scale 2^j, the exact E4M3 image of 2^(s-127) is the normal
-  // byte (s + j - 120) << 3 whenever that exponent field is 1..15: checked 16 groups at a time.
+  // byte (s - 120 + j) << 3 for a divisor, (s - 120 - j) << 3 for a multiplier, whenever that
+  // exponent field is 1..15: checked 16 groups at a time.
   int j = 0;
-  const bool pow2_global = std::frexp(d.global_scale(), &j) == 0.5f;
-  const int c = (j - 1) - 120;
+  const bool pow2_global = std::frexp(d.global().value, &j) == 0.5f;
+  const int c = (d.global().role == GlobalRole::kDivisor ? (j - 1) : -(j - 1)) - 120;
   for (uint64_t r = 0; r < s.rows(); ++r) {
     // Fast path for a whole row: libc's vectorized memcmp of the codes and a vectorized scan of
     // the scales. Rows that fail it are examined group by group.
@@ -160,7 +162,7 @@ absl::Status CompareModule(const Checkpoint& src, const Checkpoint& dst, const s
       o->found.Add({"derived-tensor-invalid", m, -1, -1, std::string(dv.status().message()), {}});
       return absl::OkStatus();
     }
-    float g = dv->global_scale();
+    float g = dv->global().value;
     uint32_t bits;
     std::memcpy(&bits, &g, 4);
     o->global_bits = bits;
@@ -179,15 +181,11 @@ absl::Status CompareModule(const Checkpoint& src, const Checkpoint& dst, const s
   return absl::OkStatus();
 }
 
-
-// The tensor names that belong to a quantized module (`.weight_packed` and its companions).
-std::set<std::string> ModuleTensorNames(const Checkpoint& c, const std::vector<std::string>& mods) {
+// The tensor names that belong to the quantized modules `mods`.
+std::set<std::string> TensorsOfModules(const Checkpoint& c, const std::vector<std::string>& mods) {
   std::set<std::string> out;
   for (const std::string& m : mods) {
-    for (const char* suffix : {kPackedSuffix, kScaleSuffix, kGlobalScaleSuffix,
-                               kInputGlobalScaleSuffix, kX4TFixedSuffix, kX4TExceptionsSuffix}) {
-      if (c.Find(m + suffix)) out.insert(m + suffix);
-    }
+    for (std::string& t : ModuleTensorNames(c, m)) out.insert(std::move(t));
   }
   return out;
 }
@@ -221,24 +219,22 @@ absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& de
   const std::vector<std::string> dst_mods = PackedModules(derived);
   const std::set<std::string> dst_mod_set(dst_mods.begin(), dst_mods.end());
   const std::set<std::string> src_mod_set(src_mods.begin(), src_mods.end());
-  const std::set<std::string> src_q = ModuleTensorNames(source, src_mods);
-  const std::set<std::string> dst_q = ModuleTensorNames(derived, dst_mods);
+  const std::set<std::string> src_q = TensorsOfModules(source, src_mods);
+  const std::set<std::string> dst_q = TensorsOfModules(derived, dst_mods);
 
   // Units: modules present on both sides, then non-quantized tensors present on both.
   for (const std::string& m : src_mods) {
     if (dst_mod_set.count(m)) {
-      const std::set<std::string> a = ModuleTensorNames(source, {m});
-      const std::set<std::string> b = ModuleTensorNames(derived, {m});
-      plan.units.push_back({m, true, {a.begin(), a.end()}, {b.begin(), b.end()},
-                            source.Find(m + kPackedSuffix)->info->num_bytes()});
+      plan.units.push_back({m, true, ModuleTensorNames(source, m), ModuleTensorNames(derived, m),
+                            source.Find(PackedTensorOf(source, m))->info->num_bytes()});
     } else {
-      result.mismatches.Add({"missing-tensor", m + kPackedSuffix, -1, -1,
+      result.mismatches.Add({"missing-tensor", PackedTensorOf(source, m), -1, -1,
                              "quantized in the source, absent from the derived checkpoint", {}});
     }
   }
   for (const std::string& m : dst_mods) {
     if (!src_mod_set.count(m)) {
-      result.mismatches.Add({"extra-tensor", m + kPackedSuffix, -1, -1,
+      result.mismatches.Add({"extra-tensor", PackedTensorOf(derived, m), -1, -1,
                              "in the derived checkpoint only", {}});
     }
   }

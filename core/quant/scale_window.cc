@@ -92,7 +92,7 @@ void ScanNvfp4(const Nvfp4View& v, size_t cap, TensorScan* s) {
   s->stats.rows = v.rows();
   s->stats.groups = v.rows() * blocks;
   s->nan = FindingList(cap);
-  float g = v.global_scale();
+  float g = v.global().value;
   uint32_t bits;
   std::memcpy(&bits, &g, 4);
   s->stats.global_scale_bits = bits;
@@ -321,11 +321,9 @@ absl::StatusOr<std::vector<ScaleWindowUnit>> ScaleWindowPolicy::Plan(
     auto [it, fresh] = unit_of_group.emplace(group, units.size());
     if (fresh) units.push_back({group, {}, {}});
     ScaleWindowUnit& u = units[it->second];
-    u.members.push_back({order++, m, "", 0, ckpt.Find(m + kPackedSuffix)->info->num_bytes()});
-    for (const char* suffix : {kPackedSuffix, kScaleSuffix, kGlobalScaleSuffix,
-                               kInputGlobalScaleSuffix, kX4TFixedSuffix, kX4TExceptionsSuffix}) {
-      if (ckpt.Find(m + suffix)) u.tensors.push_back(m + suffix);
-    }
+    u.members.push_back(
+        {order++, m, "", 0, ckpt.Find(PackedTensorOf(ckpt, m))->info->num_bytes()});
+    for (std::string& t : ModuleTensorNames(ckpt, m)) u.tensors.push_back(std::move(t));
   }
   if (absl::Status s = AddGptOssUnits(ckpt, &units, &order); !s.ok()) return s;
   return units;
