@@ -1,5 +1,6 @@
 #include "core/quant/pair_verify.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -139,12 +140,22 @@ void CompareX4T(const Mxfp4View& s, const X4TExpertMatrix& x, const std::string&
   o->value_blocks = s.rows() * groups;
 }
 
+// The source's scale bytes by group activity, for the window counts (FinishPair).
+void CountScaleBytes(const Mxfp4View& s, PairUnitOutcome* o) {
+  for (uint64_t r = 0; r < s.rows(); ++r) {
+    for (uint64_t g = 0; g < s.groups_per_row(); ++g) {
+      (s.GroupActive(r, g) ? o->active_bytes : o->zero_bytes)[s.ScaleByte(r, g)]++;
+    }
+  }
+}
+
 absl::Status CompareModule(const Checkpoint& src, const Checkpoint& dst, const std::string& m,
                            PairUnitOutcome* o) {
   absl::StatusOr<QuantWeight> sw = ResolveWeight(src, m);
   if (!sw.ok()) return sw.status();
   absl::StatusOr<Mxfp4View> sv = Mxfp4ViewOf(*sw);
   if (!sv.ok()) return sv.status();
+  CountScaleBytes(*sv, o);
   absl::StatusOr<QuantWeight> dw = ResolveWeight(dst, m);
   if (!dw.ok()) {
     o->found.Add({"derived-tensor-invalid", m, -1, -1, std::string(dw.status().message()), {}});
@@ -197,6 +208,7 @@ absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& de
   PairPlan plan;
   PairVerifyResult& result = plan.result;
   result.mismatches = FindingList(options.max_findings);
+  result.hazards = FindingList(options.max_findings);
   // The two detections are independent and serial inside; run them side by side.
   FormatReport src_format;
   std::thread detect_source([&] { src_format = DetectFormat(source, options.format); });
@@ -209,6 +221,7 @@ absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& de
         source.root(), ": source is ", result.source_format, ", not compressed-tensors MXFP4"));
   }
   if (dst_format.format != QuantFormat::kCompressedTensorsNvfp4 &&
+      dst_format.format != QuantFormat::kModelOptNvfp4 &&
       dst_format.format != QuantFormat::kX4TContainerB) {
     return absl::InvalidArgumentError(absl::StrCat(
         derived.root(), ": derived is ", result.derived_format, ", not NVFP4 or X4T"));
@@ -291,7 +304,94 @@ PairUnitOutcome CompareDigests(const Checkpoint& source, const Checkpoint& deriv
   return o;
 }
 
+namespace {
+
+// The largest byte b counted in `hist` with b >= `from` (E8M0 0xFF, NaN, excluded when
+// `skip_nan`), or -1.
+int MaxByte(const std::array<uint64_t, 256>& hist, int from, bool skip_nan) {
+  for (int b = skip_nan ? 254 : 255; b >= from; --b) {
+    if (hist[b]) return b;
+  }
+  return -1;
+}
+
+// Window counts and ModelOpt-cast hazards of the source (PairWindowCount). Fused modules
+// (w1/w3) share k_max, as our transcode and ModelOpt's DeepSeek-V4 / Kimi-K3 casts do.
+void AddWindows(const PairPlan& plan, const std::vector<PairUnitOutcome>& outcomes,
+                PairVerifyResult* result) {
+  constexpr int kSpan = 17;  // E4M3 holds 2^k exactly for k in [-9, 8]
+  std::map<std::string, std::pair<int, int>> group_kmax;  // fused group -> (active, modelopt)
+  std::map<std::string, std::vector<std::pair<std::string, int>>> per_tensor_mo;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    if (!plan.units[i].module) continue;
+    const PairUnitOutcome& o = outcomes[i];
+    const std::string group = FusedGroupOf(plan.units[i].name);
+    const int active = MaxByte(o.active_bytes, 0, true);
+    const int mo = std::max(MaxByte(o.active_bytes, 1, false), MaxByte(o.zero_bytes, 1, false));
+    auto [it, fresh] = group_kmax.emplace(group, std::make_pair(active, mo));
+    it->second = {std::max(it->second.first, active), std::max(it->second.second, mo)};
+    per_tensor_mo[group].push_back({plan.units[i].name, mo});
+  }
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    if (!plan.units[i].module) continue;
+    const PairUnitOutcome& o = outcomes[i];
+    const std::string& m = plan.units[i].name;
+    const auto [active, mo] = group_kmax[FusedGroupOf(m)];
+    PairWindowCount w;
+    w.tensor = m;
+    if (active >= 0) w.k_max_active = E8M0Exponent(active);
+    if (mo >= 0) w.k_max_modelopt = E8M0Exponent(mo);
+    uint64_t zero_above = 0;
+    int zero_max = -1;
+    for (int b = 0; b < 256; ++b) {
+      const uint64_t n = o.active_bytes[b] + o.zero_bytes[b];
+      w.blocks += 2 * n;
+      w.lossless_window += 2 * o.zero_bytes[b];
+      if (b != kE8M0NaN && active >= 0 && active - b <= kSpan) w.lossless_window += 2 * o.active_bytes[b];
+      if (b == 0 || (mo >= 0 && mo - b <= kSpan)) w.modelopt_rule += 2 * n;
+      if (b > 0 && b > active && o.zero_bytes[b]) {
+        zero_above += o.zero_bytes[b];
+        zero_max = b;
+      }
+    }
+    const std::map<std::string, int64_t> k = {{"k_max_active", w.k_max_active.value_or(0)},
+                                              {"k_max_modelopt", w.k_max_modelopt.value_or(0)}};
+    if (zero_above > 0) {
+      Finding f{"zero-group-scale-sets-kmax", m, -1, -1,
+                absl::StrCat(zero_above, " all-zero group(s) carry a scale byte above every "
+                             "active group's (largest ", zero_max, "); a k_max that skips only "
+                             "byte 0 takes it"), k};
+      f.numbers["groups"] = static_cast<int64_t>(zero_above);
+      f.numbers["byte"] = zero_max;
+      result->hazards.Add(std::move(f));
+    }
+    if (w.modelopt_rule < w.blocks) {
+      Finding f{"modelopt-kmax-lossy-blocks", m, -1, -1,
+                absl::StrCat(w.blocks - w.modelopt_rule, " of ", w.blocks, " blocks fall outside "
+                             "ModelOpt's k_max - k <= 17 and would be requantized"), k};
+      f.numbers["blocks_out_of_range"] = static_cast<int64_t>(w.blocks - w.modelopt_rule);
+      result->hazards.Add(std::move(f));
+    }
+    result->windows.push_back(std::move(w));
+  }
+  for (const auto& [group, members] : per_tensor_mo) {
+    if (members.size() < 2 || !absl::EndsWith(group, ".w13")) continue;
+    for (const auto& [m, mo] : members) {
+      if (mo == members[0].second) continue;
+      result->hazards.Add({"fused-kmax-not-shared", group, -1, -1,
+                           absl::StrCat(members[0].first, " and ", m, " have different k_max (",
+                                        E8M0Exponent(members[0].second), ", ", E8M0Exponent(mo),
+                                        "); a per-tensor cast gives them different weight_scale_2 "
+                                        "and vLLM loads w3 with w1's"), {}});
+      break;
+    }
+  }
+}
+
+}  // namespace
+
 PairVerifyResult FinishPair(PairPlan plan, const std::vector<PairUnitOutcome>& outcomes) {
+  AddWindows(plan, outcomes, &plan.result);
   PairVerifyResult result = std::move(plan.result);
   std::set<std::string> kinds;
   std::map<std::string, std::vector<std::pair<std::string, uint32_t>>> fused;
