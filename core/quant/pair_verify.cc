@@ -321,7 +321,13 @@ void AddWindows(const PairPlan& plan, const std::vector<PairUnitOutcome>& outcom
                 PairVerifyResult* result) {
   constexpr int kSpan = 17;  // E4M3 holds 2^k exactly for k in [-9, 8]
   std::map<std::string, std::pair<int, int>> group_kmax;  // fused group -> (active, modelopt)
-  std::map<std::string, std::vector<std::pair<std::string, int>>> per_tensor_mo;
+  // Per fused group: (module, its own ModelOpt-rule k_max, derived global bits).
+  struct Member {
+    std::string module;
+    int kmax;
+    std::optional<uint32_t> global;
+  };
+  std::map<std::string, std::vector<Member>> per_tensor_mo;
   for (size_t i = 0; i < outcomes.size(); ++i) {
     if (!plan.units[i].module) continue;
     const PairUnitOutcome& o = outcomes[i];
@@ -330,7 +336,7 @@ void AddWindows(const PairPlan& plan, const std::vector<PairUnitOutcome>& outcom
     const int mo = std::max(MaxByte(o.active_bytes, 1, false), MaxByte(o.zero_bytes, 1, false));
     auto [it, fresh] = group_kmax.emplace(group, std::make_pair(active, mo));
     it->second = {std::max(it->second.first, active), std::max(it->second.second, mo)};
-    per_tensor_mo[group].push_back({plan.units[i].name, mo});
+    per_tensor_mo[group].push_back({plan.units[i].name, mo, o.global_bits});
   }
   for (size_t i = 0; i < outcomes.size(); ++i) {
     if (!plan.units[i].module) continue;
@@ -374,15 +380,18 @@ void AddWindows(const PairPlan& plan, const std::vector<PairUnitOutcome>& outcom
     }
     result->windows.push_back(std::move(w));
   }
+  // Relevant only where the derived w1/w3 globals differ: the cast took each tensor's own
+  // k_max instead of sharing one, and vLLM will load w3 with w1's global.
   for (const auto& [group, members] : per_tensor_mo) {
     if (members.size() < 2 || !absl::EndsWith(group, ".w13")) continue;
-    for (const auto& [m, mo] : members) {
-      if (mo == members[0].second) continue;
+    const Member& a = members[0];
+    for (const Member& b : members) {
+      if (b.kmax == a.kmax || !a.global || !b.global || *a.global == *b.global) continue;
       result->hazards.Add({"fused-kmax-not-shared", group, -1, -1,
-                           absl::StrCat(members[0].first, " and ", m, " have different k_max (",
-                                        E8M0Exponent(members[0].second), ", ", E8M0Exponent(mo),
-                                        "); a per-tensor cast gives them different weight_scale_2 "
-                                        "and vLLM loads w3 with w1's"), {}});
+                           absl::StrCat(a.module, " and ", b.module, " have different k_max (",
+                                        E8M0Exponent(a.kmax), ", ", E8M0Exponent(b.kmax),
+                                        ") and the derived globals differ: the cast did not share "
+                                        "k_max, and vLLM loads w3 with w1's global"), {}});
       break;
     }
   }

@@ -366,6 +366,26 @@ TEST(ModelOptPair, ConvertedFixtureIsLosslessAgainstItsMxfp4Source) {
   EXPECT_EQ(lossy_tensors, 2u * 4 * 3);
   EXPECT_EQ(r.hazards.count("zero-group-scale-sets-kmax"), 2u * 4 * 3) << Codes(r.hazards);
   EXPECT_EQ(r.hazards.count("modelopt-kmax-lossy-blocks"), 2u * 4 * 3) << Codes(r.hazards);
+  EXPECT_EQ(r.hazards.total(), 2u * 2 * 4 * 3) << Codes(r.hazards);
+}
+
+// One active w1 group of expert 3 with a large byte (w1's k_max under ModelOpt's rule is no
+// longer w3's) and the derived w3 global doubled (the globals no longer agree): the cast did
+// not share k_max. Different k_max under globals that agree is not this hazard.
+TEST(ModelOptPair, FusedKmaxNotSharedIsAHazard) {
+  TempDir dir;
+  const fs::path src = CopyFixture("mini-kimi-mxfp4", dir);
+  MutateTensor(src, kExpert + "3.w1.weight_packed", [](uint8_t* p, size_t) { p[0] |= 0x01; });
+  MutateTensor(src, kExpert + "3.w1.weight_scale", [](uint8_t* p, size_t) { p[0] = 200; });
+  const fs::path dst = Convert(dir);
+  EXPECT_EQ(Pair(src, dst).hazards.count("fused-kmax-not-shared"), 0u);
+  SetF32(dst, kExpert + "3.w3.weight_scale_2", 2.0f);
+  const PairVerifyResult r = Pair(src, dst);
+  ASSERT_EQ(r.hazards.count("fused-kmax-not-shared"), 1u) << Codes(r.hazards);
+  for (const Finding& f : r.hazards.kept()) {
+    if (f.code == "fused-kmax-not-shared") EXPECT_EQ(f.tensor, kExpert + "3.w13");
+  }
+  EXPECT_FALSE(r.lossless);  // the source changed under an unchanged derived
 }
 
 TEST(ModelOptPair, MismatchNamesTensorRowAndBlock) {
