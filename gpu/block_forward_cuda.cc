@@ -301,7 +301,8 @@ absl::Status ExpertsCuda(const BlockConfig& c, const forward::ExpertSet& experts
     HostFp4* hm[3] = {&he.gate, &he.up, &he.down};
     for (int k = 0; k < 3; ++k) {
       *hm[k] = {m[k]->packed.data(), m[k]->packed.size(), m[k]->scales.data(),
-                m[k]->scales.size(), m[k]->global_scale};
+                m[k]->scales.size(), m[k]->global.value,
+                m[k]->global.role == quant::GlobalRole::kMultiplier ? 1 : 0};
     }
     if (!ex->gate_bias.empty()) {
       auto gb = arena.Upload(ex->gate_bias);

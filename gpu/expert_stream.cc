@@ -81,6 +81,7 @@ absl::Status ExpertStreamer::Run(const std::vector<HostExpert>& experts, ExpertL
       d[k]->scales = buffer_ + at;
       at += Aligned(h[k]->scale_bytes);
       d[k]->global_scale = h[k]->global_scale;
+      d[k]->global_multiplies = h[k]->global_multiplies;
     }
     table[i].gate_bias = e.gate_bias;
     table[i].up_bias = e.up_bias;

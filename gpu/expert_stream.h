@@ -25,6 +25,7 @@ struct HostFp4 {
   const uint8_t* scales = nullptr;
   size_t scale_bytes = 0;
   float global_scale = 1.0f;
+  int global_multiplies = 0;  // as DeviceFp4
 };
 
 // One selected expert: its three matrices, and (gpt-oss) biases already on the device.

@@ -103,14 +103,16 @@ __device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// The scale value of a scale byte: 2^(s-127) (MXFP4) or E4M3/global (NVFP4), one table of 256
-// floats per matrix in shared memory so that the exact division happens once per value.
+// The scale value of a scale byte: 2^(s-127) (MXFP4) or E4M3/global, E4M3*global for a
+// ModelOpt multiplier (NVFP4), one table of 256 floats per matrix in shared memory so that the
+// correctly rounded division or product happens once per value.
 template <Fp4Kind K>
-__device__ __forceinline__ float ScaleValue(uint32_t b, float global) {
+__device__ __forceinline__ float ScaleValue(uint32_t b, const DeviceFp4& m) {
   if constexpr (K == Fp4Kind::kMxfp4) {
     return E8M0(b);
   } else {
-    return __fdiv_rn(E4M3(b), global);
+    return m.global_multiplies ? __fmul_rn(E4M3(b), m.global_scale)
+                               : __fdiv_rn(E4M3(b), m.global_scale);
   }
 }
 
@@ -274,7 +276,7 @@ __global__ void __launch_bounds__(kExpertWarps * 32, kGateUp ? kGateUpBlocksPerS
   const DeviceExpert& ex = l.experts[blockIdx.y];
   const DeviceFp4* mat[2] = {kGateUp ? &ex.gate : &ex.down, &ex.up};
   for (int i = threadIdx.x; i < 256 * M; i += blockDim.x) {
-    s.tables[i] = ScaleValue<K>(i & 255, (i < 256 ? mat[0] : mat[1])->global_scale);
+    s.tables[i] = ScaleValue<K>(i & 255, *(i < 256 ? mat[0] : mat[1]));
   }
   if (threadIdx.x < 4) s.zeros[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;

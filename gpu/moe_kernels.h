@@ -33,7 +33,10 @@ struct GluParams {
 struct DeviceFp4 {
   const uint8_t* packed = nullptr;
   const uint8_t* scales = nullptr;
-  float global_scale = 1.0f;  // NVFP4 divisor
+  // NVFP4: the global scale divides (compressed-tensors) or, when global_multiplies is set,
+  // multiplies (ModelOpt) every block scale (docs/formats.md §4, §9).
+  float global_scale = 1.0f;
+  int global_multiplies = 0;
 };
 
 struct DeviceExpert {

@@ -65,6 +65,24 @@ std::optional<T> OptionalOf(const json& j) {
   return j.get<T>();
 }
 
+// A pair unit's source scale-byte counts (quant::PairUnitOutcome), sparse: [byte, active, zero].
+json ScaleBytesJson(const quant::PairUnitOutcome& o) {
+  json out = json::array();
+  for (int b = 0; b < 256; ++b) {
+    if (o.active_bytes[b] || o.zero_bytes[b]) out.push_back({b, o.active_bytes[b], o.zero_bytes[b]});
+  }
+  return out;
+}
+
+void ScaleBytesOf(const json& j, quant::PairUnitOutcome* o) {
+  for (const json& e : j) {
+    const int b = e.at(0).get<int>();
+    if (b < 0 || b > 255 || e.size() != 3) throw BadPart{"a scale byte count that is not [0..255, n, n]"};
+    o->active_bytes[b] = e.at(1).get<uint64_t>();
+    o->zero_bytes[b] = e.at(2).get<uint64_t>();
+  }
+}
+
 json StatsJson(const quant::TensorScaleStats& t) {
   return {{"tensor", EncodeName(t.tensor)},
           {"kind", t.kind},
@@ -183,7 +201,8 @@ json PartJson(const AuditPart& p) {
                     {"value_blocks", o.value_blocks},
                     {"zero_canonicalized", o.zero_canonicalized},
                     {"ignored_bytes", o.ignored_bytes},
-                    {"global_bits", Optional(o.global_bits)}});
+                    {"global_bits", Optional(o.global_bits)},
+                    {"scale_bytes", ScaleBytesJson(o)}});
   }
   return {{"schema", kSchema},
           {"part", {{"index", p.spec.index}, {"count", p.spec.count}}},
@@ -283,6 +302,7 @@ AuditPart PartOf(const json& j) {
     u.outcome.zero_canonicalized = e.at("zero_canonicalized").get<uint64_t>();
     u.outcome.ignored_bytes = e.at("ignored_bytes").get<uint64_t>();
     u.outcome.global_bits = OptionalOf<uint32_t>(e.at("global_bits"));
+    ScaleBytesOf(e.at("scale_bytes"), &u.outcome);
     p.pair_units.push_back(std::move(u));
   }
   return p;

@@ -122,7 +122,7 @@ class Loader {
         }
         auto g = quant::ReadScalarF32(*q->global_scale);
         if (!g.ok()) return g.status();
-        m.global_scale = *g;
+        m.global = {*g, q->global_role};
         break;
       }
       case quant::WeightKind::kX4T: {
@@ -195,12 +195,12 @@ absl::Status LoadGptOssExperts(const Loader& l, const BlockConfig& c,
     }
     const std::string base = absl::StrCat("experts.", e);
     x.gate = {base + ".gate", Fp4Scale::kE8M0Group32, static_cast<int64_t>(I),
-              static_cast<int64_t>(H), {gp, I * pb}, {gs, I * sb}, 1.0f, split};
+              static_cast<int64_t>(H), {gp, I * pb}, {gs, I * sb}, {}, split};
     x.up = {base + ".up", Fp4Scale::kE8M0Group32, static_cast<int64_t>(I),
-            static_cast<int64_t>(H), {up, I * pb}, {us, I * sb}, 1.0f, split};
+            static_cast<int64_t>(H), {up, I * pb}, {us, I * sb}, {}, split};
     x.down = {base + ".down", Fp4Scale::kE8M0Group32, static_cast<int64_t>(H),
               static_cast<int64_t>(I), d_blocks->bytes().subspan(e * H * I / 2, H * I / 2),
-              d_scales->bytes().subspan(e * H * (I / 32), H * (I / 32)), 1.0f, nullptr};
+              d_scales->bytes().subspan(e * H * (I / 32), H * (I / 32)), {}, nullptr};
     x.down_bias.assign(d_bias->begin() + e * H, d_bias->begin() + (e + 1) * H);
     for (const Fp4Matrix* m : {&x.gate, &x.up, &x.down}) {
       if (absl::Status s = m->Validate(); !s.ok()) return s;
@@ -247,7 +247,7 @@ void Fp4Matrix::DequantizeRow(int64_t r, double* out) const {
       out[c] = quant::NibbleIsNonzero(code) ? v->Value(r, c) : quant::DecodeE2M1(code);
     }
   } else {
-    auto v = quant::Nvfp4View::Make(name, packed, scales, global_scale, rows, cols);
+    auto v = quant::Nvfp4View::Make(name, packed, scales, global, rows, cols);
     for (int64_t c = 0; c < cols; ++c) {
       const uint8_t code = v->codes().Code(r, c);
       out[c] = quant::NibbleIsNonzero(code) ? v->Value(r, c) : quant::DecodeE2M1(code);

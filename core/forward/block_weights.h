@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "core/checkpoint.h"
 #include "core/forward/block_config.h"
+#include "core/quant/fp4_tensor.h"
 
 namespace ckpt::forward {
 
@@ -46,7 +47,7 @@ struct DenseMatrix {
 // How an FP4 matrix's group scales are encoded (docs/formats.md §3, §4).
 enum class Fp4Scale {
   kE8M0Group32,  // MXFP4: value = e2m1 * 2^(scale - 127)
-  kE4M3Group16,  // NVFP4: value = e2m1 * e4m3(scale) / global_scale
+  kE4M3Group16,  // NVFP4: value = e2m1 * e4m3(scale) with the global applied in its role
 };
 
 // An FP4 matrix [rows, cols] as stored: packed [rows, cols/2] (low nibble = even column) and
@@ -58,7 +59,9 @@ struct Fp4Matrix {
   int64_t cols = 0;
   std::span<const uint8_t> packed;
   std::span<const uint8_t> scales;
-  float global_scale = 1.0f;  // NVFP4 only: the divisor
+  // NVFP4 only: the global scale and whether it divides (compressed-tensors) or multiplies
+  // (ModelOpt) the block scales (docs/formats.md §4, §9).
+  quant::Nvfp4Global global;
   std::shared_ptr<const void> keepalive;
 
   int group() const { return scale_kind == Fp4Scale::kE8M0Group32 ? 32 : 16; }

@@ -260,7 +260,7 @@ struct StreamedForward::State {
         for (int e : on_derived) {
           if (l.changed[e]) {
             ExpertWeights collapsed = w.experts[e];
-            collapsed.up.global_scale = collapsed.gate.global_scale;
+            collapsed.up.global = collapsed.gate.global;
             const ExpertSet one = {{e, &collapsed}};
             if (absl::Status s = device->stages.experts(l.config, one, input, l.r[kDerived], p,
                                                         &l.h[kEmulated]);

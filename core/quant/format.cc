@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <regex>
 #include <set>
@@ -11,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/quant/quant_weight.h"
+#include "core/quant/scale_window.h"
 #include "core/quant/x4t_codec.h"
 #include "core/quant/x4t_sidecar.h"
 
@@ -201,6 +203,333 @@ void CheckCompressedTensors(const Checkpoint& ckpt, const json& q, bool nvfp4, F
   CheckExperts(ckpt, modules, r);
 }
 
+// ---- ModelOpt NVFP4 (docs/formats.md §9; docs/quant.md "ModelOpt NVFP4") ----
+
+// Python's fnmatch.fnmatchcase, which vLLM applies to ModelOpt's exclude lists: `*` any run
+// (dots included), `?` one character, `[seq]` / `[!seq]` a class with `a-z` ranges. ModelOpt
+// names are matched case-sensitively. Written here rather than POSIX fnmatch(3), whose `*`
+// stops at nothing either but whose treatment of an unterminated `[` differs: such patterns
+// are refused as invalid (ValidGlob) instead of being matched one way or the other.
+size_t MatchClass(std::string_view p, size_t i, char c, bool* hit) {
+  size_t j = i + 1;
+  bool negate = false;
+  if (j < p.size() && p[j] == '!') negate = true, ++j;
+  const size_t first = j;
+  bool in = false;
+  while (j < p.size() && (p[j] != ']' || j == first)) {
+    if (j + 2 < p.size() && p[j + 1] == '-' && p[j + 2] != ']') {
+      in |= p[j] <= c && c <= p[j + 2];
+      j += 3;
+    } else {
+      in |= p[j] == c;
+      ++j;
+    }
+  }
+  if (j >= p.size()) return std::string_view::npos;
+  *hit = in != negate;
+  return j + 1;
+}
+
+bool ValidGlob(std::string_view p) {
+  if (p.empty()) return false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] != '[') continue;
+    bool hit;
+    const size_t end = MatchClass(p, i, '\0', &hit);
+    if (end == std::string_view::npos) return false;
+    i = end - 1;
+  }
+  return true;
+}
+
+// Requires ValidGlob(p). Greedy with one backtrack point per `*`: O(|p| * |s|).
+bool GlobMatch(std::string_view p, std::string_view s) {
+  size_t pi = 0, si = 0, star = std::string_view::npos, mark = 0;
+  while (si < s.size()) {
+    if (pi < p.size() && p[pi] == '*') {
+      star = pi++;
+      mark = si;
+      continue;
+    }
+    if (pi < p.size()) {
+      if (p[pi] == '?') {
+        ++pi, ++si;
+        continue;
+      }
+      if (p[pi] == '[') {
+        bool hit = false;
+        const size_t end = MatchClass(p, pi, s[si], &hit);
+        if (hit) {
+          pi = end, ++si;
+          continue;
+        }
+      } else if (p[pi] == s[si]) {
+        ++pi, ++si;
+        continue;
+      }
+    }
+    if (star == std::string_view::npos) return false;
+    pi = star + 1;
+    si = ++mark;
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+// The spellings under which the Kimi-K3 ModelOpt manifest may name a module that is stored as
+// `actual` (docs/formats.md §9): the stored name, without `language_model.` and without
+// `language_model.model.`, each also with `block_sparse_moe` written `mlp`.
+std::vector<std::string> AliasSpellings(const std::string& actual) {
+  static const std::string kLm = "language_model.", kLmModel = "language_model.model.";
+  std::vector<std::string> base = {actual};
+  if (absl::StartsWith(actual, kLmModel)) {
+    base.push_back(actual.substr(kLm.size()));
+    base.push_back(actual.substr(kLmModel.size()));
+  } else if (absl::StartsWith(actual, kLm)) {
+    base.push_back(actual.substr(kLm.size()));
+  }
+  std::vector<std::string> out = base;
+  for (const std::string& b : base) {
+    const size_t at = ("." + b).find(".block_sparse_moe.");
+    if (at != std::string::npos) {
+      out.push_back(b.substr(0, at) + "mlp" + b.substr(at + std::string("block_sparse_moe").size()));
+    }
+  }
+  return out;
+}
+
+bool IsNvfp4Algo(const std::string& a) { return a == "NVFP4" || a == "W4A16_NVFP4"; }
+
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// One of the two places a ModelOpt checkpoint declares its quantization, normalised.
+struct ModelOptDecl {
+  std::string where;  // "hf_quant_config.json" | "config.json"
+  std::string algo;   // upper-cased quant_algo
+  json group_size;    // as written (null when absent)
+  json exclude;       // exclude_modules / ignore, as written
+  json quantized_layers;
+  std::vector<std::string> missing;  // fields vLLM requires of this shape
+};
+
+std::optional<ModelOptDecl> FromHfQuantConfig(const json& doc) {
+  if (!doc.is_object() || !doc.contains("producer") || !doc["producer"].is_object() ||
+      doc["producer"].value("name", "") != "modelopt" || !doc.contains("quantization") ||
+      !doc["quantization"].is_object()) {
+    return std::nullopt;
+  }
+  const json& q = doc["quantization"];
+  ModelOptDecl d{"hf_quant_config.json", Upper(q.value("quant_algo", "")),
+                 q.value("group_size", json()), q.value("exclude_modules", json()),
+                 q.value("quantized_layers", json()), {}};
+  if (d.algo != "MIXED_PRECISION") {
+    for (const char* f : {"group_size", "kv_cache_quant_algo", "exclude_modules"}) {
+      if (!q.contains(f)) d.missing.push_back(f);
+    }
+  }
+  return d;
+}
+
+ModelOptDecl FromConfigJson(const json& q) {
+  // vLLM defaults the config.json shape's group_size to 16 (docs/formats.md §9).
+  return ModelOptDecl{"config.json", Upper(q.value("quant_algo", "")),
+                      q.value("group_size", json(16)), q.value("ignore", json()),
+                      q.value("quantized_layers", json()), {}};
+}
+
+// The set of strings of a JSON list (order and duplicates do not matter to a matcher).
+std::set<std::string> StringSet(const json& list) {
+  std::set<std::string> out;
+  if (list.is_array()) {
+    for (const json& e : list) out.insert(e.is_string() ? e.get<std::string>() : e.dump());
+  }
+  return out;
+}
+
+void CompareDecls(const ModelOptDecl& a, const ModelOptDecl& b, FormatReport* r) {
+  const auto differ = [&](const std::string& field, const std::string& x, const std::string& y) {
+    Add(r, "config-disagreement", "",
+        absl::StrCat(field, ": ", a.where, " says ", x, ", ", b.where, " says ", y,
+                     " (vLLM reads config.json)"));
+  };
+  if (a.algo != b.algo) differ("quant_algo", a.algo, b.algo);
+  if (a.group_size != b.group_size) differ("group_size", a.group_size.dump(), b.group_size.dump());
+  if (StringSet(a.exclude) != StringSet(b.exclude)) {
+    differ("exclude list", a.exclude.dump(), b.exclude.dump());
+  }
+  if (a.quantized_layers != b.quantized_layers) {
+    differ("quantized_layers", a.quantized_layers.is_null() ? "none" : "a map",
+           b.quantized_layers.is_null() ? "none" : "another map");
+  }
+}
+
+// The tensor contract of one quantized ModelOpt module under algo `algo`.
+void CheckModelOptModule(const Checkpoint& ckpt, const std::string& m, const std::string& algo,
+                         FormatReport* r) {
+  const TensorInfo& p = *ckpt.Find(m + kModelOptWeightSuffix)->info;
+  if (p.shape.size() != 2) {
+    Add(r, "packed-shape", p.name, ShapeString(p.shape) + ", must be U8 [out, in/2]");
+    return;
+  }
+  const std::optional<TensorRef> scale = ckpt.Find(m + kScaleSuffix);
+  if (!scale) {
+    Add(r, "missing-scale", m + kScaleSuffix, "U8 weight without its E4M3 block scales");
+  } else if (scale->info->dtype != DType::kF8_E4M3) {
+    Add(r, "scale-dtype", m + kScaleSuffix, DTypeName(scale->info->dtype) + ", NVFP4 needs F8_E4M3");
+  } else if ((p.shape[1] * 2) % 16 != 0 ||
+             scale->info->shape != std::vector<uint64_t>{p.shape[0], p.shape[1] * 2 / 16}) {
+    Add(r, "group-size", m + kScaleSuffix,
+        absl::StrCat(ShapeString(scale->info->shape), " does not give one scale per 16 elements "
+                     "of ", ShapeString(p.shape), " packed"));
+  }
+  const std::optional<TensorRef> global = ckpt.Find(m + kModelOptGlobalSuffix);
+  if (!global) {
+    const std::string group = FusedGroupOf(m);
+    const bool w13 = absl::EndsWith(group, ".w13");
+    std::string sibling = m.substr(0, m.size() - 1) + (absl::EndsWith(m, "1") ? "3" : "1");
+    if (w13 && ckpt.Find(sibling + kModelOptGlobalSuffix)) {
+      Add(r, "w13-missing-global-scale", m + kModelOptGlobalSuffix,
+          "absent while " + sibling + " has one; vLLM's fused w13 would use w1's for both");
+    } else {
+      Add(r, "missing-global-scale", m + kModelOptGlobalSuffix, "NVFP4 needs weight_scale_2");
+    }
+  } else if (global->info->dtype != DType::kF32 || global->info->shape.size() > 1 ||
+             global->info->num_elements() != 1) {
+    Add(r, "global-scale-shape", m + kModelOptGlobalSuffix,
+        DTypeName(global->info->dtype) + " " + ShapeString(global->info->shape) +
+            ", must be F32 [] (or [1])");
+  }
+  const std::optional<TensorRef> input = ckpt.Find(m + kModelOptInputScaleSuffix);
+  if (algo == "NVFP4" && !input) {
+    Add(r, "missing-input-scale", m + kModelOptInputScaleSuffix, "W4A4 NVFP4 needs input_scale");
+  } else if (algo == "W4A16_NVFP4" && input) {
+    Add(r, "extra-tensor", m + kModelOptInputScaleSuffix, "W4A16_NVFP4 module has an input_scale");
+  } else if (input && (input->info->dtype != DType::kF32 || input->info->shape.size() > 1 ||
+                       input->info->num_elements() != 1)) {
+    Add(r, "global-scale-shape", m + kModelOptInputScaleSuffix, "must be F32 [] (or [1])");
+  }
+}
+
+void CheckModelOpt(const Checkpoint& ckpt, const std::optional<ModelOptDecl>& hf,
+                   const std::optional<ModelOptDecl>& cfg, FormatReport* r) {
+  r->group_size = 16;
+  if (hf && cfg) CompareDecls(*hf, *cfg, r);
+  const ModelOptDecl& d = cfg ? *cfg : *hf;  // vLLM reads config.json first
+  for (const std::string& f : d.missing) {
+    Add(r, "config-field-missing", d.where, "quantization." + f + " is required for NVFP4 (vLLM)");
+  }
+  if (!d.group_size.is_number_integer() || d.group_size.get<int64_t>() != 16) {
+    Add(r, "group-size", d.where, "group_size " + d.group_size.dump() + ", NVFP4 needs 16");
+  }
+  // Every tensor's module, and the spellings that name it.
+  std::set<std::string> all_modules;
+  for (const std::string& n : ckpt.TensorNames()) {
+    const size_t dot = n.rfind('.');
+    if (dot != std::string::npos) all_modules.insert(n.substr(0, dot));
+  }
+  std::map<std::string, std::set<std::string>> by_spelling;
+  for (const std::string& m : all_modules) {
+    for (std::string& s : AliasSpellings(m)) by_spelling[std::move(s)].insert(m);
+  }
+  const std::vector<std::string> modules = PackedModules(ckpt);
+  const std::set<std::string> quantized(modules.begin(), modules.end());
+  r->quantized_modules = modules.size();
+
+  // Per-module algorithm: the checkpoint's, or MIXED_PRECISION's quantized_layers entry.
+  std::map<std::string, std::string> algo_of;
+  if (d.algo == "MIXED_PRECISION") {
+    r->activations = "mixed";
+    if (!d.quantized_layers.is_object() || d.quantized_layers.empty()) {
+      Add(r, "config-field-missing", d.where, "MIXED_PRECISION needs a non-empty quantized_layers");
+    }
+    std::map<std::string, std::pair<std::string, json>> entry_of;  // actual -> (spelling, entry)
+    std::set<std::string> collided;
+    const json layers = d.quantized_layers.is_object() ? d.quantized_layers : json::object();
+    for (const auto& [spelling, e] : layers.items()) {
+      const std::string algo = e.is_object() ? Upper(e.value("quant_algo", "")) : "";
+      if (!IsNvfp4Algo(algo)) {
+        Add(r, "unsupported-quant-algo", spelling,
+            "quantized_layers entry '" + algo + "': only NVFP4 and W4A16_NVFP4 are checked");
+      } else if (e.value("group_size", 16) != 16) {
+        Add(r, "group-size", spelling, "quantized_layers group_size, NVFP4 needs 16");
+      }
+      auto it = by_spelling.find(spelling);
+      if (it == by_spelling.end()) {
+        Add(r, "quantized-layer-absent", spelling, "names no module of the checkpoint");
+        continue;
+      }
+      if (it->second.size() > 1) {
+        Add(r, "alias-ambiguous", spelling,
+            absl::StrCat("names ", it->second.size(), " stored modules (", *it->second.begin(),
+                         ", ...)"));
+        continue;
+      }
+      const std::string& actual = *it->second.begin();
+      auto [prev, fresh] = entry_of.emplace(actual, std::make_pair(spelling, e));
+      if (!fresh && prev->second.second != e) {
+        if (collided.insert(actual).second) {
+          Add(r, "alias-collision", actual,
+              "spellings '" + prev->second.first + "' and '" + spelling + "' give it different "
+              "entries");
+        }
+        continue;
+      }
+      if (IsNvfp4Algo(algo)) algo_of[actual] = algo;
+    }
+    for (const std::string& m : modules) {
+      if (!entry_of.count(m)) Add(r, "quantized-unlisted", m, "not in quantized_layers");
+    }
+  } else if (IsNvfp4Algo(d.algo)) {
+    r->activations = d.algo == "NVFP4" ? "W4A4" : "A16";
+    for (const std::string& m : modules) algo_of[m] = d.algo;
+  } else {
+    Add(r, "unsupported-quant-algo", d.where, "quant_algo '" + d.algo + "'");
+  }
+  for (const std::string& m : modules) {
+    auto it = algo_of.find(m);
+    CheckModelOptModule(ckpt, m, it == algo_of.end() ? "" : it->second, r);
+  }
+
+  // The exclude list: valid wildcards, each matching some module (under any spelling) and
+  // none that is stored quantized.
+  if (!d.exclude.is_null() && !d.exclude.is_array()) {
+    Add(r, "bad-pattern", d.where, "exclude list is not a list");
+  }
+  for (const json& e : d.exclude.is_array() ? d.exclude : json::array()) {
+    const std::string pat = e.is_string() ? e.get<std::string>() : "";
+    if (!e.is_string() || !ValidGlob(pat)) {
+      Add(r, "bad-pattern", d.where, "exclude entry " + e.dump() + " is not a valid wildcard");
+      continue;
+    }
+    bool any = false;
+    std::set<std::string> covered;
+    for (const auto& [spelling, actual] : by_spelling) {
+      if (!GlobMatch(pat, spelling)) continue;
+      any = true;
+      for (const std::string& m : actual) {
+        if (quantized.count(m)) covered.insert(m);
+      }
+    }
+    for (const std::string& m : covered) {
+      Add(r, "ignore-covers-quantized", m, "exclude pattern '" + pat + "' matches it");
+    }
+    if (!any) Add(r, "exclude-matches-nothing", pat, "matches no module of the checkpoint");
+  }
+  // ModelOpt companions on a module that is not stored quantized.
+  for (const std::string& n : ckpt.TensorNames()) {
+    const size_t dot = n.rfind('.');
+    if (dot == std::string::npos || quantized.count(n.substr(0, dot))) continue;
+    if (absl::EndsWith(n, kModelOptGlobalSuffix) ||
+        (absl::EndsWith(n, kScaleSuffix) && ckpt.Find(n)->info->dtype == DType::kF8_E4M3)) {
+      Add(r, "extra-tensor", n, "NVFP4 scale of a module whose weight is not U8-packed");
+    }
+  }
+  CheckExperts(ckpt, modules, r);
+}
+
 void CheckGptOss(const Checkpoint& ckpt, const json& q, FormatReport* r) {
   r->group_size = 32;
   std::vector<NamePattern> skip;
@@ -336,6 +665,7 @@ std::string QuantFormatName(QuantFormat f) {
     case QuantFormat::kCompressedTensorsMxfp4: return "compressed-tensors/mxfp4-pack-quantized";
     case QuantFormat::kCompressedTensorsNvfp4: return "compressed-tensors/nvfp4-pack-quantized";
     case QuantFormat::kX4TContainerB: return "x4t-container-b";
+    case QuantFormat::kModelOptNvfp4: return "modelopt/nvfp4";
     case QuantFormat::kUnknown: return "unknown";
   }
   return "?";
@@ -385,6 +715,30 @@ FormatReport DetectFormat(const Checkpoint& ckpt, const FormatOptions& options) 
     if (!q) q = &nested;
   }
   CheckSidecars(ckpt, &r);
+  // ModelOpt: config.json's quantization_config (quant_method "modelopt" or "modelopt_mixed")
+  // and/or hf_quant_config.json with producer "modelopt"; vLLM reads config.json first.
+  std::optional<ModelOptDecl> hf;
+  if (ckpt.image().Find("hf_quant_config.json") != nullptr) {
+    auto bytes = ckpt.image().Content("hf_quant_config.json");
+    absl::StatusOr<json> doc =
+        bytes.ok() ? ParseJsonDocument(*bytes, ckpt.root() + "/hf_quant_config.json")
+                   : absl::StatusOr<json>(bytes.status());
+    if (doc.ok()) hf = FromHfQuantConfig(*doc);
+    if (!doc.ok() || !hf) {
+      Add(&r, "config-unreadable", "hf_quant_config.json",
+          doc.ok() ? "not a ModelOpt quantization file (producer.name != \"modelopt\")"
+                   : std::string(doc.status().message()));
+    }
+  }
+  const bool cfg_modelopt = q && q->is_object() &&
+                            absl::StartsWith(q->value("quant_method", ""), "modelopt");
+  if (cfg_modelopt || (hf && (!q || !q->is_object()))) {
+    r.format = QuantFormat::kModelOptNvfp4;
+    std::optional<ModelOptDecl> cfg;
+    if (cfg_modelopt) cfg = FromConfigJson(*q);
+    CheckModelOpt(ckpt, hf, cfg, &r);
+    return r;
+  }
   if (!q || !q->is_object()) {
     if (!PackedModules(ckpt).empty()) {
       r.format = QuantFormat::kUnknown;

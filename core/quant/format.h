@@ -5,6 +5,9 @@
 //   compressed-tensors NVFP4  format "nvfp4-pack-quantized", A16 or W4A4 (input_activations)
 //   X4T container B           quant_method "kimi_x4t" | "exact_mxfp4", format_version 1
 //   X4T container A           `x4t-layer-*.safetensors` sidecars in the root (any format)
+//   ModelOpt NVFP4            config.json quant_method "modelopt"|"modelopt_mixed" and/or
+//                             hf_quant_config.json producer "modelopt"; quant_algo NVFP4,
+//                             W4A16_NVFP4 or MIXED_PRECISION (docs/formats.md §9)
 // Every disagreement between config and tensors is a named Finding, never an error: the
 // caller decides what fails. Geometry checks read dimensions from the config.
 #ifndef CKPT_CORE_QUANT_FORMAT_H_
@@ -21,7 +24,8 @@
 namespace ckpt::quant {
 
 enum class QuantFormat {
-  kNone, kGptOssMxfp4, kCompressedTensorsMxfp4, kCompressedTensorsNvfp4, kX4TContainerB, kUnknown,
+  kNone, kGptOssMxfp4, kCompressedTensorsMxfp4, kCompressedTensorsNvfp4, kX4TContainerB,
+  kModelOptNvfp4, kUnknown,
 };
 std::string QuantFormatName(QuantFormat f);
 
@@ -41,7 +45,7 @@ struct FormatOptions {
 
 struct FormatReport {
   QuantFormat format = QuantFormat::kNone;
-  std::string activations;  // "A16" | "W4A4" for compressed-tensors NVFP4, else empty
+  std::string activations;  // NVFP4: "A16" | "W4A4" ("mixed": ModelOpt MIXED_PRECISION)
   int group_size = 0;
   uint64_t quantized_modules = 0;
   uint64_t x4t_sidecars = 0;  // container A files `x4t-layer-*.safetensors` in the root

@@ -24,6 +24,10 @@ absl::Status CheckSizes(const std::string& name, uint64_t packed, uint64_t scale
 
 }  // namespace
 
+std::string GlobalRoleName(GlobalRole role) {
+  return role == GlobalRole::kDivisor ? "divisor" : "multiplier";
+}
+
 bool PackedFp4::AnyNonzero(uint64_t r, uint64_t c0, uint64_t n) const {
   const uint8_t* p = packed_.data() + r * (cols_ / 2) + c0 / 2;
   uint64_t i = 0;
@@ -55,20 +59,20 @@ absl::StatusOr<Mxfp4View> Mxfp4View::Make(const std::string& name,
 
 absl::StatusOr<Nvfp4View> Nvfp4View::Make(const std::string& name,
                                           std::span<const uint8_t> packed,
-                                          std::span<const uint8_t> scales, float global_scale,
+                                          std::span<const uint8_t> scales, Nvfp4Global global,
                                           uint64_t rows, uint64_t cols, NibbleOrder order) {
   if (absl::Status s = CheckSizes(name, packed.size(), scales.size(), rows, cols, kBlock);
       !s.ok()) {
     return s;
   }
-  if (!std::isfinite(global_scale) || global_scale == 0.0f) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": weight_global_scale is zero or not finite"));
+  if (!std::isfinite(global.value) || global.value == 0.0f) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": global scale (", GlobalRoleName(global.role), ") is zero or not finite"));
   }
   Nvfp4View v;
   v.codes_ = PackedFp4(packed, rows, cols, order);
   v.scales_ = scales;
-  v.global_ = global_scale;
+  v.global_ = global;
   return v;
 }
 

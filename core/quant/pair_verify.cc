@@ -1,5 +1,6 @@
 #include "core/quant/pair_verify.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -32,12 +33,13 @@ bool BlockActive(const uint8_t* p) {  // 8 packed bytes = one 16-element block
   return (w & 0x7777777777777777ull) != 0;
 }
 
-// For each E8M0 byte s, the E4M3 byte d with E4M3(d) / global == 2^(s-127) exactly, or -1.
-std::array<int, 256> ExactScaleBytes(float global) {
+// For each E8M0 byte s, the E4M3 byte d whose scale with the global applied in its role
+// (docs/formats.md §4, §9) is 2^(s-127) exactly, or -1.
+std::array<int, 256> ExactScaleBytes(const Nvfp4Global& global) {
   std::array<int, 256> out;
   out.fill(-1);
   for (int d = 0; d < 256; ++d) {
-    const double v = DecodeE4M3(static_cast<uint8_t>(d)) / static_cast<double>(global);
+    const double v = global.Apply(DecodeE4M3(static_cast<uint8_t>(d)));
     int e;
     if (!(v > 0) || std::frexp(v, &e) != 0.5) continue;  // not a positive power of two
     const int s = (e - 1) + 127;                           // v == 2^(e-1)
@@ -78,7 +80,7 @@ void CompareGroupSlow(const Mxfp4View& s, const Nvfp4View& d, const std::string&
 }
 
 void CompareNvfp4(const Mxfp4View& s, const Nvfp4View& d, const std::string& m, PairUnitOutcome* o) {
-  const std::array<int, 256> exact = ExactScaleBytes(d.global_scale());
+  const std::array<int, 256> exact = ExactScaleBytes(d.global());
   const uint64_t groups = s.groups_per_row(), row_bytes = s.cols() / 2;
   const uint8_t* sp = s.codes().bytes().data();
   const uint8_t* dp = d.codes().bytes().data();
@@ -88,10 +90,11 @@ void CompareNvfp4(const Mxfp4View& s, const Nvfp4View& d, const std::string& m, 
   std::array<uint32_t, 256> want2;
   for (int b = 0; b < 256; ++b) want2[b] = exact[b] < 0 ? 0xFFFFFFFFu : exact[b] * 0x0101u;
   // With a power-of-two global scale 2^j, the exact E4M3 image of 2^(s-127) is the normal
-  // byte (s + j - 120) << 3 whenever that exponent field is 1..15: checked 16 groups at a time.
+  // byte (s - 120 + j) << 3 for a divisor, (s - 120 - j) << 3 for a multiplier, whenever that
+  // exponent field is 1..15: checked 16 groups at a time.
   int j = 0;
-  const bool pow2_global = std::frexp(d.global_scale(), &j) == 0.5f;
-  const int c = (j - 1) - 120;
+  const bool pow2_global = std::frexp(d.global().value, &j) == 0.5f;
+  const int c = (d.global().role == GlobalRole::kDivisor ? (j - 1) : -(j - 1)) - 120;
   for (uint64_t r = 0; r < s.rows(); ++r) {
     // Fast path for a whole row: libc's vectorized memcmp of the codes and a vectorized scan of
     // the scales. Rows that fail it are examined group by group.
@@ -137,12 +140,22 @@ void CompareX4T(const Mxfp4View& s, const X4TExpertMatrix& x, const std::string&
   o->value_blocks = s.rows() * groups;
 }
 
+// The source's scale bytes by group activity, for the window counts (FinishPair).
+void CountScaleBytes(const Mxfp4View& s, PairUnitOutcome* o) {
+  for (uint64_t r = 0; r < s.rows(); ++r) {
+    for (uint64_t g = 0; g < s.groups_per_row(); ++g) {
+      (s.GroupActive(r, g) ? o->active_bytes : o->zero_bytes)[s.ScaleByte(r, g)]++;
+    }
+  }
+}
+
 absl::Status CompareModule(const Checkpoint& src, const Checkpoint& dst, const std::string& m,
                            PairUnitOutcome* o) {
   absl::StatusOr<QuantWeight> sw = ResolveWeight(src, m);
   if (!sw.ok()) return sw.status();
   absl::StatusOr<Mxfp4View> sv = Mxfp4ViewOf(*sw);
   if (!sv.ok()) return sv.status();
+  CountScaleBytes(*sv, o);
   absl::StatusOr<QuantWeight> dw = ResolveWeight(dst, m);
   if (!dw.ok()) {
     o->found.Add({"derived-tensor-invalid", m, -1, -1, std::string(dw.status().message()), {}});
@@ -160,7 +173,7 @@ absl::Status CompareModule(const Checkpoint& src, const Checkpoint& dst, const s
       o->found.Add({"derived-tensor-invalid", m, -1, -1, std::string(dv.status().message()), {}});
       return absl::OkStatus();
     }
-    float g = dv->global_scale();
+    float g = dv->global().value;
     uint32_t bits;
     std::memcpy(&bits, &g, 4);
     o->global_bits = bits;
@@ -179,15 +192,11 @@ absl::Status CompareModule(const Checkpoint& src, const Checkpoint& dst, const s
   return absl::OkStatus();
 }
 
-
-// The tensor names that belong to a quantized module (`.weight_packed` and its companions).
-std::set<std::string> ModuleTensorNames(const Checkpoint& c, const std::vector<std::string>& mods) {
+// The tensor names that belong to the quantized modules `mods`.
+std::set<std::string> TensorsOfModules(const Checkpoint& c, const std::vector<std::string>& mods) {
   std::set<std::string> out;
   for (const std::string& m : mods) {
-    for (const char* suffix : {kPackedSuffix, kScaleSuffix, kGlobalScaleSuffix,
-                               kInputGlobalScaleSuffix, kX4TFixedSuffix, kX4TExceptionsSuffix}) {
-      if (c.Find(m + suffix)) out.insert(m + suffix);
-    }
+    for (std::string& t : ModuleTensorNames(c, m)) out.insert(std::move(t));
   }
   return out;
 }
@@ -199,23 +208,21 @@ void AddModuleUnits(const Checkpoint& source, const Checkpoint& derived, PairPla
   const std::vector<std::string> dst_mods = PackedModules(derived);
   const std::set<std::string> dst_mod_set(dst_mods.begin(), dst_mods.end());
   const std::set<std::string> src_mod_set(src_mods.begin(), src_mods.end());
-  *src_q = ModuleTensorNames(source, src_mods);
-  *dst_q = ModuleTensorNames(derived, dst_mods);
+  *src_q = TensorsOfModules(source, src_mods);
+  *dst_q = TensorsOfModules(derived, dst_mods);
   for (const std::string& m : src_mods) {
     if (dst_mod_set.count(m)) {
-      const std::set<std::string> a = ModuleTensorNames(source, {m});
-      const std::set<std::string> b = ModuleTensorNames(derived, {m});
-      plan->units.push_back({m, true, {a.begin(), a.end()}, {b.begin(), b.end()},
-                             source.Find(m + kPackedSuffix)->info->num_bytes()});
+      plan->units.push_back({m, true, ModuleTensorNames(source, m), ModuleTensorNames(derived, m),
+                             source.Find(PackedTensorOf(source, m))->info->num_bytes()});
     } else {
-      plan->result.mismatches.Add({"missing-tensor", m + kPackedSuffix, -1, -1,
+      plan->result.mismatches.Add({"missing-tensor", PackedTensorOf(source, m), -1, -1,
                                    "quantized in the source, absent from the derived checkpoint",
                                    {}});
     }
   }
   for (const std::string& m : dst_mods) {
     if (!src_mod_set.count(m)) {
-      plan->result.mismatches.Add({"extra-tensor", m + kPackedSuffix, -1, -1,
+      plan->result.mismatches.Add({"extra-tensor", PackedTensorOf(derived, m), -1, -1,
                                    "in the derived checkpoint only", {}});
     }
   }
@@ -262,6 +269,7 @@ absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& de
   PairPlan plan;
   PairVerifyResult& result = plan.result;
   result.mismatches = FindingList(options.max_findings);
+  result.hazards = FindingList(options.max_findings);
   // The two detections are independent and serial inside; run them side by side.
   FormatReport src_format;
   std::thread detect_source([&] { src_format = DetectFormat(source, options.format); });
@@ -278,6 +286,7 @@ absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& de
                                                    result.source_format,
                                                    ", not compressed-tensors or gpt-oss MXFP4"));
   } else if (dst_format.format != QuantFormat::kCompressedTensorsNvfp4 &&
+             dst_format.format != QuantFormat::kModelOptNvfp4 &&
              dst_format.format != QuantFormat::kX4TContainerB) {
     return absl::InvalidArgumentError(absl::StrCat(
         derived.root(), ": derived is ", result.derived_format, ", not NVFP4 or X4T"));
@@ -346,7 +355,103 @@ PairUnitOutcome CompareDigests(const Checkpoint& source, const Checkpoint& deriv
   return o;
 }
 
+namespace {
+
+// The largest byte b counted in `hist` with b >= `from` (E8M0 0xFF, NaN, excluded when
+// `skip_nan`), or -1.
+int MaxByte(const std::array<uint64_t, 256>& hist, int from, bool skip_nan) {
+  for (int b = skip_nan ? 254 : 255; b >= from; --b) {
+    if (hist[b]) return b;
+  }
+  return -1;
+}
+
+// Window counts and ModelOpt-cast hazards of the source (PairWindowCount). Fused modules
+// (w1/w3) share k_max, as our transcode and ModelOpt's DeepSeek-V4 / Kimi-K3 casts do.
+void AddWindows(const PairPlan& plan, const std::vector<PairUnitOutcome>& outcomes,
+                PairVerifyResult* result) {
+  constexpr int kSpan = 17;  // E4M3 holds 2^k exactly for k in [-9, 8]
+  std::map<std::string, std::pair<int, int>> group_kmax;  // fused group -> (active, modelopt)
+  // Per fused group: (module, its own ModelOpt-rule k_max, derived global bits).
+  struct Member {
+    std::string module;
+    int kmax;
+    std::optional<uint32_t> global;
+  };
+  std::map<std::string, std::vector<Member>> per_tensor_mo;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    if (!plan.units[i].module) continue;
+    const PairUnitOutcome& o = outcomes[i];
+    const std::string group = FusedGroupOf(plan.units[i].name);
+    const int active = MaxByte(o.active_bytes, 0, true);
+    const int mo = std::max(MaxByte(o.active_bytes, 1, false), MaxByte(o.zero_bytes, 1, false));
+    auto [it, fresh] = group_kmax.emplace(group, std::make_pair(active, mo));
+    it->second = {std::max(it->second.first, active), std::max(it->second.second, mo)};
+    per_tensor_mo[group].push_back({plan.units[i].name, mo, o.global_bits});
+  }
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    if (!plan.units[i].module) continue;
+    const PairUnitOutcome& o = outcomes[i];
+    const std::string& m = plan.units[i].name;
+    const auto [active, mo] = group_kmax[FusedGroupOf(m)];
+    PairWindowCount w;
+    w.tensor = m;
+    if (active >= 0) w.k_max_active = E8M0Exponent(active);
+    if (mo >= 0) w.k_max_modelopt = E8M0Exponent(mo);
+    uint64_t zero_above = 0;
+    int zero_max = -1;
+    for (int b = 0; b < 256; ++b) {
+      const uint64_t n = o.active_bytes[b] + o.zero_bytes[b];
+      w.blocks += 2 * n;
+      w.lossless_window += 2 * o.zero_bytes[b];
+      if (b != kE8M0NaN && active >= 0 && active - b <= kSpan) w.lossless_window += 2 * o.active_bytes[b];
+      if (b == 0 || (mo >= 0 && mo - b <= kSpan)) w.modelopt_rule += 2 * n;
+      if (b > 0 && b > active && o.zero_bytes[b]) {
+        zero_above += o.zero_bytes[b];
+        zero_max = b;
+      }
+    }
+    const std::map<std::string, int64_t> k = {{"k_max_active", w.k_max_active.value_or(0)},
+                                              {"k_max_modelopt", w.k_max_modelopt.value_or(0)}};
+    if (zero_above > 0) {
+      Finding f{"zero-group-scale-sets-kmax", m, -1, -1,
+                absl::StrCat(zero_above, " all-zero group(s) carry a scale byte above every "
+                             "active group's (largest ", zero_max, "); a k_max that skips only "
+                             "byte 0 takes it"), k};
+      f.numbers["groups"] = static_cast<int64_t>(zero_above);
+      f.numbers["byte"] = zero_max;
+      result->hazards.Add(std::move(f));
+    }
+    if (w.modelopt_rule < w.blocks) {
+      Finding f{"modelopt-kmax-lossy-blocks", m, -1, -1,
+                absl::StrCat(w.blocks - w.modelopt_rule, " of ", w.blocks, " blocks fall outside "
+                             "ModelOpt's k_max - k <= 17 and would be requantized"), k};
+      f.numbers["blocks_out_of_range"] = static_cast<int64_t>(w.blocks - w.modelopt_rule);
+      result->hazards.Add(std::move(f));
+    }
+    result->windows.push_back(std::move(w));
+  }
+  // Relevant only where the derived w1/w3 globals differ: the cast took each tensor's own
+  // k_max instead of sharing one, and vLLM will load w3 with w1's global.
+  for (const auto& [group, members] : per_tensor_mo) {
+    if (members.size() < 2 || !absl::EndsWith(group, ".w13")) continue;
+    const Member& a = members[0];
+    for (const Member& b : members) {
+      if (b.kmax == a.kmax || !a.global || !b.global || *a.global == *b.global) continue;
+      result->hazards.Add({"fused-kmax-not-shared", group, -1, -1,
+                           absl::StrCat(a.module, " and ", b.module, " have different k_max (",
+                                        E8M0Exponent(a.kmax), ", ", E8M0Exponent(b.kmax),
+                                        ") and the derived globals differ: the cast did not share "
+                                        "k_max, and vLLM loads w3 with w1's global"), {}});
+      break;
+    }
+  }
+}
+
+}  // namespace
+
 PairVerifyResult FinishPair(PairPlan plan, const std::vector<PairUnitOutcome>& outcomes) {
+  AddWindows(plan, outcomes, &plan.result);
   PairVerifyResult result = std::move(plan.result);
   std::set<std::string> kinds;
   std::map<std::string, std::vector<std::pair<std::string, uint32_t>>> fused;

@@ -1,7 +1,8 @@
 // Verification of a (source, derived) checkpoint pair: is the derived checkpoint a lossless
 // re-encoding of the source (docs/formats.md §5, docs/quant.md "Pair verification")?
 //
-// Source: compressed-tensors MXFP4. Derived: NVFP4 (compressed-tensors) or an X4T container.
+// Source: compressed-tensors MXFP4. Derived: NVFP4 (compressed-tensors or ModelOpt, whose
+// global is a multiplier: docs/formats.md §9) or an X4T container.
 // Or source gpt-oss MXFP4 and derived its ModelOpt NVFP4 export (gpt_oss_pair.h).
 // Checked: the inventories correspond one to one; packed bytes of every quantized tensor are
 // identical (X4T w2 un-permuted when declared); every reconstructed value is identical (per
@@ -11,6 +12,7 @@
 #ifndef CKPT_CORE_QUANT_PAIR_VERIFY_H_
 #define CKPT_CORE_QUANT_PAIR_VERIFY_H_
 
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +33,17 @@ struct PairVerifyOptions {
   FormatOptions format;      // root mappings for an X4T derived checkpoint
 };
 
+// Per quantized source tensor, its 16-element blocks (two per E8M0 group): how many lie in the
+// window our lossless cast keeps exact (k_max over the fused group's active groups, k_max - k
+// <= 17; all-zero blocks always), and, separately, how many ModelOpt's closed-form cast would
+// count lossless (k_max over every group whose scale byte is > 0, all-zero groups included;
+// byte 0 or k_max - k <= 17: docs/formats.md §9, docs/quant.md "ModelOpt NVFP4").
+struct PairWindowCount {
+  std::string tensor;
+  uint64_t blocks = 0, lossless_window = 0, modelopt_rule = 0;
+  std::optional<int> k_max_active, k_max_modelopt;  // exponents (byte - 127), fused
+};
+
 struct PairVerifyResult {
   bool lossless = false;
   std::string source_format, derived_format;  // FormatReport::Describe()
@@ -40,6 +53,11 @@ struct PairVerifyResult {
   uint64_t fused_groups_checked = 0, zero_groups_canonicalized = 0;
   FindingList mismatches;  // codes listed in docs/quant.md
   std::vector<GptOssWindowStats> gpt_oss_windows;  // gpt-oss pairs: per stacked expert tensor
+  // What the source would do under ModelOpt's cast (not mismatches: they do not decide the
+  // verdict): "zero-group-scale-sets-kmax", "modelopt-kmax-lossy-blocks",
+  // "fused-kmax-not-shared".
+  FindingList hazards;
+  std::vector<PairWindowCount> windows;  // one per quantized module, in unit order
 
   std::string verdict() const { return lossless ? "lossless" : "mismatch"; }
 };
@@ -64,6 +82,8 @@ struct PairUnitOutcome {
   uint64_t packed_bytes = 0, value_blocks = 0, zero_canonicalized = 0, ignored_bytes = 0;
   std::optional<uint32_t> global_bits;  // NVFP4 modules
   std::optional<GptOssWindowStats> gpt_oss;
+  // Source E8M0 groups by scale byte: on groups with a nonzero code, and on all-zero groups.
+  std::array<uint64_t, 256> active_bytes{}, zero_bytes{};
 };
 absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& derived,
                                   const PairVerifyOptions& options);

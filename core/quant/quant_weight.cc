@@ -1,5 +1,6 @@
 #include "core/quant/quant_weight.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/match.h"
@@ -41,16 +42,41 @@ std::string WeightKindName(WeightKind kind) {
 
 std::vector<std::string> PackedModules(const Checkpoint& ckpt) {
   std::vector<std::string> out;
-  const std::string suffix = kPackedSuffix;
   for (const std::string& name : ckpt.TensorNames()) {
-    if (absl::EndsWith(name, suffix)) out.push_back(name.substr(0, name.size() - suffix.size()));
+    if (absl::EndsWith(name, kPackedSuffix)) {
+      out.push_back(name.substr(0, name.size() - strlen(kPackedSuffix)));
+    } else if (absl::EndsWith(name, kModelOptWeightSuffix) &&
+               ckpt.Find(name)->info->dtype == DType::kU8) {
+      const std::string m = name.substr(0, name.size() - strlen(kModelOptWeightSuffix));
+      if (!ckpt.Find(m + kPackedSuffix)) out.push_back(m);
+    }
   }
   return out;
 }
 
+std::string PackedTensorOf(const Checkpoint& ckpt, const std::string& module) {
+  return ckpt.Find(module + kPackedSuffix) ? module + kPackedSuffix
+                                           : module + kModelOptWeightSuffix;
+}
+
+std::vector<std::string> ModuleTensorNames(const Checkpoint& ckpt, const std::string& module) {
+  std::vector<std::string> out;
+  const bool modelopt = !ckpt.Find(module + kPackedSuffix);
+  for (const char* suffix :
+       {kPackedSuffix, kScaleSuffix, kGlobalScaleSuffix, kInputGlobalScaleSuffix,
+        kModelOptGlobalSuffix, kModelOptInputScaleSuffix, kX4TFixedSuffix, kX4TExceptionsSuffix}) {
+    if (ckpt.Find(module + suffix)) out.push_back(module + suffix);
+  }
+  if (modelopt && ckpt.Find(module + kModelOptWeightSuffix)) {
+    out.push_back(module + kModelOptWeightSuffix);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 absl::StatusOr<float> ReadScalarF32(const TensorRef& t) {
-  if (t.info->dtype != DType::kF32 || t.info->num_elements() != 1) {
-    return Bad(t.info->name, *t.info, "F32 [1]");
+  if (t.info->dtype != DType::kF32 || t.info->num_elements() != 1 || t.info->shape.size() > 1) {
+    return Bad(t.info->name, *t.info, "F32 [] or [1]");
   }
   if (t.bytes().size() != 4) {
     return absl::FailedPreconditionError(
@@ -61,12 +87,53 @@ absl::StatusOr<float> ReadScalarF32(const TensorRef& t) {
   return f;
 }
 
+namespace {
+
+// ModelOpt NVFP4 (docs/formats.md §9): `packed` is the U8 `M.weight`.
+absl::StatusOr<QuantWeight> ResolveModelOpt(const Checkpoint& ckpt, QuantWeight w,
+                                            const TensorRef& packed) {
+  const std::string& m = w.module;
+  const TensorInfo& p = *packed.info;
+  if (p.shape.size() != 2) return Bad(p.name, p, "U8 [out, in/2] (ModelOpt NVFP4)");
+  w.kind = WeightKind::kNvfp4;
+  w.global_role = GlobalRole::kMultiplier;
+  w.packed = packed;
+  w.rows = p.shape[0];
+  w.cols = p.shape[1] * 2;
+  std::optional<TensorRef> scale = ckpt.Find(m + kScaleSuffix);
+  if (!scale) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(m, kScaleSuffix, ": missing (", p.name, " is U8, so ModelOpt NVFP4)"));
+  }
+  const TensorInfo& s = *scale->info;
+  if (s.dtype != DType::kF8_E4M3 || s.shape != std::vector<uint64_t>{w.rows, w.cols / 16} ||
+      w.cols % 16 != 0) {
+    return Bad(s.name, s, absl::StrCat("F8_E4M3 [", w.rows, ", ", w.cols / 16, "] (group 16)"));
+  }
+  w.scale = *scale;
+  w.global_scale = ckpt.Find(m + kModelOptGlobalSuffix);
+  if (!w.global_scale) {
+    return absl::InvalidArgumentError(absl::StrCat(m, kModelOptGlobalSuffix, ": missing"));
+  }
+  w.input_global_scale = ckpt.Find(m + kModelOptInputScaleSuffix);
+  for (const std::optional<TensorRef>& t : {w.global_scale, w.input_global_scale}) {
+    if (t && (t->info->dtype != DType::kF32 || t->info->shape.size() > 1 ||
+              t->info->num_elements() != 1)) {
+      return Bad(t->info->name, *t->info, "F32 [] or [1]");
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
 absl::StatusOr<QuantWeight> ResolveWeight(const Checkpoint& ckpt, const std::string& module) {
   QuantWeight w;
   w.module = module;
   std::optional<TensorRef> packed = ckpt.Find(module + kPackedSuffix);
   if (!packed) {
-    std::optional<TensorRef> plain = ckpt.Find(module + ".weight");
+    std::optional<TensorRef> plain = ckpt.Find(module + kModelOptWeightSuffix);
+    if (plain && plain->info->dtype == DType::kU8) return ResolveModelOpt(ckpt, w, *plain);
     if (!plain) plain = ckpt.Find(module);
     if (!plain) return absl::NotFoundError(absl::StrCat(module, ": no such weight"));
     const TensorInfo& t = *plain->info;
@@ -155,7 +222,8 @@ absl::StatusOr<Nvfp4View> Nvfp4ViewOf(const QuantWeight& w) {
   }
   absl::StatusOr<float> global = ReadScalarF32(*w.global_scale);
   if (!global.ok()) return global.status();
-  return Nvfp4View::Make(w.module, w.packed.bytes(), w.scale.bytes(), *global, w.rows, w.cols);
+  return Nvfp4View::Make(w.module, w.packed.bytes(), w.scale.bytes(), {*global, w.global_role},
+                         w.rows, w.cols);
 }
 
 }  // namespace ckpt::quant

@@ -87,12 +87,12 @@ void ScanMxfp4(const PackedFp4& codes, std::span<const uint8_t> scale, size_t ca
   }
 }
 
-void ScanNvfp4(const Nvfp4View& v, size_t cap, TensorScan* s) {
+// Appends to s->nan (which the caller sized).
+void ScanNvfp4(const Nvfp4View& v, TensorScan* s) {
   const uint64_t blocks = v.blocks_per_row();
   s->stats.rows = v.rows();
   s->stats.groups = v.rows() * blocks;
-  s->nan = FindingList(cap);
-  float g = v.global_scale();
+  float g = v.global().value;
   uint32_t bits;
   std::memcpy(&bits, &g, 4);
   s->stats.global_scale_bits = bits;
@@ -100,14 +100,24 @@ void ScanNvfp4(const Nvfp4View& v, size_t cap, TensorScan* s) {
     for (uint64_t b = 0; b < blocks; ++b) {
       const uint8_t sb = v.ScaleByte(r, b);
       const bool nan = (sb & 0x7F) == 0x7F;
+      const int64_t row = static_cast<int64_t>(r), block = static_cast<int64_t>(b);
       if (v.codes().AnyNonzero(r, b * 16, 16)) {
         s->active_hist[sb]++;
         if (nan) {
-          s->nan.Add({"nan-scale", s->stats.tensor, static_cast<int64_t>(r),
-                      static_cast<int64_t>(b), "E4M3 NaN scale on a block with nonzero values", {}});
+          s->nan.Add({"nan-scale", s->stats.tensor, row, block,
+                      "E4M3 NaN scale (0x7F/0xFF) on a block with nonzero values", {}});
+        } else if ((sb & 0x7F) == 0) {
+          // ModelOpt never writes a zero block scale (docs/formats.md §9): the block's
+          // nonzero codes all read as zero.
+          s->nan.Add({"zero-block-scale", s->stats.tensor, row, block,
+                      "E4M3 zero scale on a block with nonzero codes (its values are lost)", {}});
         }
       } else {
         s->zero_hist[sb]++;
+        if (nan) {
+          s->nan.Add({"nan-scale-zero-group", s->stats.tensor, row, block,
+                      "E4M3 NaN scale on an all-zero block (0 * NaN is NaN in most kernels)", {}});
+        }
       }
     }
   }
@@ -153,9 +163,25 @@ absl::Status ScanModule(const Checkpoint& ckpt, const std::string& module, size_
       return absl::OkStatus();
     }
     case WeightKind::kNvfp4: {
+      // The per-tensor scalars must be finite and positive: a zero, negative, NaN or infinite
+      // weight or activation global makes every value of the tensor meaningless, and vLLM
+      // checks neither (docs/formats.md §9).
+      s->nan = FindingList(cap);
+      for (const auto& [t, code] : {std::pair{w->global_scale, "bad-global-scale"},
+                                    std::pair{w->input_global_scale, "bad-input-scale"}}) {
+        if (!t) continue;
+        absl::StatusOr<float> f = ReadScalarF32(*t);
+        if (!f.ok()) return f.status();
+        if (!(std::isfinite(*f) && *f > 0)) {
+          s->nan.Add({code, t->info->name, -1, -1,
+                      absl::StrCat("value ", *f, " (", GlobalRoleName(w->global_role),
+                                   "): must be finite and > 0"), {}});
+        }
+      }
+      if (s->nan.count("bad-global-scale") > 0) return absl::OkStatus();
       absl::StatusOr<Nvfp4View> v = Nvfp4ViewOf(*w);
       if (!v.ok()) return v.status();
-      ScanNvfp4(*v, cap, s);
+      ScanNvfp4(*v, s);
       return absl::OkStatus();
     }
     case WeightKind::kPlain: break;
@@ -321,11 +347,9 @@ absl::StatusOr<std::vector<ScaleWindowUnit>> ScaleWindowPolicy::Plan(
     auto [it, fresh] = unit_of_group.emplace(group, units.size());
     if (fresh) units.push_back({group, {}, {}});
     ScaleWindowUnit& u = units[it->second];
-    u.members.push_back({order++, m, "", 0, ckpt.Find(m + kPackedSuffix)->info->num_bytes()});
-    for (const char* suffix : {kPackedSuffix, kScaleSuffix, kGlobalScaleSuffix,
-                               kInputGlobalScaleSuffix, kX4TFixedSuffix, kX4TExceptionsSuffix}) {
-      if (ckpt.Find(m + suffix)) u.tensors.push_back(m + suffix);
-    }
+    u.members.push_back(
+        {order++, m, "", 0, ckpt.Find(PackedTensorOf(ckpt, m))->info->num_bytes()});
+    for (std::string& t : ModuleTensorNames(ckpt, m)) u.tensors.push_back(std::move(t));
   }
   if (absl::Status s = AddGptOssUnits(ckpt, &units, &order); !s.ok()) return s;
   return units;

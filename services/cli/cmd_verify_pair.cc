@@ -22,6 +22,19 @@ struct VerifyPairArgs {
   std::vector<std::string> map_root;
 };
 
+struct WindowTotals {
+  uint64_t blocks = 0, window = 0, modelopt = 0;
+};
+WindowTotals TotalsOf(const quant::PairVerifyResult& r) {
+  WindowTotals t;
+  for (const quant::PairWindowCount& w : r.windows) {
+    t.blocks += w.blocks;
+    t.window += w.lossless_window;
+    t.modelopt += w.modelopt_rule;
+  }
+  return t;
+}
+
 void PrintText(const VerifyPairArgs& a, const quant::PairVerifyResult& r) {
   std::printf("source:  %s (%s)\n", a.engine.source.c_str(), r.source_format.c_str());
   std::printf("derived: %s (%s)\n", a.engine.root.c_str(), r.derived_format.c_str());
@@ -53,6 +66,33 @@ void PrintText(const VerifyPairArgs& a, const quant::PairVerifyResult& r) {
     std::printf("  ... %llu more not listed (--max-findings)\n",
                 static_cast<unsigned long long>(r.mismatches.total() - r.mismatches.kept().size()));
   }
+  const WindowTotals w = TotalsOf(r);
+  std::printf("source blocks %llu: in our lossless window %llu, lossless under ModelOpt's k_max "
+              "rule %llu\n", static_cast<unsigned long long>(w.blocks),
+              static_cast<unsigned long long>(w.window), static_cast<unsigned long long>(w.modelopt));
+  std::printf("ModelOpt-cast hazards: %llu\n", static_cast<unsigned long long>(r.hazards.total()));
+  for (const quant::Finding& f : r.hazards.kept()) std::printf("  - %s\n", f.ToText().c_str());
+}
+
+// Per-tensor window counts and ModelOpt-cast hazards (quant::PairVerifyResult), which the
+// record does not carry: they describe the source under another cast, not this pair.
+nlohmann::ordered_json WindowsJson(const quant::PairVerifyResult& r) {
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+  for (const quant::PairWindowCount& t : r.windows) {
+    nlohmann::ordered_json e = {{"tensor", t.tensor},
+                                {"blocks", t.blocks},
+                                {"lossless_window", t.lossless_window},
+                                {"modelopt_rule", t.modelopt_rule}};
+    e["k_max_active"] = t.k_max_active ? nlohmann::ordered_json(*t.k_max_active) : nullptr;
+    e["k_max_modelopt"] = t.k_max_modelopt ? nlohmann::ordered_json(*t.k_max_modelopt) : nullptr;
+    tensors.push_back(std::move(e));
+  }
+  const WindowTotals w = TotalsOf(r);
+  return {{"blocks", w.blocks},
+          {"lossless_window", w.window},
+          {"modelopt_rule", w.modelopt},
+          {"tensors", tensors},
+          {"hazards", r.hazards.ToJson()}};
 }
 
 int Run(const VerifyPairArgs& a) {
@@ -80,6 +120,7 @@ int Run(const VerifyPairArgs& a) {
     nlohmann::ordered_json j = audit::PairAuditOf(r).ToJson();
     j["source"] = e.source().checkpoint->root();
     j["derived"] = e.root().checkpoint->root();
+    j["source_windows"] = WindowsJson(r);
     for (const quant::GptOssWindowStats& w : r.gpt_oss_windows) {  // gpt-oss pairs only
       j["gpt_oss_windows"].push_back({{"tensor", w.tensor},
                                       {"blocks", w.blocks},

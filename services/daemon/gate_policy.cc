@@ -41,6 +41,7 @@ GateRequirement RequirementOf(quant::QuantFormat format, uint64_t x4t_sidecars) 
   if (x4t_sidecars > 0) return GateRequirement::kDerivedLossless;
   switch (format) {
     case quant::QuantFormat::kCompressedTensorsNvfp4:
+    case quant::QuantFormat::kModelOptNvfp4:
     case quant::QuantFormat::kX4TContainerB:
       return GateRequirement::kDerivedLossless;
     case quant::QuantFormat::kGptOssMxfp4:

@@ -137,5 +137,18 @@ TEST(GateDecide, PolicyFailureRevokesOnlyThatPolicy) {
   EXPECT_TRUE(Decide(Original("scale-window"), paired).pass);
 }
 
+// A ModelOpt NVFP4 checkpoint is a derived one (docs/formats.md §9): it passes the gate only
+// with a lossless pair against its source, like compressed-tensors NVFP4 and X4T.
+TEST(GateRequirement, DerivedFormatsNeedALosslessPair) {
+  for (quant::QuantFormat f : {quant::QuantFormat::kCompressedTensorsNvfp4,
+                               quant::QuantFormat::kModelOptNvfp4,
+                               quant::QuantFormat::kX4TContainerB}) {
+    EXPECT_EQ(RequirementOf(f, 0), GateRequirement::kDerivedLossless) << quant::QuantFormatName(f);
+  }
+  EXPECT_EQ(RequirementOf(quant::QuantFormat::kCompressedTensorsMxfp4, 0),
+            GateRequirement::kMxfp4Original);
+  EXPECT_EQ(RequirementOf(quant::QuantFormat::kUnknown, 0), GateRequirement::kNone);
+}
+
 }  // namespace
 }  // namespace ckpt::daemon

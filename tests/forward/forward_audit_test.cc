@@ -15,6 +15,8 @@
 #include "core/sha256.h"
 #include "gtest/gtest.h"
 #include "tests/forward/fixture_mutation.h"
+#include "tests/quant/modelopt_fixture.h"
+#include "tests/quant/quant_test_util.h"
 #include "tests/test_util.h"
 
 namespace ckpt::forward {
@@ -172,6 +174,46 @@ TEST(ModelForward, EveryFixtureLayerIsBitIdenticalToSource) {
     }
     EXPECT_EQ(outputs.size(), 2u) << "the two layers have different weights";
   }
+}
+
+// ModelOpt's weight_scale_2 multiplies (docs/formats.md §9): the converted fixture runs every
+// layer bit-identical to the MXFP4 source; w3's global doubled with its block scales halved is
+// lossless on disk but not once loaded as vLLM does (w1's global for both).
+TEST(ModelForward, ModelOptFixtureIsBitIdenticalAndCollapseEmulationSeesW3) {
+  TempDir dir;
+  const auto root = dir / "modelopt";
+  ASSERT_TRUE(quant::testing::WriteModelOptFixture(Fixture("mini-kimi-nvfp4"), root).ok());
+  ForwardAuditOptions o = PairOptions(root.string(), Precision::kF64);
+  o.emulation = Emulation::kVllmW13Collapse;
+  auto r = audit::RunForward("all", o, CpuDevice());
+  ASSERT_TRUE(r.ok()) << r.status();
+  nlohmann::json j = r->report.ToJson();
+  EXPECT_TRUE(r->passed) << j.dump(1);
+  EXPECT_EQ(j["verdict"], "bit-identical");
+  EXPECT_FALSE(r->emulation_differs);
+  for (int e = 0; e < 16; ++e) {
+    const std::string m = "language_model.model.layers.2.block_sparse_moe.experts." +
+                          std::to_string(e) + ".w3";
+    quant::testing::MutateTensor(root, m + ".weight_scale_2", [](uint8_t* p, size_t) {
+      float f;
+      std::memcpy(&f, p, 4);
+      f *= 2;
+      std::memcpy(p, &f, 4);
+    });
+    quant::testing::MutateTensor(root, m + ".weight_scale", [](uint8_t* p, size_t n) {
+      for (size_t i = 0; i < n; ++i) {
+        if (p[i] & 0x78) p[i] -= 8;  // normal E4M3: exponent - 1 halves it exactly
+      }
+    });
+  }
+  r = audit::RunForward("all", o, CpuDevice());
+  ASSERT_TRUE(r.ok()) << r.status();
+  j = r->report.ToJson();
+  EXPECT_TRUE(r->passed) << j.dump(1);
+  EXPECT_TRUE(r->emulation_differs);
+  EXPECT_EQ(j["summary"][0]["emulated_verdict"], "bit-identical");
+  EXPECT_EQ(j["summary"][1]["emulated_verdict"], "different");
+  EXPECT_EQ(j["summary"][1]["emulated_experts_changed"], 16);
 }
 
 TEST(ModelForward, MutatedLayerIsTheOneReported) {

@@ -25,7 +25,7 @@ inline Fp4Matrix MakeFp4(const std::string& name, int64_t rows, int64_t cols,
   uint8_t* s = p + rows * cols / 2;
   std::fill(s, s + rows * cols / 32, scale);
   return {name, Fp4Scale::kE8M0Group32, rows, cols, {p, static_cast<size_t>(rows * cols / 2)},
-          {s, static_cast<size_t>(rows * cols / 32)}, 1.0f, store};
+          {s, static_cast<size_t>(rows * cols / 32)}, {}, store};
 }
 
 inline DenseMatrix MakeDense(const std::string& name, int64_t rows, int64_t cols, double step) {

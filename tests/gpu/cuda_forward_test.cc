@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "tests/forward/fixture_mutation.h"
 #include "tests/forward/synthetic_blocks.h"
+#include "tests/quant/modelopt_fixture.h"
 #include "tests/test_util.h"
 
 namespace ckpt::gpu {
@@ -123,6 +124,24 @@ TEST(CudaForward, FormatsGiveIdenticalBitsAndRerunsAreDeterministic) {
       EXPECT_EQ(r->output, first) << name << " run " << run;
     }
   }
+}
+
+// ModelOpt's weight_scale_2 is a multiplier (docs/formats.md §9): the kernel's scale table must
+// multiply, or the converted fixture would not give the compressed-tensors fixture's bits.
+TEST(CudaForward, ModelOptFixtureGivesTheSameBitsAsCompressedTensors) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  ASSERT_TRUE(quant::testing::WriteModelOptFixture(Fixture("mini-kimi-nvfp4"), dir / "mo").ok());
+  const BlockInput in = forward::SeededInput(32, 256, 11);
+  Loaded ct = Load(Fixture("mini-kimi-nvfp4").string());
+  Loaded mo = Load((dir / "mo").string());
+  auto a = RunBlockCuda(ct.config, ct.weights, in, Precision::kBF16);
+  auto b = RunBlockCuda(mo.config, mo.weights, in, Precision::kBF16);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+  EXPECT_EQ(a->output, b->output);
+  auto cpu = forward::RunBlockCpu(mo.config, mo.weights, in, Precision::kBF16);
+  ASSERT_TRUE(cpu.ok());
+  ExpectCloseToCpu(*b, *cpu, 1e-2, "modelopt L1");
 }
 
 TEST(CudaForward, UploadsOnlySelectedExperts) {

@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/quant/modelopt_fixture.h"
 #include "tests/quant/quant_test_util.h"
 #include "tests/test_util.h"
 
@@ -211,6 +212,38 @@ TEST(QuantCli, TranscodeMemoryWindowAndMissingParent) {
       << missing.err;
   EXPECT_FALSE(fs::exists(dir / "bad"));
   EXPECT_FALSE(fs::exists(dir / "new"));
+}
+
+// docs/quant.md "ModelOpt NVFP4": the converted fixture verifies lossless from the command line,
+// with the window counts and ModelOpt-cast hazards of the source; quant-check recognises it.
+TEST(QuantCli, ModelOptPairAndQuantCheck) {
+  TempDir dir;
+  const fs::path mo = dir / "mo";
+  ASSERT_TRUE(testing::WriteModelOptFixture(Fixture("mini-kimi-nvfp4"), mo).ok());
+  CliRun r = Cli("verify-pair --json --source " + kSrc + " --derived " + mo.string());
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["verdict"], "lossless");
+  EXPECT_EQ(j["derived_format"], "modelopt/nvfp4 (W4A4)");
+  const auto& w = j["source_windows"];
+  EXPECT_EQ(w["tensors"].size(), 96u);
+  EXPECT_EQ(w["blocks"], w["lossless_window"]);
+  EXPECT_LT(w["modelopt_rule"].get<uint64_t>(), w["blocks"].get<uint64_t>());
+  EXPECT_EQ(w["hazards"]["by_code"]["zero-group-scale-sets-kmax"], 24);
+  CliRun text = Cli("verify-pair --source " + kSrc + " --derived " + mo.string());
+  EXPECT_NE(text.out.find("lossless under ModelOpt's k_max rule"), std::string::npos) << text.out;
+  CliRun check = Cli("quant-check --json " + mo.string());
+  EXPECT_EQ(nlohmann::json::parse(check.out)["format"]["format"], "modelopt/nvfp4") << check.out;
+  EXPECT_EQ(check.rc, 0) << check.out;
+  // The streamed pair audit with the CPU forward on every MoE layer, appending a signed record.
+  CliRun keys = Cli("keys generate --out " + (dir / "key.pem").string() + " --trust " +
+                    (dir / "trust").string());
+  ASSERT_EQ(keys.rc, 0) << keys.err;
+  CliRun audit = Cli("audit " + mo.string() + " --source " + kSrc + " --forward-layers all --db " +
+                     (dir / "log.db").string() + " --key " + (dir / "key.pem").string() +
+                     " --json");
+  ASSERT_EQ(audit.rc, 0) << audit.out << audit.err;  // 0: every check passed
+  EXPECT_EQ(nlohmann::json::parse(audit.out)["record_id"], 0);  // the fresh log's first record
 }
 
 TEST(QuantCli, QuantCheck) {
