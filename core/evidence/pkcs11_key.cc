@@ -6,6 +6,8 @@
 #include <openssl/ecdsa.h>
 #include <p11-kit/pkcs11.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "core/sha256.h"
@@ -143,12 +146,33 @@ class Module {
     static std::mutex mu;
     static std::map<std::string, std::weak_ptr<Module>>* loaded =
         new std::map<std::string, std::weak_ptr<Module>>();
+    if (path.empty() || path[0] != '/') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PKCS#11 module ", path, ": give its absolute path (a bare or relative name would be "
+          "found in the working directory, never the library search path)"));
+    }
     char* real = ::realpath(path.c_str(), nullptr);
     if (real == nullptr) {
       return absl::NotFoundError(absl::StrCat("PKCS#11 module ", path, ": ", std::strerror(errno)));
     }
     std::string key(real);
     ::free(real);
+    // The module sees the PIN and makes every signature: only a regular file (dlopen of a FIFO
+    // would wait forever) that no one but its owner, root or this user, can rewrite.
+    struct stat st;
+    if (::stat(key.c_str(), &st) != 0) {
+      return absl::NotFoundError(absl::StrCat("PKCS#11 module ", path, ": ", std::strerror(errno)));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PKCS#11 module ", path, ": not a regular file"));
+    }
+    if ((st.st_mode & 022) != 0 || (st.st_uid != 0 && st.st_uid != ::geteuid())) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "PKCS#11 module %s: writable by group or others (mode %04o) or owned by uid %d, "
+          "neither root nor this user: whoever can rewrite it sees the PIN and signs",
+          path, st.st_mode & 07777, st.st_uid));
+    }
     std::lock_guard<std::mutex> lock(mu);
     if (auto m = (*loaded)[key].lock()) return m;
     void* handle = ::dlopen(key.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -568,6 +592,32 @@ absl::Status CheckPair(const Signer& signer, const PublicKeyT& pub, const std::s
   return absl::OkStatus();
 }
 
+// Every token signature is verified with the key's public half before anyone sees it: a token
+// that returns a wrong signature (a fault, a lying module) fails the signing (DATA_LOSS), so
+// nothing that does not verify is ever stored or written.
+template <typename PublicKeyT>
+class VerifiedSigner final : public Signer {
+ public:
+  VerifiedSigner(std::shared_ptr<const Signer> token, PublicKeyT pub, std::string where)
+      : token_(std::move(token)), pub_(std::move(pub)), where_(std::move(where)) {}
+
+  absl::StatusOr<std::vector<uint8_t>> Sign(std::span<const uint8_t> message) const override {
+    auto sig = token_->Sign(message);
+    if (!sig.ok()) return sig.status();
+    if (!pub_.Verify(message, *sig)) {
+      return absl::DataLossError(absl::StrCat("PKCS#11: ", where_, ": the token's signature does "
+                                              "not verify with its public key; not used"));
+    }
+    return sig;
+  }
+  absl::StatusOr<std::string> PrivateKeyPem() const override { return token_->PrivateKeyPem(); }
+
+ private:
+  const std::shared_ptr<const Signer> token_;
+  const PublicKeyT pub_;
+  const std::string where_;
+};
+
 }  // namespace
 
 absl::StatusOr<SigningKey> OpenPkcs11Ed25519Key(const Pkcs11Uri& uri,
@@ -580,7 +630,8 @@ absl::StatusOr<SigningKey> OpenPkcs11Ed25519Key(const Pkcs11Uri& uri,
         absl::StrCat("PKCS#11: ", opened->where, ": CKA_EC_POINT: ", pub.status().message()));
   }
   if (auto s = CheckPair(*opened->signer, *pub, opened->where); !s.ok()) return s;
-  return SigningKey(opened->signer, *pub);
+  return SigningKey(
+      std::make_shared<VerifiedSigner<PublicKey>>(opened->signer, *pub, opened->where), *pub);
 }
 
 absl::StatusOr<EcdsaSigningKey> OpenPkcs11EcdsaKey(const Pkcs11Uri& uri,
@@ -598,7 +649,8 @@ absl::StatusOr<EcdsaSigningKey> OpenPkcs11EcdsaKey(const Pkcs11Uri& uri,
         absl::StrCat("PKCS#11: ", opened->where, ": CKA_EC_POINT: ", pub.status().message()));
   }
   if (auto s = CheckPair(*opened->signer, *pub, opened->where); !s.ok()) return s;
-  return EcdsaSigningKey(opened->signer, *pub);
+  return EcdsaSigningKey(
+      std::make_shared<VerifiedSigner<EcdsaPublicKey>>(opened->signer, *pub, opened->where), *pub);
 }
 
 absl::Status GeneratePkcs11Key(const Pkcs11Uri& uri, Pkcs11KeyType type,

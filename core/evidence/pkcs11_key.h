@@ -1,8 +1,11 @@
 // Signing keys on a PKCS#11 token (docs/evidence.md, "Keys in an HSM"): the module named by
-// --pkcs11-module is loaded with dlopen and reached through C_GetFunctionList only; the key is
+// --pkcs11-module (an absolute path to a regular file that only its owner, root or this user,
+// can write) is loaded with dlopen and reached through C_GetFunctionList only; the key is
 // the private key object an RFC 7512 URI names (core/evidence/pkcs11_uri.h), and the token signs
 // with it: Ed25519 evidence keys with CKM_EDDSA, ECDSA P-256 model-signing keys with CKM_ECDSA
-// over the SHA-256 digest (the token's r||s is rewritten as the DER verifiers read).
+// over the SHA-256 digest (the token's r||s is rewritten as the DER verifiers read). Every
+// signature the token returns is verified with the key's public half before it is used: one
+// that does not verify is DATA_LOSS, never returned.
 //
 // The private key never leaves the token: a key object that is extractable (CKA_EXTRACTABLE
 // true) or not sensitive (CKA_SENSITIVE false) is refused (FAILED_PRECONDITION), and generated

@@ -5,6 +5,8 @@
 //               --key /etc/ckpt-audit/signing.pem --allow-root /models [--trust FILE]
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "CLI/CLI.hpp"
@@ -24,6 +26,15 @@ volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
 constexpr std::chrono::seconds kLogFlushTimeout(2);
+
+// Clears the variable's value where the process's environment block holds it (also what
+// /proc/PID/environ shows) and removes it, before the first child process starts.
+void ForgetEnvironmentVariable(const std::string& name) {
+  if (char* value = std::getenv(name.c_str()); value != nullptr) {
+    ::explicit_bzero(value, std::strlen(value));
+  }
+  ::unsetenv(name.c_str());
+}
 
 int Fail(const absl::Status& s) {
   ckpt::daemon::LogJson("error", {{"msg", "ckpt-auditd: " + s.ToString()}});
@@ -138,6 +149,9 @@ int main(int argc, char** argv) {
 
   auto key = ckpt::evidence::LoadSigningKey(key_source);
   if (!key.ok()) return Fail(key.status());
+  // The PIN is read once; no child (sbatch exports its whole environment to the nodes) may
+  // inherit it (docs/evidence.md, "Keys in an HSM").
+  if (!key_source.pin_env.empty()) ForgetEnvironmentVariable(key_source.pin_env);
   ckpt::evidence::TrustStore trust;
   if (!trust_path.empty()) {
     auto loaded = ckpt::evidence::TrustStore::Load(trust_path);

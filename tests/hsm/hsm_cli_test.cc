@@ -16,6 +16,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "storage/evidence_log.h"
+#include "tests/daemon/daemon_process.h"
 #include "tests/hsm/softhsm_token.h"
 #include "tests/test_util.h"
 
@@ -318,6 +320,116 @@ TEST_F(HsmCli, DaemonSignsWithATokenKey) {
   auto [bad_rc, bad_out] = daemon((dir_ / "wrong-pin").string());
   EXPECT_EQ(bad_rc, 2) << bad_out;
   EXPECT_THAT(bad_out, HasSubstr("CKR_PIN_INCORRECT"));
+}
+
+// The number of entries in the log at `db` (0 when there is none).
+uint64_t LogSize(const std::string& db) {
+  auto log = storage::EvidenceLog::OpenReadOnly(db, "test log");
+  if (!log.ok()) return 0;
+  auto size = (*log)->Size();
+  return size.ok() ? *size : 0;
+}
+
+// A token that signs the pair-check probe correctly and then returns a wrong signature: nothing
+// it signed is appended; every signature is verified before it is used.
+TEST_F(HsmCli, AWrongSignatureFromTheTokenIsNeverStored) {
+  Generate("evidence", "ed25519");
+  std::string root = Fixture("mini-kimi-mxfp4").string();
+  ::setenv("CKPT_TEST_SIGN_FAULT", "2:flip", 1);
+  Result audit = Run(absl::StrCat("audit ", root, " --db ", Db(), " --key ", Uri("evidence"),
+                                  Access(CKPT_COUNTING_MODULE)));
+  ::unsetenv("CKPT_TEST_SIGN_FAULT");
+  EXPECT_EQ(audit.rc, 2) << audit.out;
+  EXPECT_THAT(audit.err, HasSubstr("DATA_LOSS"));
+  EXPECT_THAT(audit.err, HasSubstr("does not verify with its public key"));
+  EXPECT_EQ(LogSize(Db()), 0u);
+  // The same for a model signature: no signature file is written.
+  Generate("model", "ecdsa-p256");
+  fs::path model = CopyFixture("mini-kimi-mxfp4", dir_);
+  ::setenv("CKPT_TEST_SIGN_FAULT", "2:flip", 1);
+  Result sign = Run(absl::StrCat("sign ", model.string(), " --key ", Uri("model"),
+                                 Access(CKPT_COUNTING_MODULE), " --signature ",
+                                 (dir_ / "model.sig").string()));
+  ::unsetenv("CKPT_TEST_SIGN_FAULT");
+  EXPECT_EQ(sign.rc, 2) << sign.out;
+  EXPECT_THAT(sign.err, HasSubstr("does not verify with its public key"));
+  EXPECT_FALSE(fs::exists(dir_ / "model.sig"));
+}
+
+// The token going away at each signature of an audit in turn: the audit fails naming the code,
+// an append whose signature failed rolls back, and the log still verifies.
+TEST_F(HsmCli, ATokenRemovedMidAuditLosesNothingStored) {
+  Generate("evidence", "ed25519");
+  std::string root = Fixture("mini-kimi-mxfp4").string();
+  std::string audit = absl::StrCat("audit ", root, " --db ", Db(), " --key ", Uri("evidence"),
+                                   Access(CKPT_COUNTING_MODULE));
+  Result first = Run(audit);
+  ASSERT_EQ(first.rc, 0) << first.err;
+  uint64_t size = LogSize(Db());
+  ASSERT_GT(size, 0u);
+  // publish.h: the record and its test result are separate appends, so a failure at the test
+  // result's signatures leaves the record, whole; a failure at an append's own signatures
+  // (the entry's, the checkpoint's) leaves the log as it was.
+  int unchanged = 0;
+  for (int n = 2; n < 12; ++n) {  // the probe is the first signature
+    ::setenv("CKPT_TEST_SIGN_FAULT", absl::StrCat(n, ":removed").c_str(), 1);
+    Result r = Run(audit);
+    ::unsetenv("CKPT_TEST_SIGN_FAULT");
+    const uint64_t now = LogSize(Db());
+    if (r.rc == 0) break;  // n is past this audit's last signature
+    EXPECT_EQ(r.rc, 2) << "signature " << n;
+    EXPECT_THAT(r.err, HasSubstr("CKR_DEVICE_REMOVED")) << "signature " << n;
+    EXPECT_TRUE(now == size || now == size + 1) << "signature " << n << ": " << now;
+    unchanged += now == size;
+    size = now;
+    Result verify = Run(absl::StrCat("verify-log --db ", Db(), " --trust ", Trust()));
+    EXPECT_EQ(verify.rc, 0) << "signature " << n << ": " << verify.out << verify.err;
+  }
+  EXPECT_GE(unchanged, 2) << "an entry's and its checkpoint's signature";
+  Result verify = Run(absl::StrCat("verify --db ", Db(), " --trust ", Trust()));
+  EXPECT_EQ(verify.rc, 0) << verify.out << verify.err;
+}
+
+// --pin-env's variable does not reach the daemon's children: sbatch exports its whole
+// environment to the cluster's nodes by default. A stand-in sbatch records what it was given.
+TEST_F(HsmCli, ThePinVariableNeverReachesTheSlurmExecutor) {
+  Generate("evidence", "ed25519");
+  fs::path parts = dir_ / "parts", bin = dir_ / "bin";
+  fs::create_directories(parts);
+  fs::create_directories(bin);
+  fs::path root = CopyFixture("mini-kimi-mxfp4", dir_);
+  Result node = Run(absl::StrCat("keys generate --name node --out ", (dir_ / "node.pem").string(),
+                                 " --trust ", (dir_ / "part-trust").string()));
+  ASSERT_EQ(node.rc, 0) << node.err;
+  fs::path seen = dir_ / "sbatch-env";
+  WriteAll(bin / "squeue", std::string("#!/bin/sh\nexit 0\n"));
+  WriteAll(bin / "sbatch", absl::StrCat("#!/bin/sh\nenv > '", seen.string(),
+                                        "'\necho 'sbatch: stand-in refuses' >&2\nexit 1\n"));
+  ::chmod((bin / "squeue").c_str(), 0755);
+  ::chmod((bin / "sbatch").c_str(), 0755);
+  ::setenv("CKPT_TEST_PIN", kPin, 1);
+  ::ckpt::testing::DaemonProcess daemon;
+  bool started = daemon.Start(
+      {"--listen", "127.0.0.1:0", "--insecure-no-auth", "--db", Db(), "--allow-root",
+       dir_.path().string(), "--key", absl::StrCat("pkcs11:token=", kToken, ";object=evidence"),
+       "--pkcs11-module", CKPT_SOFTHSM_MODULE, "--pin-env", "CKPT_TEST_PIN", "--executor",
+       "slurm", "--slurm-parts-dir", parts.string(), "--slurm-node-key",
+       (dir_ / "node.pem").string(), "--part-trust", (dir_ / "part-trust").string(),
+       "--drain-seconds", "0"},
+      dir_ / "daemon.log",
+      {"/usr/bin/env", absl::StrCat("PATH=", bin.string(), ":", std::getenv("PATH"))});
+  ::unsetenv("CKPT_TEST_PIN");
+  ASSERT_TRUE(started) << ::ckpt::testing::ReadText(dir_ / "daemon.log");
+  Result submit = Run(absl::StrCat("submit ", root.string(), " --server ", daemon.address(),
+                                   " --insecure-loopback"));
+  EXPECT_NE(submit.rc, 0);
+  EXPECT_THAT(submit.out + submit.err, HasSubstr("stand-in refuses"));
+  daemon.Stop();
+  ASSERT_TRUE(fs::exists(seen)) << "the stand-in sbatch ran";
+  std::string env = ::ckpt::testing::ReadText(seen);
+  EXPECT_THAT(env, HasSubstr("PATH="));
+  EXPECT_THAT(env, Not(HasSubstr("CKPT_TEST_PIN")));
+  EXPECT_THAT(env, Not(HasSubstr(kPin)));
 }
 
 TEST_F(HsmCli, MissingTokenOrObjectIsNamed) {
