@@ -169,6 +169,64 @@ constexpr Rule kRules[] = {
      "tests/quant/rule_triggers_test.cc "
      "RuleTriggers.UnreadableX4TSidecarIsNamed"},
 
+    {"unsupported-quant-algo", K::kContract,
+     "a ModelOpt quant_algo (or a MIXED_PRECISION entry's) other than NVFP4 / W4A16_NVFP4",
+     "own: vLLM serves only the algos it lists (docs/formats.md §9.1)",
+     "mini-kimi-nvfp4 converted to ModelOpt (tests/quant/modelopt_fixture.h) with quant_algo FP8",
+     "tests/quant/modelopt_test.cc ModelOptDetect.BadConfigsAreNamedFindings"},
+    {"config-field-missing", K::kContract,
+     "hf_quant_config.json lacks group_size / kv_cache_quant_algo / exclude_modules, or "
+     "MIXED_PRECISION lacks quantized_layers",
+     "own: vLLM refuses such an NVFP4 config with ValueError (docs/formats.md §9.1)",
+     "mini-kimi-nvfp4 converted to ModelOpt (tests/quant/modelopt_fixture.h) without group_size",
+     "tests/quant/modelopt_test.cc ModelOptDetect.BadConfigsAreNamedFindings"},
+    {"config-unreadable", K::kContract,
+     "hf_quant_config.json does not parse, or is not from ModelOpt",
+     "own: a config that cannot be read cannot say what the tensors are (docs/formats.md §9.1)",
+     "",
+     ""},
+    {"alias-collision", K::kContract,
+     "two alias spellings of one module (language_model.model. / model. / block_sparse_moe <-> "
+     "mlp) carry different MIXED_PRECISION entries",
+     "NVIDIA/Model-Optimizer#2206",
+     "mini-kimi-nvfp4 converted to ModelOpt (tests/quant/modelopt_fixture.h), MIXED_PRECISION "
+     "with conflicting alias entries",
+     "tests/quant/modelopt_test.cc ModelOptDetect.MixedPrecisionFindings"},
+    {"alias-ambiguous", K::kContract,
+     "one alias spelling in a MIXED_PRECISION manifest names two stored modules",
+     "NVIDIA/Model-Optimizer#2206",
+     "",
+     ""},
+    {"quantized-layer-absent", K::kContract,
+     "a MIXED_PRECISION quantized_layers key names no stored module",
+     "own: a manifest entry that matches nothing quantizes nothing (docs/formats.md §9.7)",
+     "mini-kimi-nvfp4 converted to ModelOpt (tests/quant/modelopt_fixture.h), MIXED_PRECISION "
+     "with an extra entry",
+     "tests/quant/modelopt_test.cc ModelOptDetect.MixedPrecisionFindings"},
+    {"quantized-unlisted", K::kContract,
+     "a quantized module missing from MIXED_PRECISION quantized_layers",
+     "own: a loader treats an unlisted module as unquantized (docs/formats.md §9.7)",
+     "mini-kimi-nvfp4 converted to ModelOpt (tests/quant/modelopt_fixture.h), MIXED_PRECISION "
+     "missing one module",
+     "tests/quant/modelopt_test.cc ModelOptDetect.MixedPrecisionFindings"},
+    {"exclude-matches-nothing", K::kContract,
+     "an exclude_modules / ignore pattern that matches no module under any spelling",
+     "own: a stale pattern hides what it was meant to exclude (docs/formats.md §9.2)",
+     "mini-kimi-nvfp4 converted to ModelOpt (tests/quant/modelopt_fixture.h) with an extra "
+     "exclude pattern",
+     "tests/quant/modelopt_test.cc ModelOptDetect.BadConfigsAreNamedFindings"},
+    {"w13-missing-global-scale", K::kContract,
+     "w1 or w3 lacks weight_scale_2 while its sibling has one: vLLM loads both with w1's",
+     "vllm-project/vllm#54150",
+     "mini-kimi-nvfp4 converted to ModelOpt (tests/quant/modelopt_fixture.h) without one w3 "
+     "weight_scale_2",
+     "tests/quant/modelopt_test.cc ModelOptContract.WeightScale2ShapeAndCompleteness"},
+    {"missing-input-scale", K::kContract,
+     "a W4A4 ModelOpt module without its input_scale",
+     "vllm-project/vllm#45212",
+     "mini-kimi-nvfp4 converted to ModelOpt (tests/quant/modelopt_fixture.h) without one "
+     "input_scale",
+     "tests/quant/modelopt_test.cc ModelOptContract.WeightScale2ShapeAndCompleteness"},
     // The scale-window policy (docs/quant.md "Scale-window policy").
     {"over-span", K::kScaleWindow,
      "an active MXFP4 group with k_max - k > 17: no NVFP4 block scale holds it exactly",
@@ -202,6 +260,23 @@ constexpr Rule kRules[] = {
      "mini-kimi-mxfp4 with one active group's scale byte set to 100",
      "tests/quant/scale_window_test.cc ScaleWindow.OverSpanGroupIsListedWithCoordinates"},
 
+    {"zero-block-scale", K::kHazard,
+     "an E4M3 block scale of +-0 on a block with nonzero codes: its values read as zero",
+     "own: ModelOpt never writes one, vLLM does not check (docs/formats.md §9.3)",
+     "mini-kimi-nvfp4 converted to ModelOpt (tests/quant/modelopt_fixture.h) with one active "
+     "block scale zeroed",
+     "tests/quant/modelopt_test.cc ModelOptHazards.BlockScalesAndScalarsGiveNamedFindings"},
+    {"bad-global-scale", K::kHazard,
+     "a per-tensor weight global of zero, negative, NaN or infinite",
+     "own: vLLM checks none of this (docs/formats.md §9.3)",
+     "mini-kimi-nvfp4 converted to ModelOpt (tests/quant/modelopt_fixture.h) with weight_scale_2 "
+     "NaN",
+     "tests/quant/modelopt_test.cc ModelOptHazards.BlockScalesAndScalarsGiveNamedFindings"},
+    {"bad-input-scale", K::kHazard,
+     "an input_scale / input_global_scale of zero, negative, NaN or infinite",
+     "vllm-project/vllm#45212",
+     "mini-kimi-nvfp4 converted to ModelOpt (tests/quant/modelopt_fixture.h) with input_scale 0",
+     "tests/quant/modelopt_test.cc ModelOptHazards.BlockScalesAndScalarsGiveNamedFindings"},
     // Pair verification (docs/quant.md "Pair verification").
     {"packed-bytes-differ", K::kPair, "a 32-group's FP4 codes differ between source and derived",
      "own: a lossless transcode copies every code (docs/formats.md §5)",
@@ -238,6 +313,23 @@ constexpr Rule kRules[] = {
      "mini-kimi-nvfp4 with one expert's w3 global and block scales halved",
      "tests/quant/pair_verify_test.cc PairVerify.W13GlobalScalesDifferingIsAMismatch"},
 
+    {"zero-group-scale-sets-kmax", K::kHazard,
+     "all-zero source groups carry E8M0 bytes above every active group's, so ModelOpt's k_max "
+     "takes them",
+     "NVIDIA/Model-Optimizer#1372",
+     "mini-kimi-mxfp4 (experts 0/5/10/15) against its ModelOpt conversion",
+     "tests/quant/modelopt_test.cc ModelOptPair.ConvertedFixtureIsLosslessAgainstItsMxfp4Source"},
+    {"modelopt-kmax-lossy-blocks", K::kHazard,
+     "source blocks outside ModelOpt's k_max - k <= 17 window, which its cast would requantize",
+     "NVIDIA/Model-Optimizer#1372",
+     "mini-kimi-mxfp4 against its ModelOpt conversion",
+     "tests/quant/modelopt_test.cc ModelOptPair.ConvertedFixtureIsLosslessAgainstItsMxfp4Source"},
+    {"fused-kmax-not-shared", K::kHazard,
+     "source w1/w3 k_max differ under ModelOpt's rule and the derived w1/w3 globals differ: the "
+     "cast did not share k_max",
+     "vllm-project/vllm#54150",
+     "mini-kimi-mxfp4 and a ModelOpt conversion with w3's global changed",
+     "tests/quant/modelopt_test.cc ModelOptPair.FusedKmaxNotSharedIsAHazard"},
     // The audit's own checks (docs/audit-engine.md, docs/forward.md).
     {"unreadable-checkpoint", K::kAudit, "the audited checkpoint is refused by the strict reader",
      "own: docs/formats.md §1, §2", "mini-kimi-nvfp4 with a shard's header length past the file",
