@@ -278,6 +278,14 @@ TEST(ModelOptDetect, BadConfigsAreNamedFindings) {
   });
   EXPECT_EQ(r.format, QuantFormat::kModelOptNvfp4);
   EXPECT_EQ(r.findings.count("config-field-missing"), 1u) << Codes(r.findings);
+  r = detect_after([](const fs::path& root) {
+    std::ofstream(root / "hf_quant_config.json", std::ios::trunc) << "{\"producer\": ";
+  });
+  EXPECT_EQ(r.findings.count("config-unreadable"), 1u) << Codes(r.findings);
+  r = detect_after([](const fs::path& root) {
+    EditJson(root / "hf_quant_config.json", [](json& c) { c["producer"]["name"] = "other"; });
+  });
+  EXPECT_EQ(r.findings.count("config-unreadable"), 1u) << Codes(r.findings);
 }
 
 TEST(ModelOptContract, WeightScale2ShapeAndCompleteness) {
