@@ -183,8 +183,8 @@ constexpr Rule kRules[] = {
     {"config-unreadable", K::kContract,
      "hf_quant_config.json does not parse, or is not from ModelOpt",
      "own: a config that cannot be read cannot say what the tensors are (docs/formats.md §9.1)",
-     "",
-     ""},
+     "mini-kimi-nvfp4 converted to ModelOpt, hf_quant_config.json cut short",
+     "tests/quant/modelopt_test.cc ModelOptDetect.BadConfigsAreNamedFindings"},
     {"alias-collision", K::kContract,
      "two alias spellings of one module (language_model.model. / model. / block_sparse_moe <-> "
      "mlp) carry different MIXED_PRECISION entries",
