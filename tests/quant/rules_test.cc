@@ -46,6 +46,8 @@ const std::set<std::string> kNotFindingCodes = {
     "scale-window", "verify-pair",              // policy name, progress stage
     "vllm-w13-collapse",                        // forward emulation name
     "pin-value",                                // an RFC 7512 URI attribute (refused)
+    "missing-referrer", "malformed-referrer", "subject-mismatch",  // verify-oci reasons
+    "dsse-envelope",                            // a Sigstore bundle content annotation
 };
 
 // The string literals of one C++ source, comments skipped (raw strings included).
