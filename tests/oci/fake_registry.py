@@ -13,6 +13,8 @@ stdout once listening), with behaviours a real registry does not show on demand:
   status      {"blobs" or "manifests": code}: answer that code (e.g. 429 with Retry-After: 7)
   writable    true: blob uploads (POST then PUT ?digest=) and manifest PUTs are kept in memory
               and served like the configured ones; DELETE of a manifest forgets it
+  lose_index_writes  N (with writable): answer the first N PUTs of a `sha256-...` tag with 201
+              but keep nothing, as if a concurrent writer had overwritten them at once
   referrers_api  true (with writable): the OCI 1.1 referrers API: a manifest PUT with a
               `subject` answers OCI-Subject, and GET /v2/REPO/referrers/DIGEST answers an image
               index of the manifests whose subject is DIGEST; without it that path is 404
@@ -30,6 +32,7 @@ cfg = json.load(open(sys.argv[1]))
 state = {"storage_port": 0, "port": 0}
 pushed = {"blobs": {}, "manifests": {}}  # digest or tag -> (bytes, media type)
 lock = threading.Lock()
+lost = {"index_writes": 0}
 
 
 def log(line):
@@ -217,6 +220,10 @@ class Registry(BaseHTTPRequestHandler):
             return self.answer(404)
         digest = digest_of(data)
         media_type = self.headers.get("Content-Type", "")
+        if m.group(2).startswith("sha256-") and lost["index_writes"] < cfg.get(
+                "lose_index_writes", 0):
+            lost["index_writes"] += 1
+            return self.answer(201, {"Docker-Content-Digest": digest})
         with lock:
             pushed["manifests"][m.group(2)] = (data, media_type)
             pushed["manifests"][digest] = (data, media_type)

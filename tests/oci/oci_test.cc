@@ -744,11 +744,13 @@ TEST(OciFakeRegistry, AttachUsesTheReferrersApiWhenTheRegistryHasOne) {
   EXPECT_THAT(after.out, HasSubstr("no-passing-vsa"));
 }
 
-// Without the API the fake takes the tag index as given (Debian's registry refuses an index
-// naming a manifest it lacks): a listed referrer that is not there is `missing-referrer`.
+// The tag index path against the fake: an index write that a concurrent writer overwrote is
+// noticed and written again (lose_index_writes). And since the fake takes the tag index as given
+// (Debian's registry refuses an index naming a manifest it lacks), a listed referrer that is not
+// there is `missing-referrer`.
 TEST(OciFakeRegistry, ListedReferrerThatIsGoneFailsVerification) {
   TempDir dir;
-  FakeRegistry fake(dir, R"({"repo": "m", "writable": true})");
+  FakeRegistry fake(dir, R"({"repo": "m", "writable": true, "lose_index_writes": 1})");
   ASSERT_TRUE(fake.ready());
   setenv("DOCKER_CONFIG", dir.path().c_str(), 1);
   auto reg = oci::Registry::Connect(*oci::ParseReference("oci://" + fake.host() + "/m:x"));
@@ -768,6 +770,7 @@ TEST(OciFakeRegistry, ListedReferrerThatIsGoneFailsVerification) {
       "attach --json " + model + " --id " + std::to_string(id) + db, dir.path(), env);
   ASSERT_EQ(attached.rc, 0) << attached.err << attached.out;
   EXPECT_THAT(attached.out, HasSubstr("\"referrers_api\": false"));
+  EXPECT_THAT(attached.out, HasSubstr("\"index_writes\": 2"));  // the lost write, then again
   const std::string trust = " --trust " + (dir / "trusted").string();
   EXPECT_EQ(testing::RunCli("verify-oci " + model + trust, dir.path(), env).rc, 0);
 
