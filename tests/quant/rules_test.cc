@@ -48,6 +48,9 @@ const std::set<std::string> kNotFindingCodes = {
     "pin-value",                                // an RFC 7512 URI attribute (refused)
     "missing-referrer", "malformed-referrer", "subject-mismatch",  // verify-oci reasons
     "dsse-envelope",                            // a Sigstore bundle content annotation
+    "content-range", "content-type", "docker-content-digest", "oci-subject", "retry-after",
+    "www-authenticate",                         // HTTP header names (core/oci/registry.cc)
+    "oci-manifest",                             // record subject name (OCI audits)
 };
 
 // The string literals of one C++ source, comments skipped (raw strings included).
