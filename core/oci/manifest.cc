@@ -116,4 +116,31 @@ std::string ManifestBytes(const Manifest& m) {
   return DumpJson(j);
 }
 
+absl::StatusOr<std::vector<Descriptor>> ParseIndex(absl::string_view bytes,
+                                                   const std::string& label) {
+  auto j = ParseBoundedJson(std::string_view(bytes.data(), bytes.size()), label);
+  if (!j.ok()) return absl::InvalidArgumentError(j.status().message());
+  if (!j->is_object() || !j->contains("schemaVersion") || (*j)["schemaVersion"] != 2 ||
+      !j->contains("mediaType") || (*j)["mediaType"] != kOciIndex || !j->contains("manifests") ||
+      !(*j)["manifests"].is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": not an OCI image index (schemaVersion 2, mediaType ", kOciIndex,
+                     ", a manifests array)"));
+  }
+  std::vector<Descriptor> out;
+  for (size_t i = 0; i < (*j)["manifests"].size(); ++i) {
+    auto d = DescriptorOf((*j)["manifests"][i], absl::StrCat(label, " manifests[", i, "]"));
+    if (!d.ok()) return d.status();
+    out.push_back(*std::move(d));
+  }
+  return out;
+}
+
+std::string IndexBytes(const std::vector<Descriptor>& manifests) {
+  nlohmann::ordered_json j = {{"schemaVersion", 2}, {"mediaType", kOciIndex}};
+  j["manifests"] = nlohmann::ordered_json::array();
+  for (const Descriptor& d : manifests) j["manifests"].push_back(DescriptorJson(d));
+  return DumpJson(j);
+}
+
 }  // namespace ckpt::oci

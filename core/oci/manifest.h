@@ -42,6 +42,13 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view bytes, absl::string_vie
 // The JSON bytes of `m` (what a push uploads).
 std::string ManifestBytes(const Manifest& m);
 
+// The `manifests` of an OCI image index (what the referrers API and the referrers tag schema
+// answer, docs/interop.md "Attaching verdicts"); INVALID_ARGUMENT naming `label` otherwise.
+absl::StatusOr<std::vector<Descriptor>> ParseIndex(absl::string_view bytes,
+                                                   const std::string& label);
+// The JSON bytes of an OCI image index listing `manifests`.
+std::string IndexBytes(const std::vector<Descriptor>& manifests);
+
 }  // namespace ckpt::oci
 
 #endif  // CKPT_CORE_OCI_MANIFEST_H_

@@ -653,7 +653,8 @@ absl::Status Registry::PushBlob(absl::string_view bytes) const {
 
 absl::StatusOr<std::string> Registry::PushManifest(const std::string& tag_or_digest,
                                                    const std::string& media_type,
-                                                   absl::string_view bytes) const {
+                                                   absl::string_view bytes,
+                                                   std::string* oci_subject) const {
   Request put;
   put.method = "PUT";
   put.url = impl_->Path(absl::StrCat("manifests/", tag_or_digest));
@@ -667,7 +668,27 @@ absl::StatusOr<std::string> Registry::PushManifest(const std::string& tag_or_dig
         "registry ", ref_.registry, ": manifest ", tag_or_digest, " answered ", done->status,
         done->error_body.empty() ? "" : absl::StrCat(": ", done->error_body.substr(0, 300))));
   }
+  if (oci_subject != nullptr) *oci_subject = done->Header("oci-subject");
   return DigestOf(bytes);
+}
+
+absl::StatusOr<FetchedManifest> Registry::GetReferrers(const std::string& digest) const {
+  if (absl::Status s = CheckDigest(digest, "referrers subject"); !s.ok()) return s;
+  Request req;
+  req.url = impl_->Path(absl::StrCat("referrers/", digest));
+  req.headers = {absl::StrCat("Accept: ", kOciIndex)};
+  req.max_body = impl_->options.max_manifest;
+  auto resp = impl_->Send(req);
+  if (!resp.ok()) return resp.status();
+  if (resp->status != 200) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "registry ", ref_.registry, ": referrers of ", digest, " answered ", resp->status));
+  }
+  FetchedManifest m;
+  m.bytes = std::move(resp->body);
+  m.digest = DigestOf(m.bytes);
+  m.media_type = resp->Header("content-type");
+  return m;
 }
 
 }  // namespace ckpt::oci

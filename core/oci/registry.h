@@ -83,11 +83,18 @@ class Registry {
 
   // Upload (what pushing a model or attaching a statement needs): a blob in one monolithic
   // POST + PUT (skipped when the registry already has it), and a manifest under a tag or its
-  // digest. Returns the manifest's digest.
+  // digest. Returns the manifest's digest; `oci_subject` (when given) receives the answer's
+  // OCI-Subject header, which a registry with the referrers API sends for a manifest with a
+  // subject (empty: the registry has none; docs/interop.md "Attaching verdicts").
   absl::Status PushBlob(absl::string_view bytes) const;
   absl::StatusOr<std::string> PushManifest(const std::string& tag_or_digest,
                                            const std::string& media_type,
-                                           absl::string_view bytes) const;
+                                           absl::string_view bytes,
+                                           std::string* oci_subject = nullptr) const;
+
+  // GET /v2/REPO/referrers/DIGEST: the image index of the manifests whose subject is `digest`
+  // (OCI distribution 1.1). NOT_FOUND when the registry has no referrers API.
+  absl::StatusOr<FetchedManifest> GetReferrers(const std::string& digest) const;
 
  private:
   struct Impl;

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   ckpt::cli::AddVerifySignatureCommand(app, &exit_code);
   ckpt::cli::AddProofCommands(app, &exit_code);
   ckpt::cli::AddExportCommand(app, &exit_code);
+  ckpt::cli::AddOciCommands(app, &exit_code);
   ckpt::cli::AddVerifyChainCommand(app, &exit_code);
   ckpt::cli::AddTokensCommand(app, &exit_code);
   try {

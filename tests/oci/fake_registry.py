@@ -11,9 +11,17 @@ stdout once listening), with behaviours a real registry does not show on demand:
   redirect_blobs  true: blob GETs answer 307 to a second listener (a different origin), which
               answers 400 when the request carries an Authorization header
   status      {"blobs" or "manifests": code}: answer that code (e.g. 429 with Retry-After: 7)
+  writable    true: blob uploads (POST then PUT ?digest=) and manifest PUTs are kept in memory
+              and served like the configured ones; DELETE of a manifest forgets it
+  lose_index_writes  N (with writable): answer the first N PUTs of a `sha256-...` tag with 201
+              but keep nothing, as if a concurrent writer had overwritten them at once
+  referrers_api  true (with writable): the OCI 1.1 referrers API: a manifest PUT with a
+              `subject` answers OCI-Subject, and GET /v2/REPO/referrers/DIGEST answers an image
+              index of the manifests whose subject is DIGEST; without it that path is 404
 Every request line and whether it carried Authorization is appended to `log` (a file).
 """
 import base64
+import hashlib
 import json
 import re
 import sys
@@ -22,6 +30,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 cfg = json.load(open(sys.argv[1]))
 state = {"storage_port": 0, "port": 0}
+pushed = {"blobs": {}, "manifests": {}}  # digest or tag -> (bytes, media type)
+lock = threading.Lock()
+lost = {"index_writes": 0}
 
 
 def log(line):
@@ -111,6 +122,10 @@ class Registry(BaseHTTPRequestHandler):
             return
         if not self.authorized():
             return
+        m = re.fullmatch(r"/v2/(.+)/referrers/(sha256:[0-9a-f]{64})", self.path)
+        if m and cfg.get("referrers_api") and m.group(1) == cfg["repo"]:
+            self.send_referrers(m.group(2))
+            return
         m = re.fullmatch(r"/v2/(.+)/(manifests|blobs)/([^/]+)", self.path)
         if not m or m.group(1) != cfg["repo"]:
             self.send_error(404)
@@ -123,14 +138,19 @@ class Registry(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        with lock:
+            kept = pushed[kind].get(ref)
+        if kept:
+            send_bytes(self, kept[0], kept[1], {"Docker-Content-Digest": digest_of(kept[0])})
+            return
         if kind == "manifests":
-            entry = cfg["manifests"].get(ref)
+            entry = cfg.get("manifests", {}).get(ref)
             if not entry:
                 self.send_error(404)
                 return
             send_bytes(self, open(entry["path"], "rb").read(), entry["media_type"])
             return
-        if ref not in cfg["blobs"]:
+        if ref not in cfg.get("blobs", {}):
             self.send_error(404)
             return
         if cfg.get("redirect_blobs"):
@@ -141,6 +161,88 @@ class Registry(BaseHTTPRequestHandler):
             self.end_headers()
             return
         send_bytes(self, open(cfg["blobs"][ref], "rb").read())
+
+
+    def send_referrers(self, digest):
+        entries = []
+        with lock:
+            for ref, (data, media_type) in pushed["manifests"].items():
+                if not ref.startswith("sha256:"):
+                    continue
+                m = json.loads(data)
+                if m.get("subject", {}).get("digest") != digest:
+                    continue
+                d = {"mediaType": media_type, "digest": ref, "size": len(data)}
+                if "artifactType" in m:
+                    d["artifactType"] = m["artifactType"]
+                entries.append(d)
+        body = json.dumps({"schemaVersion": 2, "mediaType":
+                           "application/vnd.oci.image.index.v1+json", "manifests": entries})
+        send_bytes(self, body.encode(), "application/vnd.oci.image.index.v1+json")
+
+    def body(self):
+        return self.rfile.read(int(self.headers.get("Content-Length", "0")))
+
+    def answer(self, code, headers=None):
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self):
+        log("registry POST %s" % self.path)
+        data = self.body()
+        if not cfg.get("writable"):
+            return self.answer(405)
+        if not self.authorized():
+            return
+        self.answer(202, {"Location": "/v2/%s/blobs/uploads/u%d" % (cfg["repo"], len(data))})
+
+    def do_PUT(self):
+        log("registry PUT %s" % self.path)
+        data = self.body()
+        if not cfg.get("writable"):
+            return self.answer(405)
+        if not self.authorized():
+            return
+        m = re.fullmatch(r"/v2/(.+)/blobs/uploads/[^?]+\?digest=(sha256%3A|sha256:)([0-9a-f]{64})",
+                         self.path)
+        if m:
+            digest = "sha256:" + m.group(3)
+            if digest_of(data) != digest:
+                return self.answer(400)
+            with lock:
+                pushed["blobs"][digest] = (data, "application/octet-stream")
+            return self.answer(201, {"Docker-Content-Digest": digest})
+        m = re.fullmatch(r"/v2/(.+)/manifests/([^/]+)", self.path)
+        if not m or m.group(1) != cfg["repo"]:
+            return self.answer(404)
+        digest = digest_of(data)
+        media_type = self.headers.get("Content-Type", "")
+        if m.group(2).startswith("sha256-") and lost["index_writes"] < cfg.get(
+                "lose_index_writes", 0):
+            lost["index_writes"] += 1
+            return self.answer(201, {"Docker-Content-Digest": digest})
+        with lock:
+            pushed["manifests"][m.group(2)] = (data, media_type)
+            pushed["manifests"][digest] = (data, media_type)
+        headers = {"Docker-Content-Digest": digest}
+        subject = json.loads(data).get("subject")
+        if cfg.get("referrers_api") and subject:
+            headers["OCI-Subject"] = subject["digest"]
+        self.answer(201, headers)
+
+    def do_DELETE(self):
+        log("registry DELETE %s" % self.path)
+        m = re.fullmatch(r"/v2/(.+)/manifests/(sha256:[0-9a-f]{64})", self.path)
+        with lock:
+            gone = m and pushed["manifests"].pop(m.group(2), None)
+        self.answer(202 if gone else 404)
+
+
+def digest_of(data):
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def main():

@@ -1,10 +1,13 @@
 // The OCI registry client and oci:// audits (docs/interop.md, "OCI registries"): tar layers
 // in-process, named errors against tests/oci/fake_registry.py (bearer tokens, redirects to
 // storage, 429, wrong digests, tampered and mis-sized layers), and a ModelPack artifact of the
-// fixture pair pushed to Debian's docker-registry, audited over oci:// and on disk.
+// fixture pair pushed to Debian's docker-registry, audited over oci:// and on disk; verdicts
+// attached as referrers (`attach`, `verify-oci`) through the referrers tag schema there and the
+// referrers API of the fake.
 #include <zlib.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "absl/strings/match.h"
@@ -13,6 +16,7 @@
 #include "core/evidence/base64.h"
 #include "core/interop/tree_subjects.h"
 #include "core/oci/artifact.h"
+#include "core/oci/referrers.h"
 #include "core/oci/tar_layer.h"
 #include "nlohmann/json.hpp"
 #include "services/cli/oci_trees.h"
@@ -500,6 +504,294 @@ TEST(OciSubjects, ManifestSubjectNamesNoFileUnlessTheTreeHasOne) {
   // A file of that name on disk is compared like any other.
   EXPECT_EQ(interop::SubjectDifferences(stated, {{"a.json", hex}, {"oci-manifest", hex}}).size(),
             1u);
+}
+
+// --- attach and verify-oci (docs/interop.md, "Attaching verdicts") ---
+
+// `curl -s` of `url` (an independent HTTP reader: not the client under test).
+std::string Curl(const std::string& url, const std::string& accept = "") {
+  std::string cmd = "curl -sf " + (accept.empty() ? "" : "-H 'Accept: " + accept + "' ") + "'" +
+                    url + "'";
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while (p != nullptr && (n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  if (p != nullptr) ::pclose(p);
+  return out;
+}
+
+// Reads every referrer listed at the tag `sha256-HEX` by raw HTTP and checks, with openssl, that
+// its bundle's DSSE signature is by `pub_pem` and its statement's one subject is the manifest.
+// Returns the predicate types seen.
+std::vector<std::string> IndependentlyVerified(const std::string& host, const std::string& digest,
+                                               const std::filesystem::path& pub_pem,
+                                               const TempDir& dir) {
+  std::vector<std::string> seen;
+  const std::string base = "http://" + host + "/v2/m/";
+  auto index = nlohmann::json::parse(
+      Curl(base + "manifests/sha256-" + digest.substr(7), oci::kOciIndex), nullptr, false);
+  EXPECT_TRUE(index.is_object() && index["manifests"].is_array()) << index.dump();
+  if (!index.is_object()) return seen;
+  for (const auto& d : index["manifests"]) {
+    EXPECT_EQ(d.value("artifactType", ""), "application/vnd.dev.sigstore.bundle.v0.3+json");
+    auto m = nlohmann::json::parse(
+        Curl(base + "manifests/" + d["digest"].get<std::string>(), oci::kOciManifest));
+    EXPECT_EQ(m["subject"]["digest"], digest);
+    EXPECT_EQ(m["config"]["mediaType"], "application/vnd.oci.empty.v1+json");
+    auto bundle = nlohmann::json::parse(
+        Curl(base + "blobs/" + m["layers"][0]["digest"].get<std::string>()));
+    EXPECT_EQ(bundle["mediaType"], "application/vnd.dev.sigstore.bundle.v0.3+json");
+    const auto& env = bundle["dsseEnvelope"];
+    std::string payload = Text(*evidence::Base64Decode(env["payload"].get<std::string>()));
+    std::string type = env["payloadType"];
+    auto statement = nlohmann::json::parse(payload);
+    EXPECT_EQ(statement["subject"].size(), 1u);
+    EXPECT_EQ(statement["subject"][0]["digest"]["sha256"], digest.substr(7));
+    seen.push_back(statement["predicateType"]);
+    const std::string pae = "DSSEv1 " + std::to_string(type.size()) + " " + type + " " +
+                            std::to_string(payload.size()) + " " + payload;
+    WriteAll(dir / "pae", pae);
+    WriteAll(dir / "sig",
+             Text(*evidence::Base64Decode(env["signatures"][0]["sig"].get<std::string>())));
+    const std::string verify = "openssl pkeyutl -verify -pubin -inkey '" + pub_pem.string() +
+                               "' -rawin -in '" + (dir / "pae").string() + "' -sigfile '" +
+                               (dir / "sig").string() + "' >/dev/null 2>&1";
+    EXPECT_EQ(std::system(verify.c_str()), 0) << "openssl rejects the signature of " << d;
+  }
+  return seen;
+}
+
+int CountOf(const std::vector<std::string>& v, const std::string& what) {
+  return static_cast<int>(std::count(v.begin(), v.end(), what));
+}
+
+constexpr char kVsa[] = "https://slsa.dev/verification_summary/v1";
+constexpr char kTestResult[] = "https://in-toto.io/attestation/test-result/v0.1";
+
+TEST(OciDockerRegistry, AttachKeepsConcurrentReferrersAndVerifiesThem) {
+  if (!testing::Installed("docker-registry")) {
+    std::printf("skipped: docker-registry is not installed (deploy/install-deps.sh)\n");
+    GTEST_SKIP() << "docker-registry is not installed (deploy/install-deps.sh installs it)";
+  }
+  TempDir dir;
+  DockerRegistry registry(dir);
+  ASSERT_TRUE(registry.ready()) << "docker-registry did not start";
+  setenv("DOCKER_CONFIG", dir.path().c_str(), 1);
+  auto reg = oci::Registry::Connect(*oci::ParseReference("oci://" + registry.host() + "/m:x"));
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  const std::string nv = Push(**reg, "mini-kimi-nvfp4", "nvfp4", false);
+  const std::string mx = Push(**reg, "mini-kimi-mxfp4", "mxfp4", true);
+  ASSERT_FALSE(nv.empty());
+  const std::string env = "DOCKER_CONFIG='" + dir.path().string() + "' XDG_DATA_HOME='" +
+                          (dir / "xdg").string() + "'";
+  const std::string db = " --db " + (dir / "log.db").string() + " --key " +
+                         (dir / "key.pem").string();
+  const std::string model = "oci://" + registry.host() + "/m@" + nv;
+  ASSERT_EQ(testing::RunCli("keys generate --out " + (dir / "key.pem").string() + " --trust " +
+                                (dir / "trusted").string(), dir.path(), env).rc, 0);
+  ASSERT_EQ(std::system(("openssl pkey -in '" + (dir / "key.pem").string() + "' -pubout -out '" +
+                         (dir / "pub.pem").string() + "'").c_str()), 0);
+  // Two records of the pair audited over oci:// (two, so that two attaches differ).
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 2; ++i) {
+    testing::CliResult audited = testing::RunCli(
+        "audit --json" + db + " " + model + " --source oci://" + registry.host() + "/m:mxfp4",
+        dir.path(), env);
+    ASSERT_EQ(audited.rc, 0) << audited.err << audited.out;
+    ids.push_back(nlohmann::json::parse(audited.out)["record_id"].get<uint64_t>());
+  }
+
+  // A record is attached only to the manifest it was audited from.
+  testing::CliResult wrong = testing::RunCli(
+      "attach oci://" + registry.host() + "/m@" + mx + " --id " + std::to_string(ids[0]) + db,
+      dir.path(), env);
+  EXPECT_EQ(wrong.rc, 2);
+  EXPECT_THAT(wrong.err, HasSubstr("not-audited-from-manifest"));
+  EXPECT_THAT(wrong.err, HasSubstr("audited from manifest " + nv));
+
+  // Two attaches at once, each from its own process: all four referrers remain in the index.
+  std::vector<testing::CliResult> attached(2);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    std::filesystem::create_directories(dir / std::to_string(i));
+    threads.emplace_back([&, i] {
+      attached[i] = testing::RunCli(
+          "attach --json " + model + " --id " + std::to_string(ids[i]) + db,
+          dir / std::to_string(i), env);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& r : attached) {
+    ASSERT_EQ(r.rc, 0) << r.err << r.out;
+    EXPECT_THAT(r.out, HasSubstr("\"referrers_api\": false"));
+  }
+  std::vector<std::string> types = IndependentlyVerified(registry.host(), nv, dir / "pub.pem", dir);
+  EXPECT_EQ(types.size(), 4u);
+  EXPECT_EQ(CountOf(types, kVsa), 2);
+  EXPECT_EQ(CountOf(types, kTestResult), 2);
+
+  const std::string trust = " --trust " + (dir / "trusted").string();
+  testing::CliResult ok = testing::RunCli("verify-oci --json " + model + trust, dir.path(), env);
+  EXPECT_EQ(ok.rc, 0) << ok.err << ok.out;
+  EXPECT_THAT(ok.out, HasSubstr("\"listed_by\": \"referrers-tag\""));
+  EXPECT_THAT(ok.out, HasSubstr("\"verdict\": \"pass\""));
+  // A trust file of another key only: every referrer fails its signature check.
+  ASSERT_EQ(testing::RunCli("keys generate --out " + (dir / "other.pem").string() + " --trust " +
+                                (dir / "other-trust").string(), dir.path(), env).rc, 0);
+  testing::CliResult untrusted = testing::RunCli(
+      "verify-oci " + model + " --trust " + (dir / "other-trust").string(), dir.path(), env);
+  EXPECT_EQ(untrusted.rc, 1) << untrusted.err << untrusted.out;
+  EXPECT_THAT(untrusted.out, HasSubstr("signature-invalid"));
+
+  const std::string tag = oci::ReferrersTag(nv);
+  auto saved = (*reg)->GetManifest(tag);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  auto listed = oci::ListReferrers(**reg, nv);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_FALSE(listed->bundles.empty());
+  auto first = (*reg)->GetManifest(listed->bundles[0].digest);
+  ASSERT_TRUE(first.ok());
+  auto first_manifest = oci::ParseManifest(first->bytes, first->media_type, "referrer");
+  ASSERT_TRUE(first_manifest.ok());
+  std::string bundle;
+  ASSERT_TRUE((*reg)->ReadBlob(first_manifest->layers[0].digest, first_manifest->layers[0].size,
+                               [&](std::span<const uint8_t> b) {
+                                 bundle.append(reinterpret_cast<const char*>(b.data()), b.size());
+                                 return absl::OkStatus();
+                               }).ok());
+  const oci::Descriptor nv_subject{oci::kOciManifest, nv, 0};
+  auto restore = [&] {
+    ASSERT_TRUE((*reg)->PushManifest(tag, oci::kOciIndex, saved->bytes).ok());
+  };
+
+  // A tampered bundle: the statement changed, the signature kept.
+  auto j = nlohmann::json::parse(bundle);
+  std::string payload =
+      Text(*evidence::Base64Decode(j["dsseEnvelope"]["payload"].get<std::string>()));
+  payload.replace(payload.find("PASSED"), 6, "PASSEE");
+  j["dsseEnvelope"]["payload"] = evidence::Base64Encode(payload);
+  ASSERT_TRUE(oci::AttachBundle(**reg, nv_subject, j.dump(), kVsa).ok());
+  testing::CliResult tampered = testing::RunCli("verify-oci " + model + trust, dir.path(), env);
+  EXPECT_EQ(tampered.rc, 1) << tampered.err << tampered.out;
+  EXPECT_THAT(tampered.out, HasSubstr("signature-invalid"));
+  EXPECT_THAT(tampered.out, HasSubstr("fail: referrer-failed"));
+  restore();
+
+  EXPECT_EQ(testing::RunCli("verify-oci " + model + trust, dir.path(), env).rc, 0);
+
+  // nv's signed summary attached to mx: its statement names another manifest.
+  auto mx_manifest = (*reg)->GetManifest(mx);
+  ASSERT_TRUE(mx_manifest.ok());
+  ASSERT_TRUE(oci::AttachBundle(**reg, {oci::kOciManifest, mx, mx_manifest->bytes.size()}, bundle,
+                                kVsa).ok());
+  testing::CliResult moved = testing::RunCli(
+      "verify-oci oci://" + registry.host() + "/m@" + mx + trust, dir.path(), env);
+  EXPECT_EQ(moved.rc, 1) << moved.err << moved.out;
+  EXPECT_THAT(moved.out, HasSubstr("subject-mismatch"));
+
+  // No referrers at all: no passing summary.
+  const std::string other = Push(**reg, "mini-kimi-nvfp4", "again", true);
+  testing::CliResult none = testing::RunCli(
+      "verify-oci oci://" + registry.host() + "/m@" + other + trust, dir.path(), env);
+  EXPECT_EQ(none.rc, 1) << none.err << none.out;
+  EXPECT_THAT(none.out, HasSubstr("no-passing-vsa"));
+}
+
+TEST(OciFakeRegistry, AttachUsesTheReferrersApiWhenTheRegistryHasOne) {
+  TempDir dir;
+  FakeRegistry fake(dir, R"({"repo": "m", "writable": true, "referrers_api": true,
+                             "log": ")" + (dir / "requests.log").string() + R"("})");
+  ASSERT_TRUE(fake.ready());
+  setenv("DOCKER_CONFIG", dir.path().c_str(), 1);
+  auto reg = oci::Registry::Connect(*oci::ParseReference("oci://" + fake.host() + "/m:x"));
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  const std::string nv = Push(**reg, "mini-kimi-nvfp4", "nvfp4", false);
+  ASSERT_FALSE(nv.empty());
+  const std::string env = "DOCKER_CONFIG='" + dir.path().string() + "' XDG_DATA_HOME='" +
+                          (dir / "xdg").string() + "'";
+  const std::string db = " --db " + (dir / "log.db").string() + " --key " +
+                         (dir / "key.pem").string();
+  const std::string model = "oci://" + fake.host() + "/m@" + nv;
+  ASSERT_EQ(testing::RunCli("keys generate --out " + (dir / "key.pem").string() + " --trust " +
+                                (dir / "trusted").string(), dir.path(), env).rc, 0);
+  testing::CliResult audited = testing::RunCli("audit --json" + db + " " + model, dir.path(), env);
+  ASSERT_EQ(audited.rc, 0) << audited.err << audited.out;
+  const auto id = nlohmann::json::parse(audited.out)["record_id"].get<uint64_t>();
+  testing::CliResult attached = testing::RunCli(
+      "attach --json " + model + " --id " + std::to_string(id) + db, dir.path(), env);
+  ASSERT_EQ(attached.rc, 0) << attached.err << attached.out;
+  EXPECT_THAT(attached.out, HasSubstr("\"referrers_api\": true"));
+  // With the API, no tag index is written.
+  EXPECT_TRUE(absl::IsNotFound((*reg)->GetManifest(oci::ReferrersTag(nv)).status()));
+  auto listed = oci::ListReferrers(**reg, nv);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_TRUE(listed->referrers_api);
+  ASSERT_EQ(listed->bundles.size(), 2u);
+
+  const std::string trust = " --trust " + (dir / "trusted").string();
+  testing::CliResult ok = testing::RunCli("verify-oci --json " + model + trust, dir.path(), env);
+  EXPECT_EQ(ok.rc, 0) << ok.err << ok.out;
+  EXPECT_THAT(ok.out, HasSubstr("\"listed_by\": \"referrers-api\""));
+
+  // Deleted referrers are no longer listed by the API: nothing passing is left.
+  for (const oci::Descriptor& d : listed->bundles) {
+    ASSERT_EQ(std::system(("curl -sf -X DELETE 'http://" + fake.host() + "/v2/m/manifests/" +
+                           d.digest + "'").c_str()), 0);
+  }
+  testing::CliResult after = testing::RunCli("verify-oci " + model + trust, dir.path(), env);
+  EXPECT_EQ(after.rc, 1) << after.err << after.out;
+  EXPECT_THAT(after.out, HasSubstr("no-passing-vsa"));
+}
+
+// The tag index path against the fake: an index write that a concurrent writer overwrote is
+// noticed and written again (lose_index_writes). And since the fake takes the tag index as given
+// (Debian's registry refuses an index naming a manifest it lacks), a listed referrer that is not
+// there is `missing-referrer`.
+TEST(OciFakeRegistry, ListedReferrerThatIsGoneFailsVerification) {
+  TempDir dir;
+  FakeRegistry fake(dir, R"({"repo": "m", "writable": true, "lose_index_writes": 1})");
+  ASSERT_TRUE(fake.ready());
+  setenv("DOCKER_CONFIG", dir.path().c_str(), 1);
+  auto reg = oci::Registry::Connect(*oci::ParseReference("oci://" + fake.host() + "/m:x"));
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  const std::string nv = Push(**reg, "mini-kimi-nvfp4", "nvfp4", false);
+  const std::string env = "DOCKER_CONFIG='" + dir.path().string() + "' XDG_DATA_HOME='" +
+                          (dir / "xdg").string() + "'";
+  const std::string db = " --db " + (dir / "log.db").string() + " --key " +
+                         (dir / "key.pem").string();
+  const std::string model = "oci://" + fake.host() + "/m@" + nv;
+  ASSERT_EQ(testing::RunCli("keys generate --out " + (dir / "key.pem").string() + " --trust " +
+                                (dir / "trusted").string(), dir.path(), env).rc, 0);
+  testing::CliResult audited = testing::RunCli("audit --json" + db + " " + model, dir.path(), env);
+  ASSERT_EQ(audited.rc, 0) << audited.err << audited.out;
+  const auto id = nlohmann::json::parse(audited.out)["record_id"].get<uint64_t>();
+  testing::CliResult attached = testing::RunCli(
+      "attach --json " + model + " --id " + std::to_string(id) + db, dir.path(), env);
+  ASSERT_EQ(attached.rc, 0) << attached.err << attached.out;
+  EXPECT_THAT(attached.out, HasSubstr("\"referrers_api\": false"));
+  EXPECT_THAT(attached.out, HasSubstr("\"index_writes\": 2"));  // the lost write, then again
+  const std::string trust = " --trust " + (dir / "trusted").string();
+  EXPECT_EQ(testing::RunCli("verify-oci " + model + trust, dir.path(), env).rc, 0);
+
+  const std::string tag = oci::ReferrersTag(nv);
+  auto saved = (*reg)->GetManifest(tag);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  auto index = oci::ParseIndex(saved->bytes, "index");
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->size(), 2u);
+  oci::Descriptor gone;
+  gone.media_type = oci::kOciManifest;
+  gone.digest = "sha256:" + std::string(64, '0');
+  gone.size = 10;
+  gone.artifact_type = "application/vnd.dev.sigstore.bundle.v0.3+json";
+  index->push_back(gone);
+  ASSERT_TRUE((*reg)->PushManifest(tag, oci::kOciIndex, oci::IndexBytes(*index)).ok());
+  testing::CliResult missing = testing::RunCli("verify-oci --json " + model + trust, dir.path(),
+                                               env);
+  EXPECT_EQ(missing.rc, 1) << missing.err << missing.out;
+  EXPECT_THAT(missing.out, HasSubstr("\"result\": \"missing-referrer\""));
+  EXPECT_THAT(missing.out, HasSubstr("\"reason\": \"referrer-failed\""));
 }
 
 }  // namespace

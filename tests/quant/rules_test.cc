@@ -46,9 +46,11 @@ const std::set<std::string> kNotFindingCodes = {
     "scale-window", "verify-pair",              // policy name, progress stage
     "vllm-w13-collapse",                        // forward emulation name
     "pin-value",                                // an RFC 7512 URI attribute (refused)
-    "content-range", "content-type", "docker-content-digest", "retry-after",
-    "www-authenticate",                         // HTTP header names (core/oci)
-    "oci-manifest",                             // record subject name
+    "missing-referrer", "malformed-referrer", "subject-mismatch",  // verify-oci reasons
+    "dsse-envelope",                            // a Sigstore bundle content annotation
+    "content-range", "content-type", "docker-content-digest", "oci-subject", "retry-after",
+    "www-authenticate",                         // HTTP header names (core/oci/registry.cc)
+    "oci-manifest",                             // record subject name (OCI audits)
 };
 
 // The string literals of one C++ source, comments skipped (raw strings included).

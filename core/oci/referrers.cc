@@ -1,0 +1,224 @@
+#include "core/oci/referrers.h"
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/evidence/dsse.h"
+#include "core/evidence/oms_bundle.h"
+#include "core/evidence/record.h"
+#include "core/evidence/strict_json.h"
+#include "core/evidence/test_result.h"
+#include "core/oci/reference.h"
+
+namespace ckpt::oci {
+namespace {
+
+constexpr int kIndexAttempts = 8;
+
+// The tag index's entries; an absent tag is an empty list.
+absl::StatusOr<std::vector<Descriptor>> ReadTagIndex(const Registry& reg, const std::string& tag) {
+  auto got = reg.GetManifest(tag);
+  if (absl::IsNotFound(got.status())) return std::vector<Descriptor>();
+  if (!got.ok()) return got.status();
+  return ParseIndex(got->bytes, absl::StrCat("referrers tag ", tag));
+}
+
+Descriptor BlobDescriptor(const std::string& media_type, const std::string& bytes) {
+  Descriptor d;
+  d.media_type = media_type;
+  d.digest = DigestOf(bytes);
+  d.size = bytes.size();
+  return d;
+}
+
+// The string `key` of the object `j`, or empty (never throws on other types).
+std::string StringAt(const nlohmann::json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+}
+
+bool Lists(const std::vector<Descriptor>& index, const std::string& digest) {
+  for (const Descriptor& d : index) {
+    if (d.digest == digest) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string ReferrersTag(const std::string& digest) {
+  std::string tag = digest;
+  if (size_t colon = tag.find(':'); colon != std::string::npos) tag[colon] = '-';
+  return tag;
+}
+
+absl::StatusOr<Attached> AttachBundle(const Registry& reg, const Descriptor& subject,
+                                      const std::string& bundle_json,
+                                      const std::string& predicate_type) {
+  const std::string empty = "{}";
+  if (absl::Status s = reg.PushBlob(empty); !s.ok()) return s;
+  if (absl::Status s = reg.PushBlob(bundle_json); !s.ok()) return s;
+  Manifest m;
+  m.media_type = kOciManifest;
+  m.artifact_type = evidence::kSigstoreBundleV03MediaType;
+  m.config = BlobDescriptor(kEmptyMediaType, empty);
+  m.layers.push_back(BlobDescriptor(evidence::kSigstoreBundleV03MediaType, bundle_json));
+  m.layers[0].annotations["org.opencontainers.image.title"] =
+      absl::StrCat(ReferrersTag(m.layers[0].digest), ".sigstore.json");
+  m.subject = subject;
+  m.subject->artifact_type.clear();
+  m.subject->annotations.clear();
+  m.annotations["dev.sigstore.bundle.content"] = "dsse-envelope";
+  m.annotations[kPredicateTypeAnnotation] = predicate_type;
+  const std::string bytes = ManifestBytes(m);
+  Attached out;
+  std::string answered_subject;
+  auto pushed = reg.PushManifest(DigestOf(bytes), kOciManifest, bytes, &answered_subject);
+  if (!pushed.ok()) return pushed.status();
+  out.digest = *pushed;
+  // A registry with the referrers API says so by echoing the subject; it lists the referrer
+  // itself, and clients must not write the tag index then (distribution-spec 1.1).
+  if (answered_subject == subject.digest) {
+    out.referrers_api = true;
+    return out;
+  }
+  const std::string tag = ReferrersTag(subject.digest);
+  Descriptor entry = BlobDescriptor(kOciManifest, bytes);
+  entry.artifact_type = m.artifact_type;
+  entry.annotations = m.annotations;
+  std::mt19937 jitter(std::random_device{}());
+  for (int attempt = 0; attempt < kIndexAttempts; ++attempt) {
+    auto index = ReadTagIndex(reg, tag);
+    if (!index.ok()) return index.status();
+    if (Lists(*index, out.digest)) return out;
+    index->push_back(entry);
+    auto written = reg.PushManifest(tag, kOciIndex, IndexBytes(*index));
+    if (!written.ok()) return written.status();
+    ++out.index_writes;
+    // A concurrent writer that read before this write may overwrite it: wait a little, read
+    // again, and write again when the entry is gone (docs/interop.md, "The race").
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(20 + std::uniform_int_distribution<int>(0, 80)(jitter)));
+    auto again = ReadTagIndex(reg, tag);
+    if (!again.ok()) return again.status();
+    if (Lists(*again, out.digest)) return out;
+  }
+  return absl::AbortedError(absl::StrCat("referrers tag ", tag, " of ", reg.reference().registry,
+                                         "/", reg.reference().repository, " lost referrer ",
+                                         out.digest, " after ", kIndexAttempts,
+                                         " writes (concurrent writers); try again"));
+}
+
+absl::StatusOr<ReferrerList> ListReferrers(const Registry& reg, const std::string& digest) {
+  ReferrerList out;
+  std::vector<Descriptor> all;
+  auto api = reg.GetReferrers(digest);
+  if (api.ok()) {
+    auto parsed = ParseIndex(api->bytes, absl::StrCat("referrers of ", digest));
+    if (!parsed.ok()) return parsed.status();
+    all = *std::move(parsed);
+    out.referrers_api = true;
+  } else if (absl::IsNotFound(api.status())) {
+    auto tagged = ReadTagIndex(reg, ReferrersTag(digest));
+    if (!tagged.ok()) return tagged.status();
+    all = *std::move(tagged);
+  } else {
+    return api.status();
+  }
+  for (Descriptor& d : all) {
+    if (d.artifact_type == evidence::kSigstoreBundleV03MediaType) {
+      out.bundles.push_back(std::move(d));
+    }
+  }
+  return out;
+}
+
+std::string ReferrerReasonName(ReferrerReason reason) {
+  switch (reason) {
+    case ReferrerReason::kOk: return "ok";
+    case ReferrerReason::kMissingReferrer: return "missing-referrer";
+    case ReferrerReason::kMalformed: return "malformed-referrer";
+    case ReferrerReason::kSignatureInvalid: return "signature-invalid";
+    case ReferrerReason::kSubjectMismatch: return "subject-mismatch";
+  }
+  return "unknown";
+}
+
+CheckedReferrer CheckReferrer(const Registry& reg, const Descriptor& referrer,
+                              const std::string& digest, const evidence::TrustStore& trust) {
+  CheckedReferrer out;
+  out.digest = referrer.digest;
+  auto fail = [&](ReferrerReason r, absl::string_view detail) {
+    out.reason = r;
+    out.detail = std::string(detail);
+    return out;
+  };
+  auto fetched = reg.GetManifest(referrer.digest);
+  if (absl::IsNotFound(fetched.status())) {
+    return fail(ReferrerReason::kMissingReferrer, fetched.status().message());
+  }
+  if (!fetched.ok()) return fail(ReferrerReason::kMalformed, fetched.status().message());
+  auto m = ParseManifest(fetched->bytes, fetched->media_type, referrer.digest);
+  if (!m.ok()) return fail(ReferrerReason::kMalformed, m.status().message());
+  if (!m->subject || m->subject->digest != digest) {
+    return fail(ReferrerReason::kSubjectMismatch,
+                absl::StrCat("the referrer manifest's subject is ",
+                             m->subject ? m->subject->digest : "absent", ", not ", digest));
+  }
+  if (m->layers.size() != 1 ||
+      m->layers[0].media_type != evidence::kSigstoreBundleV03MediaType ||
+      m->layers[0].size > kMaxBundleBytes) {
+    return fail(ReferrerReason::kMalformed,
+                absl::StrCat("not one layer of ", evidence::kSigstoreBundleV03MediaType,
+                             " of at most ", kMaxBundleBytes, " bytes"));
+  }
+  std::string text;
+  absl::Status read = reg.ReadBlob(m->layers[0].digest, m->layers[0].size,
+                                   [&](std::span<const uint8_t> b) {
+                                     text.append(reinterpret_cast<const char*>(b.data()),
+                                                 b.size());
+                                     return absl::OkStatus();
+                                   });
+  if (absl::IsNotFound(read)) return fail(ReferrerReason::kMissingReferrer, read.message());
+  if (!read.ok()) return fail(ReferrerReason::kMalformed, read.message());
+  evidence::OmsBundle bundle;
+  if (auto err = evidence::ParseOmsBundle(text, &bundle)) {
+    return fail(ReferrerReason::kMalformed, absl::StrCat("bundle: ", err->detail));
+  }
+  if (bundle.material != evidence::OmsBundle::Material::kPublicKey) {
+    return fail(ReferrerReason::kMalformed, "bundle: not a public-key bundle");
+  }
+  // The bundle's DSSE envelope, checked as `verify` checks a logged envelope.
+  evidence::Envelope env{bundle.payload, bundle.payload_type,
+                         {{bundle.key_hint, bundle.signature}}};
+  auto keyid = evidence::VerifyEnvelope(env, trust);
+  if (!keyid.ok()) return fail(ReferrerReason::kSignatureInvalid, keyid.status().message());
+  if (bundle.payload_type != evidence::kInTotoPayloadType) {
+    return fail(ReferrerReason::kMalformed, "payloadType is not in-toto");
+  }
+  auto j = evidence::ParseStrictJson(bundle.payload, "attached statement");
+  if (!j.ok()) return fail(ReferrerReason::kMalformed, j.status().message());
+  const nlohmann::json& st = *j;
+  if (!st.is_object() || !st.contains("subject") || !st["subject"].is_array() ||
+      !st.contains("predicate") || !st["predicate"].is_object()) {
+    return fail(ReferrerReason::kMalformed, "not an in-toto statement");
+  }
+  const std::string hex = digest.substr(digest.find(':') + 1);
+  const nlohmann::json& subjects = st["subject"];
+  if (subjects.size() != 1 || !subjects[0].is_object() || !subjects[0].contains("digest") ||
+      StringAt(subjects[0]["digest"], "sha256") != hex) {
+    return fail(ReferrerReason::kSubjectMismatch,
+                absl::StrCat("the statement's subject is not exactly ", digest));
+  }
+  out.keyid = *keyid;
+  out.predicate_type = StringAt(st, "predicateType");
+  const nlohmann::json& p = st["predicate"];
+  out.passed = (out.predicate_type == evidence::kVerificationSummaryType &&
+                StringAt(p, "verificationResult") == "PASSED") ||
+               (out.predicate_type == evidence::kTestResultPredicateType &&
+                StringAt(p, "result") == "PASSED");
+  return out;
+}
+
+}  // namespace ckpt::oci
