@@ -698,33 +698,49 @@ TEST(OciDockerRegistry, AttachKeepsConcurrentReferrersAndVerifiesThem) {
   EXPECT_THAT(none.out, HasSubstr("no-passing-vsa"));
 }
 
-TEST(OciFakeRegistry, AttachUsesTheReferrersApiWhenTheRegistryHasOne) {
-  TempDir dir;
-  FakeRegistry fake(dir, R"({"repo": "m", "writable": true, "referrers_api": true,
-                             "log": ")" + (dir / "requests.log").string() + R"("})");
+// The fixture's NVFP4 tree pushed to `fake` and audited over oci:// with a fresh key: what the
+// attach tests against the fake registry start from.
+struct AuditedOnFake {
+  std::shared_ptr<oci::Registry> reg;
+  std::string nv, env, db, model;
+  uint64_t id = 0;
+};
+
+void AuditOnFake(const TempDir& dir, const FakeRegistry& fake, AuditedOnFake* out) {
   ASSERT_TRUE(fake.ready());
   setenv("DOCKER_CONFIG", dir.path().c_str(), 1);
   auto reg = oci::Registry::Connect(*oci::ParseReference("oci://" + fake.host() + "/m:x"));
   ASSERT_TRUE(reg.ok()) << reg.status();
-  const std::string nv = Push(**reg, "mini-kimi-nvfp4", "nvfp4", false);
-  ASSERT_FALSE(nv.empty());
-  const std::string env = "DOCKER_CONFIG='" + dir.path().string() + "' XDG_DATA_HOME='" +
-                          (dir / "xdg").string() + "'";
-  const std::string db = " --db " + (dir / "log.db").string() + " --key " +
-                         (dir / "key.pem").string();
-  const std::string model = "oci://" + fake.host() + "/m@" + nv;
+  out->reg = *std::move(reg);
+  out->nv = Push(*out->reg, "mini-kimi-nvfp4", "nvfp4", false);
+  ASSERT_FALSE(out->nv.empty());
+  out->env = "DOCKER_CONFIG='" + dir.path().string() + "' XDG_DATA_HOME='" +
+             (dir / "xdg").string() + "'";
+  out->db = " --db " + (dir / "log.db").string() + " --key " + (dir / "key.pem").string();
+  out->model = "oci://" + fake.host() + "/m@" + out->nv;
   ASSERT_EQ(testing::RunCli("keys generate --out " + (dir / "key.pem").string() + " --trust " +
-                                (dir / "trusted").string(), dir.path(), env).rc, 0);
-  testing::CliResult audited = testing::RunCli("audit --json" + db + " " + model, dir.path(), env);
+                                (dir / "trusted").string(), dir.path(), out->env).rc, 0);
+  testing::CliResult audited =
+      testing::RunCli("audit --json" + out->db + " " + out->model, dir.path(), out->env);
   ASSERT_EQ(audited.rc, 0) << audited.err << audited.out;
-  const auto id = nlohmann::json::parse(audited.out)["record_id"].get<uint64_t>();
+  out->id = nlohmann::json::parse(audited.out)["record_id"].get<uint64_t>();
+}
+
+TEST(OciFakeRegistry, AttachUsesTheReferrersApiWhenTheRegistryHasOne) {
+  TempDir dir;
+  FakeRegistry fake(dir, R"({"repo": "m", "writable": true, "referrers_api": true,
+                             "log": ")" + (dir / "requests.log").string() + R"("})");
+  AuditedOnFake a;
+  ASSERT_NO_FATAL_FAILURE(AuditOnFake(dir, fake, &a));
+  const std::shared_ptr<oci::Registry>& reg = a.reg;
+  const std::string &nv = a.nv, &env = a.env, &db = a.db, &model = a.model;
   testing::CliResult attached = testing::RunCli(
-      "attach --json " + model + " --id " + std::to_string(id) + db, dir.path(), env);
+      "attach --json " + model + " --id " + std::to_string(a.id) + db, dir.path(), env);
   ASSERT_EQ(attached.rc, 0) << attached.err << attached.out;
   EXPECT_THAT(attached.out, HasSubstr("\"referrers_api\": true"));
   // With the API, no tag index is written.
-  EXPECT_TRUE(absl::IsNotFound((*reg)->GetManifest(oci::ReferrersTag(nv)).status()));
-  auto listed = oci::ListReferrers(**reg, nv);
+  EXPECT_TRUE(absl::IsNotFound(reg->GetManifest(oci::ReferrersTag(nv)).status()));
+  auto listed = oci::ListReferrers(*reg, nv);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_TRUE(listed->referrers_api);
   ASSERT_EQ(listed->bundles.size(), 2u);
@@ -751,23 +767,12 @@ TEST(OciFakeRegistry, AttachUsesTheReferrersApiWhenTheRegistryHasOne) {
 TEST(OciFakeRegistry, ListedReferrerThatIsGoneFailsVerification) {
   TempDir dir;
   FakeRegistry fake(dir, R"({"repo": "m", "writable": true, "lose_index_writes": 1})");
-  ASSERT_TRUE(fake.ready());
-  setenv("DOCKER_CONFIG", dir.path().c_str(), 1);
-  auto reg = oci::Registry::Connect(*oci::ParseReference("oci://" + fake.host() + "/m:x"));
-  ASSERT_TRUE(reg.ok()) << reg.status();
-  const std::string nv = Push(**reg, "mini-kimi-nvfp4", "nvfp4", false);
-  const std::string env = "DOCKER_CONFIG='" + dir.path().string() + "' XDG_DATA_HOME='" +
-                          (dir / "xdg").string() + "'";
-  const std::string db = " --db " + (dir / "log.db").string() + " --key " +
-                         (dir / "key.pem").string();
-  const std::string model = "oci://" + fake.host() + "/m@" + nv;
-  ASSERT_EQ(testing::RunCli("keys generate --out " + (dir / "key.pem").string() + " --trust " +
-                                (dir / "trusted").string(), dir.path(), env).rc, 0);
-  testing::CliResult audited = testing::RunCli("audit --json" + db + " " + model, dir.path(), env);
-  ASSERT_EQ(audited.rc, 0) << audited.err << audited.out;
-  const auto id = nlohmann::json::parse(audited.out)["record_id"].get<uint64_t>();
+  AuditedOnFake a;
+  ASSERT_NO_FATAL_FAILURE(AuditOnFake(dir, fake, &a));
+  const std::shared_ptr<oci::Registry>& reg = a.reg;
+  const std::string &nv = a.nv, &env = a.env, &db = a.db, &model = a.model;
   testing::CliResult attached = testing::RunCli(
-      "attach --json " + model + " --id " + std::to_string(id) + db, dir.path(), env);
+      "attach --json " + model + " --id " + std::to_string(a.id) + db, dir.path(), env);
   ASSERT_EQ(attached.rc, 0) << attached.err << attached.out;
   EXPECT_THAT(attached.out, HasSubstr("\"referrers_api\": false"));
   EXPECT_THAT(attached.out, HasSubstr("\"index_writes\": 2"));  // the lost write, then again
@@ -775,7 +780,7 @@ TEST(OciFakeRegistry, ListedReferrerThatIsGoneFailsVerification) {
   EXPECT_EQ(testing::RunCli("verify-oci " + model + trust, dir.path(), env).rc, 0);
 
   const std::string tag = oci::ReferrersTag(nv);
-  auto saved = (*reg)->GetManifest(tag);
+  auto saved = reg->GetManifest(tag);
   ASSERT_TRUE(saved.ok()) << saved.status();
   auto index = oci::ParseIndex(saved->bytes, "index");
   ASSERT_TRUE(index.ok()) << index.status();
@@ -786,7 +791,7 @@ TEST(OciFakeRegistry, ListedReferrerThatIsGoneFailsVerification) {
   gone.size = 10;
   gone.artifact_type = "application/vnd.dev.sigstore.bundle.v0.3+json";
   index->push_back(gone);
-  ASSERT_TRUE((*reg)->PushManifest(tag, oci::kOciIndex, oci::IndexBytes(*index)).ok());
+  ASSERT_TRUE(reg->PushManifest(tag, oci::kOciIndex, oci::IndexBytes(*index)).ok());
   testing::CliResult missing = testing::RunCli("verify-oci --json " + model + trust, dir.path(),
                                                env);
   EXPECT_EQ(missing.rc, 1) << missing.err << missing.out;
