@@ -476,6 +476,29 @@ struct Registry::Impl {
   std::string Path(const std::string& tail) const {
     return absl::StrCat(base.full, "v2/", repository, "/", tail);
   }
+
+  // GET of a manifest-like document (a manifest, an index, a referrers list) at `tail`, within
+  // the manifest cap; its bytes, their digest and media type, and the answer's headers in
+  // `*resp`. Any answer but 200 is an error naming `what`.
+  absl::StatusOr<FetchedManifest> GetDocument(const std::string& tail, std::string accept,
+                                              const std::string& what, Response* resp) const {
+    Request req;
+    req.url = Path(tail);
+    req.headers = {std::move(accept)};
+    req.max_body = options.max_manifest;
+    auto got = Send(req);
+    if (!got.ok()) return got.status();
+    if (got->status != 200) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("registry ", registry, ": ", what, " answered ", got->status));
+    }
+    *resp = *std::move(got);
+    FetchedManifest m;
+    m.bytes = std::move(resp->body);
+    m.digest = DigestOf(m.bytes);
+    m.media_type = resp->Header("content-type");
+    return m;
+  }
 };
 
 Registry::Registry(Reference ref, std::unique_ptr<Impl> impl)
@@ -501,32 +524,24 @@ absl::StatusOr<std::shared_ptr<Registry>> Registry::Connect(const Reference& ref
 
 absl::StatusOr<FetchedManifest> Registry::GetManifest(const std::string& tag_or_digest) const {
   const bool by_digest = absl::StartsWith(tag_or_digest, "sha256:");
-  Request req;
-  req.url = impl_->Path(absl::StrCat("manifests/", tag_or_digest));
-  req.headers = {kManifestAccept};
-  req.max_body = impl_->options.max_manifest;
-  auto resp = impl_->Send(req);
-  if (!resp.ok()) return resp.status();
-  if (resp->status != 200) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "registry ", ref_.registry, ": manifest ", tag_or_digest, " answered ", resp->status));
-  }
-  FetchedManifest m;
-  m.bytes = std::move(resp->body);
-  m.digest = DigestOf(m.bytes);
-  m.media_type = resp->Header("content-type");
+  Response resp;
+  absl::StatusOr<FetchedManifest> got =
+      impl_->GetDocument(absl::StrCat("manifests/", tag_or_digest), kManifestAccept,
+                         absl::StrCat("manifest ", tag_or_digest), &resp);
+  if (!got.ok()) return got.status();
+  FetchedManifest& m = *got;
   const std::string named = ref_.ByDigest(tag_or_digest).ToString();
   if (by_digest && m.digest != tag_or_digest) {
     return absl::DataLossError(absl::StrCat("manifest of ", named, ": the bytes served hash to ",
                                             m.digest, ", not the digest asked for"));
   }
-  std::string said = resp->Header("docker-content-digest");
+  std::string said = resp.Header("docker-content-digest");
   if (!by_digest && !said.empty() && said != m.digest) {
     return absl::DataLossError(absl::StrCat(
         "manifest of ", ref_.registry, "/", ref_.repository, ":", tag_or_digest,
         ": the bytes served hash to ", m.digest, ", the registry says ", said));
   }
-  return m;
+  return got;
 }
 
 absl::Status Registry::ReadBlobRange(const std::string& digest, uint64_t size, uint64_t offset,
@@ -674,21 +689,10 @@ absl::StatusOr<std::string> Registry::PushManifest(const std::string& tag_or_dig
 
 absl::StatusOr<FetchedManifest> Registry::GetReferrers(const std::string& digest) const {
   if (absl::Status s = CheckDigest(digest, "referrers subject"); !s.ok()) return s;
-  Request req;
-  req.url = impl_->Path(absl::StrCat("referrers/", digest));
-  req.headers = {absl::StrCat("Accept: ", kOciIndex)};
-  req.max_body = impl_->options.max_manifest;
-  auto resp = impl_->Send(req);
-  if (!resp.ok()) return resp.status();
-  if (resp->status != 200) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "registry ", ref_.registry, ": referrers of ", digest, " answered ", resp->status));
-  }
-  FetchedManifest m;
-  m.bytes = std::move(resp->body);
-  m.digest = DigestOf(m.bytes);
-  m.media_type = resp->Header("content-type");
-  return m;
+  Response resp;
+  return impl_->GetDocument(absl::StrCat("referrers/", digest),
+                            absl::StrCat("Accept: ", kOciIndex),
+                            absl::StrCat("referrers of ", digest), &resp);
 }
 
 }  // namespace ckpt::oci
