@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -76,7 +77,9 @@ struct FileStream {
   uint64_t path_end = 0;
   size_t path_next = 0;
   uint64_t storage_bytes = 0;  // read from storage by this stream
-  bool busy = false, done = false;
+  // A step of the cursor and one read ahead (or behind) may run at once, on two threads, once
+  // the first step has opened the file and its hashers (`opened`); until then a step runs alone.
+  bool busy = false, ahead_busy = false, opened = false, done = false;
   bool skim = false;  // not hashed: the cursor skips what no work needs (SkimFiles)
   std::vector<StreamSink> sinks;  // by offset
   // Touched only by the thread that holds `busy`.
@@ -579,12 +582,17 @@ class Streamer {
     return key == kNone ? 0 : key + 1;
   }
 
+  static bool CursorFree(const FileStream& s) { return !s.busy && (s.opened || !s.ahead_busy); }
+  static bool AheadFree(const FileStream& s) { return !s.ahead_busy && (s.opened || !s.busy); }
+
   // Picks the next step: a read-ahead in progress, then a read-ahead whose trigger the cursor
-  // has reached, then the cursor. False when no stream can move without more memory.
+  // has reached, then the cursor, which runs beside a read-ahead of its file but never enters
+  // the tensor being read ahead. False when no stream can move without more memory.
   bool PickStep(Step* step) {
     std::vector<size_t> order;
     for (size_t i = 0; i < streams_.size(); ++i) {
-      if (!streams_[i].busy && !streams_[i].done) order.push_back(i);
+      const FileStream& s = streams_[i];
+      if (!s.done && (CursorFree(s) || AheadFree(s))) order.push_back(i);
     }
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t a, size_t b) { return KeyOf(streams_[a]) < KeyOf(streams_[b]); });
@@ -592,7 +600,8 @@ class Streamer {
       FileStream& s = streams_[i];
       *step = Step{};
       step->stream = i;
-      if (s.reading_ahead == kNone && !s.armed.empty()) {
+      const bool ahead_free = AheadFree(s);
+      if (ahead_free && s.reading_ahead == kNone && !s.armed.empty()) {
         const size_t j = s.armed.begin()->second;
         if (AdmitFor(slots_[j])) {
           s.armed.erase(s.armed.begin());
@@ -600,7 +609,7 @@ class Streamer {
           s.reading_ahead = j;
         }
       }
-      if (s.reading_ahead != kNone) {
+      if (ahead_free && s.reading_ahead != kNone) {
         Slot& slot = slots_[s.reading_ahead];
         step->kind = Step::Kind::kReadAhead;
         step->slot = s.reading_ahead;
@@ -609,8 +618,10 @@ class Streamer {
         step->into = slot.bytes.get() + slot.filled;
         return true;
       }
+      if (!CursorFree(s)) continue;
       step->offset = s.pos;
       if (s.next < s.slots.size() && s.pos >= slots_[s.slots[s.next]].begin) {
+        if (s.slots[s.next] == s.reading_ahead) continue;  // its bytes are still being read
         Slot& slot = slots_[s.slots[s.next]];
         step->slot = s.slots[s.next];
         step->length = std::min(chunk_, slot.end - s.pos);
@@ -693,6 +704,14 @@ class Streamer {
       }
       if (f.content != nullptr) s.hashers->Update(0, *f.content);
     }
+    // The cursor's next bytes come from storage while it hashes these ("Keeping storage busy",
+    // docs/audit-engine.md): every byte of a hashed file is read by its cursor, so this reads
+    // nothing extra.
+    const bool cursor = step.kind == Step::Kind::kRead || step.kind == Step::Kind::kHashKept;
+    if (cursor && !s.skim && step.offset + step.length < s.size) {
+      const uint64_t next = step.offset + step.length;
+      s.file->WillNeed(next, std::min(2 * chunk_, s.size - next));
+    }
     if (step.kind == Step::Kind::kSkip) {
       progress_.Advance(step.length);
     } else if (step.length > 0) {
@@ -711,20 +730,28 @@ class Streamer {
       // The digests are of the bytes in memory, the ones every check reads: a range read
       // ahead is hashed from its buffer when the cursor reaches it, and one read behind the
       // cursor must have the hash of the bytes the cursor hashed.
+      const bool revisit = step.slot != kNone && slots_[step.slot].revisit;
+      // A tensor read again later is hashed twice as the cursor passes it (the file's digest
+      // and its own), on two threads.
+      std::future<void> passing;
+      if (revisit && step.kind == Step::Kind::kRead) {
+        passing = std::async(std::launch::async, [&] { Pass(slots_[step.slot], step, bytes); });
+      }
       if (step.kind != Step::Kind::kReadAhead && !s.skim) {
         s.hashers->Update(step.offset, bytes);
-        if (absl::Status st = Feed(s, step.offset, bytes); !st.ok()) return st;
+        absl::Status st = Feed(s, step.offset, bytes);
+        if (passing.valid()) passing.get();
+        if (!st.ok()) return st;
       }
       if (s.skim && step.slot != kNone && step.into != nullptr) Skimmed(slots_[step.slot], step);
-      if (step.slot != kNone && slots_[step.slot].revisit) {
-        if (absl::Status st = Revisit(s, slots_[step.slot], step, bytes); !st.ok()) return st;
+      if (revisit && step.kind == Step::Kind::kReadAhead) {
+        if (absl::Status st = Reread(s, slots_[step.slot], step); !st.ok()) return st;
       }
       // The kernel may drop what the cursor has passed, except a range it will read again: a
       // revisit slot stays cached until its second read (a copy from memory, not a second
       // read from storage), which drops it. A range read ahead stays in its page cache until
       // the cursor passes it: the kernel's own readahead for the cursor may reach it first, and
       // would read it from storage again had it been dropped.
-      const bool revisit = step.slot != kNone && slots_[step.slot].revisit;
       if (step.kind == Step::Kind::kReadAhead ? revisit : !revisit) {
         s.file->Consumed(step.offset, step.length);
       }
@@ -759,19 +786,19 @@ class Streamer {
     slot.digest = Sha256Of(std::span<const uint8_t>(slot.bytes.get(), slot.size()));
   }
 
-  // A step on a revisit slot, outside the lock (only this stream's thread touches the slot's
-  // hash): the cursor's pass hashes it; the re-read, once complete, must have that hash.
-  absl::Status Revisit(const FileStream& s, Slot& slot, const Step& step,
-                       std::span<const uint8_t> bytes) {
-    if (step.kind == Step::Kind::kRead) {
-      if (!slot.passing) slot.passing = std::make_unique<Sha256>();
-      slot.passing->Update(bytes);
-      if (step.offset + step.length == slot.end) {
-        slot.passed_digest = slot.passing->Finish();
-        slot.passing.reset();
-      }
-      return absl::OkStatus();
+  // Steps on a revisit slot, outside the lock: the cursor's pass hashes it (only the cursor's
+  // steps touch that hash); the re-read, once complete, must have that hash (it runs after the
+  // pass: the slot is re-read once the cursor has reached its trigger, beyond it).
+  static void Pass(Slot& slot, const Step& step, std::span<const uint8_t> bytes) {
+    if (!slot.passing) slot.passing = std::make_unique<Sha256>();
+    slot.passing->Update(bytes);
+    if (step.offset + step.length == slot.end) {
+      slot.passed_digest = slot.passing->Finish();
+      slot.passing.reset();
     }
+  }
+
+  static absl::Status Reread(const FileStream& s, const Slot& slot, const Step& step) {
     if (step.offset + step.length < slot.end) return absl::OkStatus();
     if (Sha256Of(std::span<const uint8_t>(slot.bytes.get(), slot.size())) != slot.passed_digest) {
       return absl::DataLossError(absl::StrCat(
@@ -867,17 +894,23 @@ class Streamer {
         cv_.wait_for(lock, std::chrono::milliseconds(100));
         continue;
       }
-      streams_[step.stream].busy = true;
+      FileStream& stream = streams_[step.stream];
+      const bool alone = !stream.opened;
+      bool& flag = step.kind == Step::Kind::kReadAhead ? stream.ahead_busy : stream.busy;
+      flag = true;
+      if (alone) stream.busy = stream.ahead_busy = true;
       ++busy_;
       lock.unlock();
       absl::Status s = DoStep(step, scratch);
       lock.lock();
       --busy_;
-      streams_[step.stream].busy = false;
+      flag = false;
+      if (alone) stream.busy = stream.ahead_busy = false;
       if (!s.ok()) {
         Fail(std::move(s));
         break;
       }
+      stream.opened = true;
       Advance(step);
       cv_.notify_all();
     }

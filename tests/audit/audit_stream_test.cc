@@ -320,12 +320,12 @@ TEST_F(AuditStreamTest, FileRewrittenBetweenReadAheadAndHashIsDataLoss) {
   ASSERT_TRUE(last.has_value());
   ASSERT_LT(last->info->end, t->info->begin);
   const uint64_t last_packed_at = last->file->data_start() + last->info->begin;
-  bool last_packed_read = false;
+  std::atomic<bool> last_packed_read = false;  // the hook may run on two threads at once
   // Right after the scale is read ahead (the cursor is still among the packed weights), its
   // bytes are rewritten in place and the mtime put back. The checks and the digest use the
   // bytes read; the rewrite is found when the file is checked at its end (ctime), and no
   // record is made.
-  bool rewritten = false;
+  std::atomic<bool> rewritten = false;
   ReadHook hook{kShard, [](int) {}};
   hook.after_read_at = [&](uint64_t offset, size_t length) {
     if (offset <= last_packed_at && last_packed_at < offset + length) last_packed_read = true;

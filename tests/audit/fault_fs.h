@@ -4,6 +4,7 @@
 #ifndef CKPT_TESTS_AUDIT_FAULT_FS_H_
 #define CKPT_TESTS_AUDIT_FAULT_FS_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,6 +15,9 @@
 
 namespace ckpt::testing {
 
+// The hooks run on the reading thread, unlocked: a file's cursor and a read ahead or behind it
+// may read it on two threads at once, so a hook that records guards its own container.
+//
 // Called after each successful Read of a file named `name` (last path component; empty: every
 // file), with how many reads of it have completed so far.
 struct ReadHook {
@@ -23,6 +27,8 @@ struct ReadHook {
   std::function<void(uint64_t offset, size_t length)> after_read_at = nullptr;
   // When set, called when the reader lets the kernel drop a range from its page cache.
   std::function<void(uint64_t offset, uint64_t length)> consumed = nullptr;
+  // When set, called when the reader tells the kernel it will read a range next.
+  std::function<void(uint64_t offset, uint64_t length)> will_need = nullptr;
   // When set, the identity reported for the file (by StatAt and by its open file's Identity),
   // given the real one: a test can make a file whose bytes changed look unchanged.
   std::function<io::FileIdentity(const io::FileIdentity& real)> identity = nullptr;
@@ -49,11 +55,16 @@ class FaultFile final : public io::RandomAccessFile {
     if (hook_ != nullptr && hook_->consumed) hook_->consumed(offset, length);
     inner_->Consumed(offset, length);
   }
+  void WillNeed(uint64_t offset, uint64_t length) const override {
+    if (hook_ != nullptr && hook_->will_need) hook_->will_need(offset, length);
+    inner_->WillNeed(offset, length);
+  }
 
  private:
+
   std::unique_ptr<io::RandomAccessFile> inner_;
   const ReadHook* hook_;
-  mutable int reads_ = 0;
+  mutable std::atomic<int> reads_ = 0;
 };
 
 class FaultDirectory final : public io::Directory {

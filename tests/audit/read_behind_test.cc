@@ -2,7 +2,13 @@
 // writer orders it stores every scale before every packed weight. When those scales take more
 // than half the window, the cursor hashes them without holding them and each is read again
 // when its packed weight arrives, checked against the cursor's hash.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <limits>
 #include <filesystem>
 #include <mutex>
 #include <utility>
@@ -80,6 +86,21 @@ class ReadBehindTest : public ::testing::Test {
     return o;
   }
 
+  // Where the derived shard's last scale starts and where its scales end.
+  std::pair<uint64_t, uint64_t> Scales() const {
+    const std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(shard_);
+    uint64_t header = 0;
+    for (int i = 7; i >= 0; --i) header = (header << 8) | bytes[i];
+    const auto json = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + header);
+    uint64_t last = 0, end = 0;
+    for (const auto& [name, t] : json.items()) {
+      if (name.find("weight_scale") == std::string::npos) continue;
+      last = std::max(last, 8 + header + t["data_offsets"][0].get<uint64_t>());
+      end = std::max(end, 8 + header + t["data_offsets"][1].get<uint64_t>());
+    }
+    return {last, end};
+  }
+
   TempDir tmp_;
   fs::path shard_;
 };
@@ -105,15 +126,7 @@ TEST_F(ReadBehindTest, ScalesAheadOfTheirPackedWeightsAuditInAWindowSmallerThanT
 // does not match the hash, and no record is made.
 TEST_F(ReadBehindTest, ScaleChangedBeforeItsSecondReadIsDataLoss) {
   const std::vector<uint8_t> original = ::ckpt::testing::ReadAll(shard_);
-  uint64_t header = 0;
-  for (int i = 7; i >= 0; --i) header = (header << 8) | original[i];
-  const auto json = nlohmann::json::parse(original.begin() + 8, original.begin() + 8 + header);
-  uint64_t scale_at = 0, scales_end = 0;
-  for (const auto& [name, t] : json.items()) {
-    if (name.find("weight_scale") == std::string::npos) continue;
-    scale_at = 8 + header + t["data_offsets"][0].get<uint64_t>();
-    scales_end = std::max(scales_end, 8 + header + t["data_offsets"][1].get<uint64_t>());
-  }
+  const auto [scale_at, scales_end] = Scales();
   ASSERT_GT(scales_end, scale_at);
   // The first read past the last scale is the cursor's, among the packed weights: every scale
   // has been hashed, and each is read again only once the cursor has reached its packed weight.
@@ -122,9 +135,12 @@ TEST_F(ReadBehindTest, ScaleChangedBeforeItsSecondReadIsDataLoss) {
   hook.after_read_at = [&](uint64_t offset, size_t) {
     if (rewritten || offset < scales_end) return;
     rewritten = true;
-    std::vector<uint8_t> bytes = original;
-    bytes[scale_at] ^= 0x01;
-    ::ckpt::testing::WriteAll(shard_, bytes);
+    // One byte in place: the cursor and a second read may be reading the file meanwhile.
+    const uint8_t flipped = original[scale_at] ^ 0x01;
+    int fd = ::open(shard_.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, &flipped, 1, static_cast<off_t>(scale_at)), 1);
+    ::close(fd);
   };
   AuditOptions o = Options(kWindow);
   o.root_dir = FaultDirectory::Open(o.root, std::move(hook));
@@ -180,6 +196,70 @@ TEST_F(ReadBehindTest, AScaleReadAgainIsNotDroppedFromThePageCacheBeforeItsSecon
     }
   }
   EXPECT_FALSE(reread.empty()) << "the window should make the audit read scales twice";
+}
+
+// A scale read again does not stop the cursor: the second read runs beside it, on another
+// thread (docs/audit-engine.md, "Reading behind the cursor"). Second reads wait, in the file
+// system, for the cursor to read further (up to 100 ms each, for the first 100 of them, until
+// once it has): before, the cursor waited for them, every time. The window may leave the
+// cursor nothing to read during one such wait, never during all of them.
+TEST_F(ReadBehindTest, TheCursorKeepsReadingWhileAScaleIsReadAgain) {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t furthest = 0;  // the end of the furthest read so far
+  int tried = 0;
+  bool waiting = false, moved = false;
+  ReadHook hook{shard_.filename().string(), [](int) {}};
+  hook.after_read_at = [&](uint64_t offset, size_t length) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (offset + length > furthest) {
+      if (waiting) moved = true;
+      furthest = offset + length;
+      cv.notify_all();
+      return;
+    }
+    if (moved || tried == 100) return;
+    ++tried;  // a read behind what has been read: a scale read again
+    waiting = true;
+    cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return moved; });
+    waiting = false;
+  };
+  AuditOptions o = Options(kWindow);
+  o.root_dir = FaultDirectory::Open(o.root, std::move(hook));
+  auto rec = RunAudit(o, NoProgress());
+  ASSERT_TRUE(rec.ok()) << rec.status();
+  EXPECT_EQ(rec->OverallVerdict(), evidence::Verdict::kPass);
+  EXPECT_GT(tried, 0) << "the window should make the audit read scales twice";
+  EXPECT_TRUE(moved) << "the cursor did not read on while a scale was read again";
+}
+
+// The cursor tells the kernel which bytes it reads next before it hashes what it just read
+// (docs/audit-engine.md, "Keeping storage busy"): every read after its first step lies
+// in a range announced before it.
+TEST_F(ReadBehindTest, TheCursorAnnouncesItsNextBytesBeforeReadingThem) {
+  std::mutex mu;
+  uint64_t announced_end = 0, reads = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> unannounced;
+  ReadHook hook{shard_.filename().string(), [](int) {}};
+  hook.will_need = [&](uint64_t offset, uint64_t length) {
+    std::lock_guard<std::mutex> lock(mu);
+    announced_end = std::max(announced_end, offset + length);
+  };
+  hook.after_read_at = [&](uint64_t offset, size_t length) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (announced_end == 0) return;  // the header, and the cursor's first step
+    ++reads;
+    if (offset + length > announced_end) unannounced.push_back({offset, offset + length});
+  };
+  AuditOptions o = Options(kWindow);
+  o.root_dir = FaultDirectory::Open(o.root, std::move(hook));
+  auto rec = RunAudit(o, NoProgress());
+  ASSERT_TRUE(rec.ok()) << rec.status();
+  EXPECT_EQ(rec->OverallVerdict(), evidence::Verdict::kPass);
+  EXPECT_GT(reads, 10u) << "nothing was announced";
+  EXPECT_TRUE(unannounced.empty()) << unannounced.size() << " reads, the first at ["
+                                   << unannounced.front().first << ", "
+                                   << unannounced.front().second << "), were not announced";
 }
 
 // Embeddings and head of 4096 x 256 BF16 (2 MiB each, on each side) are larger than the window:
