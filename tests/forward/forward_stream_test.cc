@@ -43,6 +43,19 @@ uint64_t LayerBytes(const std::string& root, int layer, const std::string& under
   return bytes;
 }
 
+// The audit of the pair with the forward of every layer, in `window`.
+absl::StatusOr<evidence::EvidenceRecord> AuditPair(const std::string& derived,
+                                                   const std::string& source, uint64_t window,
+                                                   audit::AuditStats* stats) {
+  audit::AuditOptions o;
+  o.root = derived;
+  o.source = source;
+  o.forward_layers = "all";
+  o.memory_window = window;
+  o.threads = 3;
+  return audit::RunAudit(o, NoProgress(), stats);
+}
+
 ForwardAuditOptions Options(const std::string& derived, uint64_t window) {
   ForwardAuditOptions o;
   o.root = derived;
@@ -91,19 +104,10 @@ TEST(ForwardStream, AuditInAWindowSmallerThanOneLayerEqualsTheUnboundedRun) {
   const auto derived = CopyFixture("mini-kimi-nvfp4", dir);
   ASSERT_LT(kAuditWindow, LayerBytes(derived.string(), 1));
   ASSERT_LT(kAuditWindow, LayerBytes(source.string(), 1));
-  auto audit = [&](uint64_t window, audit::AuditStats* stats) {
-    audit::AuditOptions o;
-    o.root = derived.string();
-    o.source = source.string();
-    o.forward_layers = "all";
-    o.memory_window = window;
-    o.threads = 3;
-    return audit::RunAudit(o, NoProgress(), stats);
-  };
   audit::AuditStats small, large;
-  auto bounded = audit(kAuditWindow, &small);
+  auto bounded = AuditPair(derived.string(), source.string(), kAuditWindow, &small);
   ASSERT_TRUE(bounded.ok()) << bounded.status();
-  auto unbounded = audit(kUnbounded, &large);
+  auto unbounded = AuditPair(derived.string(), source.string(), kUnbounded, &large);
   ASSERT_TRUE(unbounded.ok()) << unbounded.status();
   EXPECT_EQ(bounded->OverallVerdict(), evidence::Verdict::kPass);
   ASSERT_TRUE(bounded->block_forward.has_value());
@@ -144,19 +148,11 @@ TEST(ForwardStream, GptOssModelOptInAWindowSmallerThanOneLayerEqualsTheDefault) 
               static_cast<unsigned long long>(kGptOssWindow),
               static_cast<unsigned long long>(large.peak_kept_bytes));
 
-  auto audit = [&](uint64_t window, audit::AuditStats* stats) {
-    audit::AuditOptions a;
-    a.root = derived;
-    a.source = source;
-    a.forward_layers = "all";
-    a.memory_window = window;
-    a.threads = 3;
-    return audit::RunAudit(a, NoProgress(), stats);
-  };
   audit::AuditStats audit_small, audit_large;
-  auto audit_bounded = audit(kGptOssWindow, &audit_small);
+  auto audit_bounded = AuditPair(derived, source, kGptOssWindow, &audit_small);
   ASSERT_TRUE(audit_bounded.ok()) << audit_bounded.status();
-  auto audit_default = audit(audit::AuditOptions().memory_window, &audit_large);
+  auto audit_default =
+      AuditPair(derived, source, audit::AuditOptions().memory_window, &audit_large);
   ASSERT_TRUE(audit_default.ok()) << audit_default.status();
   EXPECT_EQ(audit_bounded->OverallVerdict(), evidence::Verdict::kPass);
   ASSERT_TRUE(audit_bounded->block_forward.has_value());
