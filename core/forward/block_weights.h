@@ -109,8 +109,8 @@ enum class BlockPart { kRouting, kExpert, kShared, kLatentOut };
 
 // The tensors part `part` of layer `layer` reads (kExpert: of expert `expert`; gpt-oss stores
 // its experts stacked, so each of its experts reads the stacked tensors of both fused
-// projections, in the layout stored: transformers' MXFP4 or ModelOpt's NVFP4 export, docs/forward.md).
-// NOT_FOUND or INVALID_ARGUMENT as LoadBlockWeights.
+// projections in the layout stored: transformers' MXFP4 or ModelOpt's NVFP4 export,
+// docs/forward.md). NOT_FOUND or INVALID_ARGUMENT as LoadBlockWeights.
 absl::StatusOr<std::vector<TensorRef>> BlockPartTensors(const Checkpoint& ckpt,
                                                         const BlockConfig& config, int layer,
                                                         BlockPart part, int expert = -1);
