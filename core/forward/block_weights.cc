@@ -1,11 +1,14 @@
 #include "core/forward/block_weights.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/quant/codecs.h"
 #include "core/quant/fp4_tensor.h"
+#include "core/quant/gpt_oss_layout.h"
 #include "core/quant/quant_weight.h"
 #include "core/quant/x4t_container.h"
 
@@ -38,7 +41,7 @@ constexpr TensorNames kDeepSeekNames = {
     "mlp.", "gate.weight", "", "gate.e_score_correction_bias", "", "", "",
     "shared_experts.gate_proj.weight", "shared_experts.up_proj.weight",
     "shared_experts.down_proj.weight", "gate_proj", "up_proj", "down_proj"};
-// gpt-oss experts are stacked tensors (experts.gate_up_proj_blocks ...), handled separately.
+// gpt-oss experts are stacked tensors in one of two layouts (GptOssTensors below).
 constexpr TensorNames kGptOssNames = {"mlp.", "router.weight", "router.bias", "", "", "", "",
                                       "", "", "", "", "", ""};
 
@@ -154,54 +157,178 @@ class Loader {
   const std::string prefix_;
 };
 
-// gpt-oss stores experts stacked, gate/up interleaved on rows (even gate, odd up), as
-// `*_blocks` [E, rows, cols/32, 16] and `*_scales` [E, rows, cols/32] (formats.md §4). The
-// rows of one expert are contiguous, so the down matrix is a view; gate and up are copied.
-absl::Status LoadGptOssExperts(const Loader& l, const BlockConfig& c,
-                               const std::vector<int>& experts, BlockWeights* w) {
-  const uint64_t E = c.experts, H = c.hidden, I = c.expert_intermediate;
-  auto gu_blocks = l.Get("experts.gate_up_proj_blocks", {E, 2 * I, H / 32, 16});
-  auto gu_scales = l.Get("experts.gate_up_proj_scales", {E, 2 * I, H / 32});
-  auto gu_bias = l.Floats("experts.gate_up_proj_bias", {E, 2 * I});
-  auto d_blocks = l.Get("experts.down_proj_blocks", {E, H, I / 32, 16});
-  auto d_scales = l.Get("experts.down_proj_scales", {E, H, I / 32});
-  auto d_bias = l.Floats("experts.down_proj_bias", {E, H});
-  for (const absl::Status& s : {gu_blocks.status(), gu_scales.status(), gu_bias.status(),
-                                d_blocks.status(), d_scales.status(), d_bias.status()}) {
-    if (!s.ok()) return s;
+// gpt-oss stores a layer's experts stacked, in two fused tensors X = gate_up_proj ([2I, H] per
+// expert, gate and up interleaved: even rows gate, odd rows up) and X = down_proj ([H, I]), each
+// in one of two layouts (docs/quant.md "gpt-oss layouts", docs/formats.md §10): transformers'
+// MXFP4 (`X_blocks`, `X_scales`) or ModelOpt's NVFP4 export (`X`, `X_weight_scale`, the 0-d
+// multiplier `X_weight_scale_2`), with `X_bias` in both. Names, shapes and the position of each
+// element come from core/quant/gpt_oss_layout.h. ModelOpt's `X_input_scale` (W4A4) is not read:
+// the forward computes on the stored weights (W4A16).
+using quant::gptoss::Fused;
+using quant::gptoss::Projection;
+
+quant::gptoss::Dims GptOssDims(const BlockConfig& c) {
+  return {static_cast<uint64_t>(c.experts), static_cast<uint64_t>(c.hidden),
+          static_cast<uint64_t>(c.expert_intermediate)};
+}
+
+// The tensors of fused tensor `f` the forward reads, in the layout the checkpoint stores:
+// packed codes, block scales, (ModelOpt) the global scale, then the bias. `experts` is the
+// prefix ending in "experts.". INVALID_ARGUMENT when both layouts are stored (never a guess).
+struct GptOssStored {
+  bool modelopt = false;
+  std::vector<quant::gptoss::TensorSpec> tensors;
+};
+
+absl::StatusOr<GptOssStored> GptOssTensors(const Checkpoint& ckpt, const std::string& experts,
+                                           const BlockConfig& c, Fused f) {
+  const std::string base = experts + quant::gptoss::FusedName(f);
+  GptOssStored out;
+  out.modelopt = ckpt.Find(base).has_value();
+  if (out.modelopt && ckpt.Find(base + "_blocks")) {
+    return absl::InvalidArgumentError(absl::StrCat(ckpt.root(), ": both ", base,
+                                                   "_blocks (MXFP4) and ", base,
+                                                   " (ModelOpt NVFP4) are stored"));
   }
+  if (!out.modelopt && !ckpt.Find(base + "_blocks")) {
+    return absl::NotFoundError(absl::StrCat(ckpt.root(), ": tensor ", base, "_blocks (MXFP4) or ",
+                                            base, " (ModelOpt NVFP4) missing"));
+  }
+  out.tensors = out.modelopt ? quant::gptoss::ModelOptTensors(experts, GptOssDims(c), f,
+                                                              /*w4a4=*/false, DType::kBF16)
+                             : quant::gptoss::Mxfp4Tensors(experts, GptOssDims(c), f,
+                                                           DType::kBF16);
+  return out;
+}
+
+// One fused tensor of a layer's experts as stored, checked against its layout.
+struct StackedFused {
+  Fused fused = Fused::kGateUp;
+  bool modelopt = false;
+  TensorRef packed, scales;
+  quant::Nvfp4Global global;  // ModelOpt: {weight_scale_2, multiplier}
+  std::vector<float> bias;    // [E, R]
+};
+
+absl::StatusOr<StackedFused> LoadStackedFused(const Checkpoint& ckpt, const Loader& l,
+                                              const std::string& prefix, const BlockConfig& c,
+                                              Fused f) {
+  if (c.hidden % 32 != 0 || c.expert_intermediate % 32 != 0) {  // whole groups in both layouts
+    return absl::InvalidArgumentError(absl::StrCat(
+        ckpt.root(), ": gpt-oss hidden_size ", c.hidden, " and intermediate_size ",
+        c.expert_intermediate, " must be multiples of 32"));
+  }
+  auto stored = GptOssTensors(ckpt, prefix + "experts.", c, f);
+  if (!stored.ok()) return stored.status();
+  StackedFused s;
+  s.fused = f;
+  s.modelopt = stored->modelopt;
+  for (const quant::gptoss::TensorSpec& spec : stored->tensors) {
+    const std::string rel = spec.name.substr(prefix.size());
+    if (absl::EndsWith(spec.name, "_bias")) {  // BF16 or F32, decoded
+      auto b = l.Floats(rel, spec.shape);
+      if (!b.ok()) return b.status();
+      s.bias = std::move(*b);
+      continue;
+    }
+    auto t = l.Get(rel, spec.shape);
+    if (!t.ok()) return t.status();
+    // transformers stores the E8M0 scale bytes as U8; F8_E8M0 is the same bytes.
+    const DType d = t->info->dtype;
+    if (d != spec.dtype && !(spec.dtype == DType::kU8 && d == DType::kF8_E8M0 &&
+                             absl::EndsWith(spec.name, "_scales"))) {
+      return absl::InvalidArgumentError(absl::StrCat(t->file->path(), ": tensor ", spec.name,
+                                                     " has dtype ", DTypeName(d), ", expected ",
+                                                     DTypeName(spec.dtype)));
+    }
+    if (absl::EndsWith(spec.name, "_weight_scale_2")) {
+      auto g = quant::ReadScalarF32(*t);
+      if (!g.ok()) return g.status();
+      s.global = {*g, quant::GlobalRole::kMultiplier};
+    } else if (s.packed.info == nullptr) {
+      s.packed = *t;  // the specs list the codes first, then the block scales
+    } else {
+      s.scales = *t;
+    }
+  }
+  return s;
+}
+
+// Projection `p` of expert `e` as the row-major Fp4Matrix the CPU stages and the CUDA kernels
+// take ([rows, cols/2] codes, [rows, cols/group] scales), copied through the layout maps: a
+// transformers row is contiguous; ModelOpt's fused row is the fastest axis, so its bytes are
+// gathered one by one (each byte keeps its two codes: columns 2k and 2k + 1 of one row).
+Fp4Matrix GptOssMatrix(const StackedFused& s, const quant::gptoss::Dims& d, Projection p,
+                       uint64_t e) {
+  const Fused f = s.fused;
+  const uint64_t rows = p == Projection::kDown ? d.hidden : d.intermediate, cols = d.Cols(f);
+  Fp4Matrix m;
+  m.name = absl::StrCat(s.packed.info->name, "[", e, "].", quant::gptoss::ProjectionName(p));
+  m.scale_kind = s.modelopt ? Fp4Scale::kE4M3Group16 : Fp4Scale::kE8M0Group32;
+  m.rows = static_cast<int64_t>(rows);
+  m.cols = static_cast<int64_t>(cols);
+  m.global = s.global;
+  const uint64_t pb = cols / 2, sb = cols / m.group();
+  auto store = std::make_shared<std::vector<uint8_t>>(rows * (pb + sb));
+  uint8_t* packed = store->data();
+  uint8_t* scales = packed + rows * pb;
+  const uint8_t* src_packed = s.packed.bytes().data();
+  const uint8_t* src_scales = s.scales.bytes().data();
+  if (!s.modelopt) {
+    for (uint64_t r = 0; r < rows; ++r) {
+      const quant::gptoss::ElementAt at =
+          quant::gptoss::Mxfp4Position(d, f, quant::gptoss::ToFused(p, e, r, 0));
+      std::memcpy(packed + r * pb, src_packed + at.code.byte, pb);
+      std::memcpy(scales + r * sb, src_scales + at.scale, sb);
+    }
+  } else {
+    // In 64 x 64 tiles: about 60 ms per gpt-oss-120b expert instead of 120 ms (docs/forward.md,
+    // "Streamed").
+    constexpr uint64_t kTile = 64;
+    for (uint64_t k0 = 0; k0 < pb; k0 += kTile) {
+      for (uint64_t r0 = 0; r0 < rows; r0 += kTile) {
+        for (uint64_t k = k0; k < std::min(pb, k0 + kTile); ++k) {
+          for (uint64_t r = r0; r < std::min(rows, r0 + kTile); ++r) {
+            const quant::gptoss::ElementAt at =
+                quant::gptoss::ModelOptPosition(d, f, quant::gptoss::ToFused(p, e, r, 2 * k));
+            packed[r * pb + k] = src_packed[at.code.byte];
+            if (k % 8 == 0) scales[r * sb + k / 8] = src_scales[at.scale];
+          }
+        }
+      }
+    }
+  }
+  m.packed = {packed, rows * pb};
+  m.scales = {scales, rows * sb};
+  m.keepalive = std::move(store);
+  return m;
+}
+
+absl::Status LoadGptOssExperts(const Checkpoint& ckpt, const Loader& l, const std::string& prefix,
+                               const BlockConfig& c, const std::vector<int>& experts,
+                               BlockWeights* w) {
+  const quant::gptoss::Dims d = GptOssDims(c);
+  auto gate_up = LoadStackedFused(ckpt, l, prefix, c, Fused::kGateUp);
+  if (!gate_up.ok()) return gate_up.status();
+  auto down = LoadStackedFused(ckpt, l, prefix, c, Fused::kDown);
+  if (!down.ok()) return down.status();
+  const uint64_t E = d.experts, H = d.hidden, I = d.intermediate;
   for (int id : experts) {
     if (id < 0 || static_cast<uint64_t>(id) >= E) {
       return absl::InvalidArgumentError(absl::StrCat("expert ", id, " of ", E));
     }
     const uint64_t e = static_cast<uint64_t>(id);
     ExpertWeights& x = w->experts[e];
-    auto split = std::make_shared<std::vector<uint8_t>>();
-    const uint64_t pb = H / 2, sb = H / 32;
-    split->resize(2 * I * (pb + sb));
-    uint8_t* gp = split->data();
-    uint8_t* up = gp + I * pb;
-    uint8_t* gs = up + I * pb;
-    uint8_t* us = gs + I * sb;
-    const uint8_t* srcp = gu_blocks->bytes().data() + e * 2 * I * pb;
-    const uint8_t* srcs = gu_scales->bytes().data() + e * 2 * I * sb;
+    x.gate = GptOssMatrix(*gate_up, d, Projection::kGate, e);
+    x.up = GptOssMatrix(*gate_up, d, Projection::kUp, e);
+    x.down = GptOssMatrix(*down, d, Projection::kDown, e);
+    x.gate_bias.clear();
+    x.up_bias.clear();
     for (uint64_t r = 0; r < I; ++r) {
-      std::memcpy(gp + r * pb, srcp + (2 * r) * pb, pb);
-      std::memcpy(up + r * pb, srcp + (2 * r + 1) * pb, pb);
-      std::memcpy(gs + r * sb, srcs + (2 * r) * sb, sb);
-      std::memcpy(us + r * sb, srcs + (2 * r + 1) * sb, sb);
-      x.gate_bias.push_back((*gu_bias)[e * 2 * I + 2 * r]);
-      x.up_bias.push_back((*gu_bias)[e * 2 * I + 2 * r + 1]);
+      x.gate_bias.push_back(gate_up->bias[e * 2 * I + 2 * r]);
+      x.up_bias.push_back(gate_up->bias[e * 2 * I + 2 * r + 1]);
     }
-    const std::string base = absl::StrCat("experts.", e);
-    x.gate = {base + ".gate", Fp4Scale::kE8M0Group32, static_cast<int64_t>(I),
-              static_cast<int64_t>(H), {gp, I * pb}, {gs, I * sb}, {}, split};
-    x.up = {base + ".up", Fp4Scale::kE8M0Group32, static_cast<int64_t>(I),
-            static_cast<int64_t>(H), {up, I * pb}, {us, I * sb}, {}, split};
-    x.down = {base + ".down", Fp4Scale::kE8M0Group32, static_cast<int64_t>(H),
-              static_cast<int64_t>(I), d_blocks->bytes().subspan(e * H * I / 2, H * I / 2),
-              d_scales->bytes().subspan(e * H * (I / 32), H * (I / 32)), {}, nullptr};
-    x.down_bias.assign(d_bias->begin() + e * H, d_bias->begin() + (e + 1) * H);
+    x.down_bias.assign(down->bias.begin() + e * H, down->bias.begin() + (e + 1) * H);
     for (const Fp4Matrix* m : {&x.gate, &x.up, &x.down}) {
       if (absl::Status s = m->Validate(); !s.ok()) return s;
     }
@@ -217,6 +344,10 @@ absl::Status Fp4Matrix::Validate() const {
       scales.size() != static_cast<size_t>(rows * cols / g)) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": FP4 sizes inconsistent with [", rows,
                                                    ", ", cols, "]"));
+  }
+  if (scale_kind == Fp4Scale::kE4M3Group16) {  // a zero or non-finite global: no values
+    auto v = quant::Nvfp4View::Make(name, packed, scales, global, rows, cols);
+    if (!v.ok()) return v.status();
   }
   const int64_t groups = cols / g;
   for (int64_t r = 0; r < rows; ++r) {
@@ -371,10 +502,6 @@ std::array<std::string, 3> ExpertModules(const TensorNames& n, int64_t e) {
   return {base + n.expert_gate, base + n.expert_up, base + n.expert_down};
 }
 
-const char* const kGptOssExpertTensors[] = {
-    "experts.gate_up_proj_blocks", "experts.gate_up_proj_scales", "experts.gate_up_proj_bias",
-    "experts.down_proj_blocks",    "experts.down_proj_scales",    "experts.down_proj_bias"};
-
 }  // namespace
 
 absl::StatusOr<std::vector<TensorRef>> BlockPartTensors(const Checkpoint& ckpt,
@@ -395,11 +522,22 @@ absl::StatusOr<std::vector<TensorRef>> BlockPartTensors(const Checkpoint& ckpt,
       if (c.shared_intermediate > 0) names = {n.shared_gate, n.shared_up, n.shared_down};
       break;
     case BlockPart::kExpert: {
-      if (c.family == BlockFamily::kGptOss) {
-        names.assign(std::begin(kGptOssExpertTensors), std::end(kGptOssExpertTensors));
-        break;
-      }
       std::vector<TensorRef> out;
+      if (c.family == BlockFamily::kGptOss) {  // the stacked tensors of every expert
+        for (Fused f : {Fused::kGateUp, Fused::kDown}) {
+          auto stored = GptOssTensors(ckpt, prefix + "experts.", c, f);
+          if (!stored.ok()) return stored.status();
+          for (const quant::gptoss::TensorSpec& spec : stored->tensors) {
+            std::optional<TensorRef> t = ckpt.Find(spec.name);
+            if (!t) {
+              return absl::NotFoundError(
+                  absl::StrCat(ckpt.root(), ": tensor ", spec.name, " missing"));
+            }
+            out.push_back(*t);
+          }
+        }
+        return out;
+      }
       for (const std::string& module : ExpertModules(n, expert)) {
         auto q = quant::ResolveWeight(ckpt, prefix + module);
         if (!q.ok()) return q.status();
@@ -424,7 +562,8 @@ absl::StatusOr<std::vector<TensorRef>> BlockPartTensors(const Checkpoint& ckpt,
 std::vector<ExpertGlobalScale> ExpertGlobalScales(const Checkpoint& ckpt, const BlockConfig& c,
                                                   int layer) {
   std::vector<ExpertGlobalScale> out;
-  if (c.family == BlockFamily::kGptOss) return out;  // MXFP4: no global scales
+  // gpt-oss: gate and up are one fused tensor with one global scale (ModelOpt) or none (MXFP4).
+  if (c.family == BlockFamily::kGptOss) return out;
   const TensorNames& n = NamesFor(c.family);
   const std::string prefix = BlockPrefix(ckpt, n, layer);
   for (int64_t e = 0; e < c.experts; ++e) {
@@ -440,7 +579,8 @@ std::vector<ExpertGlobalScale> ExpertGlobalScales(const Checkpoint& ckpt, const 
 absl::Status LoadBlockPart(const Checkpoint& ckpt, const BlockConfig& c, int layer,
                            BlockPart part, const std::vector<int>& experts, BlockWeights* w) {
   const TensorNames& n = NamesFor(c.family);
-  Loader l(ckpt, BlockPrefix(ckpt, n, layer));
+  const std::string prefix = BlockPrefix(ckpt, n, layer);
+  Loader l(ckpt, prefix);
   const int64_t H = c.hidden, E = c.experts, I = c.expert_intermediate;
   const int64_t in = c.latent > 0 ? c.latent : H;
   switch (part) {
@@ -493,7 +633,7 @@ absl::Status LoadBlockPart(const Checkpoint& ckpt, const BlockConfig& c, int lay
     case BlockPart::kExpert:
       w->experts.resize(E);
       if (c.family == BlockFamily::kGptOss) {
-        if (absl::Status s = LoadGptOssExperts(l, c, experts, w); !s.ok()) return s;
+        if (absl::Status s = LoadGptOssExperts(ckpt, l, prefix, c, experts, w); !s.ok()) return s;
       } else {
         for (int e : experts) {
           if (e < 0 || e >= E) {

@@ -65,8 +65,9 @@ struct Fp4Matrix {
   std::shared_ptr<const void> keepalive;
 
   int group() const { return scale_kind == Fp4Scale::kE8M0Group32 ? 32 : 16; }
-  // Sizes consistent, and no NaN scale (E8M0 0xFF, E4M3 0x7F/0xFF) on a group holding a
-  // nonzero nibble. DATA_LOSS naming the tensor, row and group.
+  // Sizes consistent, an NVFP4 global scale finite and nonzero (INVALID_ARGUMENT), and no NaN
+  // scale (E8M0 0xFF, E4M3 0x7F/0xFF) on a group holding a nonzero nibble (DATA_LOSS naming
+  // the tensor, row and group).
   absl::Status Validate() const;
   // Decoded values of row r: exact for MXFP4, and for NVFP4 whenever the global scale is a
   // power of two (as in lossless transcodes); otherwise the double nearest e2m1 * s / global.
@@ -107,8 +108,9 @@ absl::Status CheckLatentOutWeights(const BlockConfig& config, const BlockWeights
 enum class BlockPart { kRouting, kExpert, kShared, kLatentOut };
 
 // The tensors part `part` of layer `layer` reads (kExpert: of expert `expert`; gpt-oss stores
-// its experts stacked, so each of its experts reads the six stacked tensors). NOT_FOUND or
-// INVALID_ARGUMENT as LoadBlockWeights.
+// its experts stacked, so each of its experts reads the stacked tensors of both fused
+// projections in the layout stored: transformers' MXFP4 or ModelOpt's NVFP4 export,
+// docs/forward.md). NOT_FOUND or INVALID_ARGUMENT as LoadBlockWeights.
 absl::StatusOr<std::vector<TensorRef>> BlockPartTensors(const Checkpoint& ckpt,
                                                         const BlockConfig& config, int layer,
                                                         BlockPart part, int expert = -1);

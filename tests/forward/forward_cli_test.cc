@@ -123,6 +123,54 @@ TEST(ForwardCli, MemoryWindow) {
   EXPECT_NE(tiny.err.find("--memory-window"), std::string::npos) << tiny.err;
 }
 
+// gpt-oss's ModelOpt NVFP4 export against its MXFP4 source through the binary: `forward
+// --layers all` and `audit --forward-layers all` exit 0 (the same report in a window smaller
+// than one layer of the two trees), and the lossy export exits 1 naming its layers.
+TEST(ForwardCli, GptOssModelOptExport) {
+  const std::string source = " --source " + Fixture("mini-gpt-oss-mxfp4").string();
+  const std::string args = "--root " + Fixture("mini-gpt-oss-modelopt-nvfp4").string() + source +
+                           " --layers all --json";
+  CliRun unbounded = Cli(args);
+  ASSERT_EQ(unbounded.rc, 0) << unbounded.out << unbounded.err;
+  EXPECT_EQ(nlohmann::json::parse(unbounded.out)["verdict"], "bit-identical");
+  for (const char* window : {"1M", "144K"}) {
+    CliRun bounded = Cli(args + " --memory-window " + window);
+    ASSERT_EQ(bounded.rc, 0) << window << ": " << bounded.err;
+    EXPECT_EQ(bounded.out, unbounded.out) << window;
+  }
+  CliRun lossy = Cli("--root " + Fixture("mini-gpt-oss-modelopt-lossy").string() + source +
+                     " --layers all");
+  EXPECT_EQ(lossy.rc, 1) << lossy.out << lossy.err;
+  EXPECT_NE(lossy.out.find("verdict: different (0 of 2 layers passed)"), std::string::npos)
+      << lossy.out;
+
+  TempDir dir;
+  ASSERT_EQ(::ckpt::testing::RunCli("keys generate --out " + (dir / "k.pem").string() +
+                                        " --trust " + (dir / "trust").string(),
+                                    dir.path())
+                .rc,
+            0);
+  auto audit = [&](const std::string& derived) {
+    return ::ckpt::testing::RunCli("audit " + Fixture(derived).string() + source +
+                                       " --forward-layers all --json --db " +
+                                       (dir / "log.db").string() + " --key " +
+                                       (dir / "k.pem").string(),
+                                   dir.path());
+  };
+  CliRun pass = audit("mini-gpt-oss-modelopt-nvfp4");
+  ASSERT_EQ(pass.rc, 0) << pass.out << pass.err;
+  CliRun fail = audit("mini-gpt-oss-modelopt-lossy");
+  EXPECT_EQ(fail.rc, 1) << fail.out << fail.err;
+  const nlohmann::json j = nlohmann::json::parse(fail.out);
+  bool seen = false;
+  for (const auto& check : j["checks"]) {
+    if (check["name"] != "block_forward") continue;
+    seen = true;
+    EXPECT_EQ(check["verdict"], "fail");
+  }
+  EXPECT_TRUE(seen) << fail.out;
+}
+
 TEST(ForwardCli, DiffExitCodes) {
   TempDir dir;
   const std::string a = (dir / "a.safetensors").string(), b = (dir / "b.safetensors").string();

@@ -43,6 +43,19 @@ uint64_t LayerBytes(const std::string& root, int layer, const std::string& under
   return bytes;
 }
 
+// The audit of the pair with the forward of every layer, in `window`.
+absl::StatusOr<evidence::EvidenceRecord> AuditPair(const std::string& derived,
+                                                   const std::string& source, uint64_t window,
+                                                   audit::AuditStats* stats) {
+  audit::AuditOptions o;
+  o.root = derived;
+  o.source = source;
+  o.forward_layers = "all";
+  o.memory_window = window;
+  o.threads = 3;
+  return audit::RunAudit(o, NoProgress(), stats);
+}
+
 ForwardAuditOptions Options(const std::string& derived, uint64_t window) {
   ForwardAuditOptions o;
   o.root = derived;
@@ -91,19 +104,10 @@ TEST(ForwardStream, AuditInAWindowSmallerThanOneLayerEqualsTheUnboundedRun) {
   const auto derived = CopyFixture("mini-kimi-nvfp4", dir);
   ASSERT_LT(kAuditWindow, LayerBytes(derived.string(), 1));
   ASSERT_LT(kAuditWindow, LayerBytes(source.string(), 1));
-  auto audit = [&](uint64_t window, audit::AuditStats* stats) {
-    audit::AuditOptions o;
-    o.root = derived.string();
-    o.source = source.string();
-    o.forward_layers = "all";
-    o.memory_window = window;
-    o.threads = 3;
-    return audit::RunAudit(o, NoProgress(), stats);
-  };
   audit::AuditStats small, large;
-  auto bounded = audit(kAuditWindow, &small);
+  auto bounded = AuditPair(derived.string(), source.string(), kAuditWindow, &small);
   ASSERT_TRUE(bounded.ok()) << bounded.status();
-  auto unbounded = audit(kUnbounded, &large);
+  auto unbounded = AuditPair(derived.string(), source.string(), kUnbounded, &large);
   ASSERT_TRUE(unbounded.ok()) << unbounded.status();
   EXPECT_EQ(bounded->OverallVerdict(), evidence::Verdict::kPass);
   ASSERT_TRUE(bounded->block_forward.has_value());
@@ -112,6 +116,50 @@ TEST(ForwardStream, AuditInAWindowSmallerThanOneLayerEqualsTheUnboundedRun) {
             DumpJson(unbounded->block_forward->ToJson()));
   EXPECT_LE(small.peak_kept_bytes, kAuditWindow);
   EXPECT_EQ(small.bytes_read, large.bytes_read);
+}
+
+// gpt-oss reads a layer's experts as one stacked unit, in the layout each tree stores
+// (forward_stream.h): ModelOpt's export against its MXFP4 source, forward and audit, in a window
+// smaller than one layer of the two trees (but holding the stacked unit of both) give the
+// default window's report, within the window.
+TEST(ForwardStream, GptOssModelOptInAWindowSmallerThanOneLayerEqualsTheDefault) {
+  constexpr uint64_t kGptOssWindow = 144ull << 10;
+  const std::string source = Fixture("mini-gpt-oss-mxfp4").string();
+  const std::string derived = Fixture("mini-gpt-oss-modelopt-nvfp4").string();
+  ASSERT_LT(kGptOssWindow, LayerBytes(derived, 0) + LayerBytes(source, 0));
+  ASSERT_GT(kGptOssWindow, LayerBytes(derived, 0, "mlp.experts.") +
+                               LayerBytes(source, 0, "mlp.experts."));
+  ForwardAuditOptions o = Options(derived, kGptOssWindow);
+  o.source = source;
+  ForwardReadStats small, large;
+  auto bounded = audit::RunForward("all", o, CpuDevice(), &small);
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  o.memory_window = ForwardAuditOptions().memory_window;
+  auto unbounded = audit::RunForward("all", o, CpuDevice(), &large);
+  ASSERT_TRUE(unbounded.ok()) << unbounded.status();
+  EXPECT_TRUE(bounded->passed) << DumpJson(bounded->report.ToJson());
+  EXPECT_EQ(bounded->report.layers.size(), 2u);
+  EXPECT_EQ(DumpJson(bounded->report.ToJson()), DumpJson(unbounded->report.ToJson()));
+  EXPECT_LE(small.peak_kept_bytes, kGptOssWindow);
+  EXPECT_EQ(small.bytes_read, large.bytes_read);
+  std::printf("[ measured ] forward --layers all, gpt-oss modelopt vs mxfp4: peak %llu bytes in a "
+              "%llu-byte window (default window: %llu)\n",
+              static_cast<unsigned long long>(small.peak_kept_bytes),
+              static_cast<unsigned long long>(kGptOssWindow),
+              static_cast<unsigned long long>(large.peak_kept_bytes));
+
+  audit::AuditStats audit_small, audit_large;
+  auto audit_bounded = AuditPair(derived, source, kGptOssWindow, &audit_small);
+  ASSERT_TRUE(audit_bounded.ok()) << audit_bounded.status();
+  auto audit_default =
+      AuditPair(derived, source, audit::AuditOptions().memory_window, &audit_large);
+  ASSERT_TRUE(audit_default.ok()) << audit_default.status();
+  EXPECT_EQ(audit_bounded->OverallVerdict(), evidence::Verdict::kPass);
+  ASSERT_TRUE(audit_bounded->block_forward.has_value());
+  EXPECT_EQ(audit_bounded->block_forward->layers.size(), 2u);
+  EXPECT_EQ(DumpJson(audit_bounded->block_forward->ToJson()),
+            DumpJson(audit_default->block_forward->ToJson()));
+  EXPECT_LE(audit_small.peak_kept_bytes, kGptOssWindow);
 }
 
 // Each unit's rows, combined in top-k order by the last unit, give a whole-block run's bits.

@@ -25,6 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::ckpt::quant::testing::MutateTensor;
+using ::ckpt::quant::testing::RewriteTensors;
 using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::Fixture;
 using ::ckpt::testing::ReadAll;
@@ -59,26 +60,6 @@ const GptOssWindowStats* Window(const PairVerifyResult& r, const std::string& te
   }
   ADD_FAILURE() << "no window for " << tensor;
   return nullptr;
-}
-
-// Rewrites the derived copy's model.safetensors through `edit`, which may change a tensor's
-// shape or return false to drop it.
-void Rewrite(const fs::path& dir, const std::function<bool(TensorToWrite&)>& edit) {
-  std::vector<TensorToWrite> out;
-  {
-    auto c = Checkpoint::Open(dir.string());
-    ASSERT_TRUE(c.ok()) << c.status();
-    for (const std::string& n : (*c)->TensorNames()) {
-      const TensorRef t = *(*c)->Find(n);
-      TensorToWrite w = TensorToWrite::Owned(n, t.info->dtype, t.info->shape,
-                                             {t.bytes().begin(), t.bytes().end()});
-      if (edit(w)) out.push_back(std::move(w));
-    }
-  }
-  fs::remove(dir / "model.safetensors");
-  ASSERT_TRUE(
-      WriteSafetensors((dir / "model.safetensors").string(), std::move(out), {{"format", "pt"}})
-          .ok());
 }
 
 TEST(GptOssFixture, CommittedFilesAreWhatTheGeneratorWrites) {
@@ -246,7 +227,7 @@ TEST(GptOssPair, WeightScale2IsAMultiplier) {
 TEST(GptOssPair, DerivedContractViolationsAreNamed) {
   TempDir tmp;
   const fs::path dst = CopyFixture(kLossless, tmp);
-  Rewrite(dst, [](TensorToWrite& t) {
+  RewriteTensors(dst, [](TensorToWrite& t) {
     if (t.name == kL0 + "gate_up_proj") t.shape = {4, 128, 48};
     if (t.name == kL1 + "down_proj_weight_scale_2") {
       t.shape = {2};

@@ -1,5 +1,5 @@
-// Helpers for quant tests: mutate tensors inside a copied checkpoint's shards in place, read a
-// tree back, make writes fail past a size.
+// Helpers for quant tests: mutate tensors inside a copied checkpoint's shards in place, rewrite
+// a one-shard checkpoint's tensors, read a tree back, make writes fail past a size.
 #ifndef CKPT_TESTS_QUANT_QUANT_TEST_UTIL_H_
 #define CKPT_TESTS_QUANT_QUANT_TEST_UTIL_H_
 
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/checkpoint.h"
+#include "core/quant/safetensors_writer.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -39,6 +40,27 @@ inline void MutateTensor(const std::filesystem::path& root, const std::string& t
   f.seekp(static_cast<std::streamoff>(offset));
   f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(f.good()) << path;
+}
+
+// Rewrites the (copied) checkpoint's model.safetensors through `edit`, which may change a
+// tensor's name or shape, or return false to drop it.
+inline void RewriteTensors(const std::filesystem::path& dir,
+                           const std::function<bool(TensorToWrite&)>& edit) {
+  std::vector<TensorToWrite> out;
+  {
+    auto c = Checkpoint::Open(dir.string());
+    ASSERT_TRUE(c.ok()) << c.status();
+    for (const std::string& n : (*c)->TensorNames()) {
+      const TensorRef t = *(*c)->Find(n);
+      TensorToWrite w = TensorToWrite::Owned(n, t.info->dtype, t.info->shape,
+                                             {t.bytes().begin(), t.bytes().end()});
+      if (edit(w)) out.push_back(std::move(w));
+    }
+  }
+  std::filesystem::remove(dir / "model.safetensors");
+  ASSERT_TRUE(WriteSafetensors((dir / "model.safetensors").string(), std::move(out),
+                               {{"format", "pt"}})
+                  .ok());
 }
 
 // Every file under `root` by relative path, with its bytes.
