@@ -77,6 +77,15 @@ absl::Status CheckDigest(absl::string_view digest, absl::string_view what) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ParseRegistry(absl::string_view text) {
+  std::string registry = absl::AsciiStrToLower(text);
+  if (!RegistryOk(registry)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "' is not a registry (host[:port], e.g. registry.example:5000)"));
+  }
+  return registry;
+}
+
 absl::StatusOr<Reference> ParseReference(absl::string_view text) {
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not an OCI reference (",
@@ -88,8 +97,9 @@ absl::StatusOr<Reference> ParseReference(absl::string_view text) {
   size_t slash = rest.find('/');
   if (slash == absl::string_view::npos) return bad("no repository");
   Reference r;
-  r.registry = absl::AsciiStrToLower(rest.substr(0, slash));
-  if (!RegistryOk(r.registry)) return bad("the registry is not a host[:port]");
+  auto registry = ParseRegistry(rest.substr(0, slash));
+  if (!registry.ok()) return bad("the registry is not a host[:port]");
+  r.registry = *std::move(registry);
   rest.remove_prefix(slash + 1);
   if (size_t at = rest.find('@'); at != absl::string_view::npos) {
     r.digest = std::string(rest.substr(at + 1));

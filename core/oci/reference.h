@@ -35,6 +35,10 @@ bool IsOciReference(absl::string_view text);
 // with 64 lowercase hex digits).
 absl::StatusOr<Reference> ParseReference(absl::string_view text);
 
+// A registry named alone (ckpt-auditd --allow-registry): host[:port], lower-cased as
+// ParseReference lower-cases a reference's; INVALID_ARGUMENT naming the text otherwise.
+absl::StatusOr<std::string> ParseRegistry(absl::string_view text);
+
 // "sha256:<hex>" of `bytes`.
 std::string DigestOf(absl::string_view bytes);
 // INVALID_ARGUMENT unless `digest` is "sha256:" and 64 lowercase hex digits.

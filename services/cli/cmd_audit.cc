@@ -18,12 +18,12 @@
 #include "core/audit/parts.h"
 #include "core/text/json_dump.h"
 #include "core/interop/publish.h"
+#include "core/oci/audit_trees.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
 #include "services/cli/forward_device.h"
 #include "services/cli/log_heads.h"
-#include "services/cli/oci_trees.h"
 #include "services/cli/read_file.h"
 #include "storage/evidence_log.h"
 
@@ -147,7 +147,7 @@ int Run(AuditArgs a) {
   if (!emulation.ok()) return ReportError(emulation.status());
   a.options.forward_emulation = *emulation;
   // oci://REGISTRY/REPO@sha256:... (or :TAG) as ROOT or --source (docs/interop.md).
-  if (absl::Status s = OpenOciTrees(&a.options); !s.ok()) return ReportError(s);
+  if (absl::Status s = oci::OpenOciTrees(&a.options); !s.ok()) return ReportError(s);
   if (!a.part.empty()) return RunPart(a);
   auto setup = ResolveEvidenceSetup(a.db, a.key);
   if (!setup.ok()) return ReportError(setup.status());

@@ -207,6 +207,9 @@ int Submit(const RemoteArgs& a) {
     return ReportError(absl::Status(static_cast<absl::StatusCode>(job.error_code()),
                                     job.error_message()));
   }
+  if (job.error_code() != 0) {  // succeeded, but --attach failed (docs/daemon.md)
+    std::fprintf(stderr, "warning: %s\n", job.error_message().c_str());
+  }
   if (a.json) {
     nlohmann::json j = {{"job", job.id()}, {"verdict", job.verdict()},
                         {"record_id", job.record_id()}, {"server", server}};

@@ -12,6 +12,8 @@
 #include "core/evidence/record.h"
 #include "core/evidence/strict_json.h"
 #include "core/interop/publish.h"
+#include "core/oci/attach_record.h"
+#include "core/oci/audit_trees.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
 #ifdef CKPT_HAVE_CUDA
@@ -134,6 +136,15 @@ absl::StatusOr<std::unique_ptr<AuditBackend>> AuditBackend::Create(
     if (!real.ok()) return real.status();
     resolved.allowed_roots.push_back(*real);
   }
+  resolved.allowed_registries.clear();
+  for (const std::string& registry : options.allowed_registries) {
+    auto parsed = oci::ParseRegistry(registry);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--allow-registry: ",
+                                                     parsed.status().message()));
+    }
+    resolved.allowed_registries.push_back(*std::move(parsed));
+  }
   storage::LogOpenOptions open;
   open.create = true;
   open.label = kLogLabel;
@@ -223,6 +234,22 @@ absl::StatusOr<std::string> AuditBackend::CheckAllowed(const std::string& root) 
       absl::StrCat(root, " is outside the daemon's allowed roots"));
 }
 
+absl::StatusOr<oci::Reference> AuditBackend::CheckRegistry(absl::string_view field,
+                                                          const std::string& text) const {
+  auto ref = oci::ParseReference(text);
+  if (!ref.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", ref.status().message()));
+  }
+  for (const std::string& allowed : options_.allowed_registries) {
+    if (ref->registry == allowed) return ref;
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      field, ": registry ", ref->registry, " is not on the daemon's allowed registries (",
+      options_.allowed_registries.empty() ? "none: no --allow-registry"
+                                          : "--allow-registry",
+      ")"));
+}
+
 absl::StatusOr<std::shared_ptr<const io::Directory>> AuditBackend::OpenAllowed(
     const std::string& root) const {
   if (root.empty()) return absl::InvalidArgumentError("root: required");
@@ -288,11 +315,25 @@ absl::Status CheckForwardRequest(const JobSpec& spec) {
 }  // namespace
 
 absl::StatusOr<std::string> AuditBackend::StartAudit(JobSpec spec) {
-  auto root = OpenAllowed(spec.root);
-  if (!root.ok()) return root.status();
-  spec.root_dir = *std::move(root);
-  spec.root = spec.root_dir->label();
-  if (!spec.source_root.empty()) {
+  // An oci:// tree is opened when the job runs (reading a registry is the job's work); its
+  // registry is checked here, and again then.
+  const bool oci_tree =
+      oci::IsOciReference(spec.root) || oci::IsOciReference(spec.source_root);
+  if (oci::IsOciReference(spec.root)) {
+    auto ref = CheckRegistry("root", spec.root);
+    if (!ref.ok()) return ref.status();
+    spec.root = ref->ToString();
+  } else {
+    auto root = OpenAllowed(spec.root);
+    if (!root.ok()) return root.status();
+    spec.root_dir = *std::move(root);
+    spec.root = spec.root_dir->label();
+  }
+  if (oci::IsOciReference(spec.source_root)) {
+    auto ref = CheckRegistry("source_root", spec.source_root);
+    if (!ref.ok()) return ref.status();
+    spec.source_root = ref->ToString();
+  } else if (!spec.source_root.empty()) {
     auto source = OpenAllowed(spec.source_root);
     if (!source.ok()) return source.status();
     spec.source_dir = *std::move(source);
@@ -309,6 +350,11 @@ absl::StatusOr<std::string> AuditBackend::StartAudit(JobSpec spec) {
         "parts: this daemon runs audits itself (--executor local); parts need --executor slurm");
   }
   if (options_.slurm != nullptr) {
+    if (oci_tree) {
+      return absl::FailedPreconditionError(
+          "root: oci:// trees are audited by the daemon itself (--executor local); this daemon "
+          "runs audits on Slurm (--executor slurm)");
+    }
     if (!spec.forward_layers.empty()) {
       return absl::FailedPreconditionError(
           "forward_layers: the block forward is not split into parts (docs/audit-parts.md); "
@@ -374,16 +420,24 @@ absl::Status AuditBackend::IndexAppendedLocked(uint64_t from) {
 absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, JobRun& run) {
   // A job submitted in this process reads through the directories opened at submission. One
   // recovered after a restart opens and checks its roots again (the allow-list may have changed,
-  // and the jobs table is not signed).
+  // and the jobs table is not signed). An oci:// tree's registry is checked again likewise,
+  // before OpenOciTrees below reads it.
   audit::AuditOptions options;
   options.root_dir = spec.root_dir;
-  if (options.root_dir == nullptr) {
+  if (oci::IsOciReference(spec.root)) {
+    if (auto ref = CheckRegistry("root", spec.root); !ref.ok()) return ref.status();
+    options.root = spec.root;
+  } else if (options.root_dir == nullptr) {
     auto root = OpenAllowed(spec.root);
     if (!root.ok()) return root.status();
     options.root_dir = *std::move(root);
   }
   options.source_dir = spec.source_dir;
-  if (options.source_dir == nullptr && !spec.source_root.empty()) {
+  if (oci::IsOciReference(spec.source_root)) {
+    auto ref = CheckRegistry("source_root", spec.source_root);
+    if (!ref.ok()) return ref.status();
+    options.source = spec.source_root;
+  } else if (options.source_dir == nullptr && !spec.source_root.empty()) {
     auto source = OpenAllowed(spec.source_root);
     if (!source.ok()) return source.status();
     options.source_dir = *std::move(source);
@@ -405,6 +459,9 @@ absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, JobRun& run
     options.forward_device = *std::move(device);
     options.forward_emulation = *emulation;
   }
+  // Tags resolved and recorded by digest, as the CLI's audit does.
+  if (auto s = oci::OpenOciTrees(&options); !s.ok()) return s;
+  if (run.Cancelled()) return absl::CancelledError("job cancelled; nothing was signed");
   absl::StatusOr<evidence::EvidenceRecord> record;
   if (spec.parts == 0) {
     record = audit::RunAudit(options, run);
@@ -421,7 +478,46 @@ absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, JobRun& run
   }
   if (run.Cancelled()) return absl::CancelledError("job cancelled; nothing was signed");
   if (!record.ok()) return record.status();
-  return Publish(*record, run);
+  absl::StatusOr<JobOutcome> outcome = Publish(*record, run);
+  if (outcome.ok() && options_.attach && oci::IsOciReference(options.root)) {
+    outcome->attach = Attach(options.root, outcome->record_id, run);
+  }
+  return outcome;
+}
+
+absl::Status AuditBackend::Attach(const std::string& reference, int64_t record_id,
+                                  JobRun& run) {
+  run.Note("attach", 0, 2, absl::StrCat("record ", record_id, " to ", reference));
+  // The statements are made from the record as stored, read back through a connection of its
+  // own: the pushes may take long, and the pool's readers serve calls meanwhile.
+  absl::StatusOr<std::vector<oci::AttachedStatement>> attached;
+  auto ref = oci::ParseReference(reference);  // by digest (OpenOciTrees)
+  auto reader = readers_->Open();
+  if (!ref.ok()) {
+    attached = ref.status();
+  } else if (!reader.ok()) {
+    attached = reader.status();
+  } else {
+    attached = oci::AttachRecord(**reader, static_cast<uint64_t>(record_id), *ref, key_,
+                                 kVerifierId);
+  }
+  absl::Status result = attached.status();
+  if (!result.ok()) {
+    result = absl::Status(result.code(), absl::StrCat("attach of record ", record_id, " to ",
+                                                      reference, " failed (the record stays "
+                                                      "in the log): ", result.message()));
+    run.Note("attach", 0, 2, std::string(result.message()));
+  } else {
+    std::string pushed;
+    for (const oci::AttachedStatement& st : *attached) {
+      absl::StrAppend(&pushed, pushed.empty() ? "" : ", ", st.referrer.digest, " (",
+                      st.predicate_type, st.referrer.referrers_api ? ", referrers API" : "",
+                      ")");
+    }
+    run.Note("attach", attached->size(), 2, absl::StrCat("attached ", pushed));
+  }
+  if (options_.observer != nullptr) options_.observer->Attached(run.id(), reference, result);
+  return result;
 }
 
 absl::StatusOr<std::string> AuditBackend::ReadVerifiedEntry(uint64_t seq) {

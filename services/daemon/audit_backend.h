@@ -3,7 +3,9 @@
 // validates and translates messages.
 //
 // Roots must resolve (realpath) inside one of the allow-listed directories: the daemon reads
-// whatever path a client names, so an empty allow-list denies everything. The daemon is the
+// whatever path a client names, so an empty allow-list denies everything. Likewise an audit's
+// oci:// root or source must name a registry on the registry allow-list, checked before any
+// request goes to it (docs/daemon.md, "OCI subjects"). The daemon is the
 // log's only writer (storage/evidence_log.h); appends go through one writer connection, reads
 // through a pool of read-only connections, and each VerifyLog opens its own, so none of them
 // waits for another (WAL). Gates read only verified entries (verified_index.h). Error messages
@@ -23,6 +25,7 @@
 #include "absl/time/time.h"
 #include "core/evidence/ed25519.h"
 #include "core/evidence/trust_store.h"
+#include "core/oci/reference.h"
 #include "services/daemon/audit_observer.h"
 #include "services/daemon/content_fingerprint.h"
 #include "services/daemon/gate_policy.h"
@@ -39,6 +42,12 @@ struct BackendOptions {
   std::string db_path;
   std::string head_path;  // where the writer keeps the newest signed checkpoint (none if empty)
   std::vector<std::string> allowed_roots;  // directories; realpath'ed at startup
+  // Registries (host[:port]) whose oci:// roots and sources may be audited; normalised at
+  // startup as core/oci/reference.h parses a reference's. Empty: none.
+  std::vector<std::string> allowed_registries;
+  // After an audit of an oci:// root is published, push its record as referrers of the manifest
+  // (core/oci/attach_record.h).
+  bool attach = false;
   unsigned workers = 1;                    // audits at once
   size_t max_queued = 64;
   unsigned threads_per_audit = 0;          // 0: all cores
@@ -106,6 +115,11 @@ class AuditBackend {
   // for GetJob. nullopt when the log holds no verified audit record there.
   std::optional<AuditFacts> RecordFacts(int64_t id) const;
 
+  // The oci:// reference `text` (request field `field`), parsed, if its registry is on the
+  // allow-list: INVALID_ARGUMENT for one that does not parse, PERMISSION_DENIED naming the
+  // registry otherwise. No network access.
+  absl::StatusOr<oci::Reference> CheckRegistry(absl::string_view field,
+                                               const std::string& text) const;
   // realpath(root) if it lies inside an allowed directory; PERMISSION_DENIED otherwise.
   absl::StatusOr<std::string> CheckAllowed(const std::string& root) const;
   // Opens `root` and checks where the opened directory really is against the allow-list;
@@ -130,6 +144,9 @@ class AuditBackend {
   absl::StatusOr<storage::AppendResult> Append(const std::string& envelope);
   // Signs nothing once `run` is cancelled: JobRun::Commit under the write lock.
   absl::StatusOr<JobOutcome> Publish(const evidence::EvidenceRecord& record, JobRun& run);
+  // --attach: pushes record `record_id` as referrers of the manifest `reference` names by
+  // digest, noting the step for the job's watchers and the observer.
+  absl::Status Attach(const std::string& reference, int64_t record_id, JobRun& run);
   // Adds entries [from, log size) to the gate index; requires write_mu_.
   absl::Status IndexAppendedLocked(uint64_t from);
   // The format of the checkpoint under `root`, whose files must be those of `content`.

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "absl/status/status.h"
+
 namespace ckpt::daemon {
 
 // Called from worker and RPC threads at once: implementations must be thread-safe.
@@ -16,6 +18,10 @@ class AuditObserver {
   // `bytes_read` is what it read from storage, both trees of a pair (0 on error).
   virtual void AuditFinished(std::string_view verdict, double seconds, uint64_t bytes_read) = 0;
   virtual void GateDecided(bool pass) = 0;
+  // --attach: job `job`'s record was pushed as referrers of the OCI manifest `subject`, or
+  // could not be (`result`); the record stays in the log either way.
+  virtual void Attached(std::string_view job, std::string_view subject,
+                        const absl::Status& result) = 0;
 };
 
 }  // namespace ckpt::daemon

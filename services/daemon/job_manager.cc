@@ -473,7 +473,9 @@ void JobManager::WorkerLoop(int lane) {
       if (outcome.ok()) {
         s.state = JobState::kSucceeded;
         s.outcome = *outcome;
+        s.error = outcome->attach;
         last.message = absl::StrCat("verdict ", outcome->verdict, ", record ", outcome->record_id);
+        if (!s.error.ok()) absl::StrAppend(&last.message, "; ", s.error.ToString());
       } else if (job->cancel && !job->cancelled_by_caller &&
                  absl::IsCancelled(outcome.status())) {
         // Stopped because the daemon stops: queued again for its next start, or failed.

@@ -72,6 +72,10 @@ struct JobOutcome {
   std::string verdict;  // "pass" / "fail"
   int64_t record_id = -1;
   uint64_t bytes_read = 0;  // bytes the audit read from storage (both trees of a pair)
+  // ckpt-auditd --attach: why pushing the record as OCI referrers failed (OK when it was
+  // pushed or not asked for). The job still succeeds: its record is in the log, and the job's
+  // error says what went wrong (docs/daemon.md, "OCI subjects").
+  absl::Status attach;
 };
 
 struct JobCounts {
@@ -84,7 +88,8 @@ struct JobSnapshot {
   JobSpec spec;
   JobState state = JobState::kQueued;
   JobOutcome outcome;
-  absl::Status error;  // set when failed, cancelled or interrupted
+  // Set when failed, cancelled or interrupted; for a succeeded job, JobOutcome::attach.
+  absl::Status error;
   std::string created_at, finished_at;
   int64_t interruptions = 0;  // runs that a daemon stop or crash ended
 };

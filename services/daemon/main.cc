@@ -3,6 +3,7 @@
 //   ckpt-auditd --listen 0.0.0.0:7433 --tls-cert server.pem --tls-key server.key
 //               --tokens /etc/ckpt-audit/tokens --db /var/lib/ckpt-audit/evidence.db
 //               --key /etc/ckpt-audit/signing.pem --allow-root /models [--trust FILE]
+//               [--allow-registry registry.example:5000 [--attach]]
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -35,6 +36,32 @@ void ForgetEnvironmentVariable(const std::string& name) {
   }
   ::unsetenv(name.c_str());
 }
+
+// Passes the backend's reports on to the metrics (when served) and logs the job steps that
+// reach outside the daemon (attaching referrers to a registry).
+class ObserverLog final : public ckpt::daemon::AuditObserver {
+ public:
+  explicit ObserverLog(ckpt::daemon::AuditObserver* metrics) : metrics_(metrics) {}
+  void AuditFinished(std::string_view verdict, double seconds, uint64_t bytes_read) override {
+    if (metrics_ != nullptr) metrics_->AuditFinished(verdict, seconds, bytes_read);
+  }
+  void GateDecided(bool pass) override {
+    if (metrics_ != nullptr) metrics_->GateDecided(pass);
+  }
+  void Attached(std::string_view job, std::string_view subject,
+                const absl::Status& result) override {
+    nlohmann::ordered_json line = {
+        {"msg", result.ok() ? "attached the record as referrers" : "attach failed"},
+        {"job", job},
+        {"subject", subject}};
+    if (!result.ok()) line["error"] = result.ToString();
+    ckpt::daemon::LogJson(result.ok() ? "info" : "warn", line);
+    if (metrics_ != nullptr) metrics_->Attached(job, subject, result);
+  }
+
+ private:
+  ckpt::daemon::AuditObserver* const metrics_;
+};
 
 int Fail(const absl::Status& s) {
   ckpt::daemon::LogJson("error", {{"msg", "ckpt-auditd: " + s.ToString()}});
@@ -86,6 +113,12 @@ int main(int argc, char** argv) {
   app.add_option("--trust", trust_path, "trust file of accepted keys (default: --key's own)");
   app.add_option("--allow-root", options.allowed_roots,
                  "directory whose checkpoints may be audited (repeatable)")->required();
+  app.add_option("--allow-registry", options.allowed_registries,
+                 "registry HOST[:PORT] whose oci:// artifacts may be audited (repeatable; "
+                 "none: oci:// roots are refused)");
+  app.add_flag("--attach", options.attach,
+               "after an audit of an oci:// root, push its record's verification summary and "
+               "test result as referrers of the manifest (docs/daemon.md \"OCI subjects\")");
   app.add_option("--workers", options.workers, "audits run at once");
   app.add_option("--threads-per-audit", options.threads_per_audit, "0: all cores");
   int work_threads = GrpcAuditService::kDefaultWorkThreads, malloc_arenas = 2;
@@ -160,10 +193,9 @@ int main(int argc, char** argv) {
   }
   trust.Add(key->public_key());
   std::unique_ptr<DaemonMetrics> metrics;
-  if (!serving.metrics_listen.empty()) {
-    metrics = std::make_unique<DaemonMetrics>();
-    options.observer = metrics.get();
-  }
+  if (!serving.metrics_listen.empty()) metrics = std::make_unique<DaemonMetrics>();
+  ObserverLog observer_log(metrics.get());
+  options.observer = &observer_log;
   // Before anything is appended: a log that does not extend the remembered head is refused.
   auto head = ckpt::storage::CheckHeadAtStart(db, options.head_path, trust);
   if (!head.ok()) return Fail(head.status());

@@ -75,6 +75,11 @@ struct DaemonMetrics::State {
                                            .Name("ckpt_auditd_gate_decisions_total")
                                            .Help("gate decisions recorded, by result")
                                            .Register(*registry);
+  prom::Family<prom::Counter>& attaches =
+      prom::BuildCounter()
+          .Name("ckpt_auditd_attaches_total")
+          .Help("--attach: audit records pushed as OCI referrers, by result (ok, error)")
+          .Register(*registry);
   std::shared_ptr<JobGauges> job_gauges;
   std::unique_ptr<prom::Exposer> exposer;
 };
@@ -115,6 +120,10 @@ void DaemonMetrics::AuditFinished(std::string_view verdict, double seconds, uint
 
 void DaemonMetrics::GateDecided(bool pass) {
   state_->gates.Add({{"result", pass ? "pass" : "fail"}}).Increment();
+}
+
+void DaemonMetrics::Attached(std::string_view, std::string_view, const absl::Status& result) {
+  state_->attaches.Add({{"result", result.ok() ? "ok" : "error"}}).Increment();
 }
 
 }  // namespace ckpt::daemon

@@ -1,7 +1,7 @@
 // Prometheus metrics of ckpt-auditd on their own HTTP listener (`--metrics-listen`, GET
 // /metrics; docs/daemon.md, "Metrics"): RPCs handled by method and gRPC code with latency
-// histograms, audits by verdict with durations and bytes read, gate decisions, and the job
-// queue read at scrape time. The only file that knows prometheus-cpp.
+// histograms, audits by verdict with durations and bytes read, gate decisions, attaches by
+// result, and the job queue read at scrape time. The only file that knows prometheus-cpp.
 #ifndef CKPT_SERVICES_DAEMON_METRICS_H_
 #define CKPT_SERVICES_DAEMON_METRICS_H_
 
@@ -30,6 +30,8 @@ class DaemonMetrics final : public AuditObserver {
   void RpcHandled(std::string_view method, std::string_view code, double seconds);
   void AuditFinished(std::string_view verdict, double seconds, uint64_t bytes_read) override;
   void GateDecided(bool pass) override;
+  void Attached(std::string_view job, std::string_view subject,
+                const absl::Status& result) override;
 
  private:
   struct State;

@@ -79,6 +79,7 @@ class HoldFirstAudit final : public AuditObserver {
     cv_.wait(lock, [&] { return released_; });
   }
   void GateDecided(bool) override {}
+  void Attached(std::string_view, std::string_view, const absl::Status&) override {}
   void WaitHeld() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return finished_ > 0; });

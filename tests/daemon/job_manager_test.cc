@@ -33,6 +33,9 @@ struct GatedWork {
       if (p.Cancelled()) return absl::CancelledError("stopped");
     }
     if (spec.root == "bad") return absl::InvalidArgumentError("bad root");
+    if (spec.root == "attach-fails") {
+      return JobOutcome{"pass", 7, 0, absl::UnavailableError("registry down")};
+    }
     return JobOutcome{"pass", 7};
   }
 };
@@ -117,6 +120,33 @@ TEST_F(JobManagerTest, FailedJobKeepsItsStatus) {
   ASSERT_TRUE(snap.ok());
   EXPECT_EQ(snap->state, JobState::kFailed);
   EXPECT_EQ(snap->error.code(), absl::StatusCode::kInvalidArgument);
+}
+
+// --attach failed after the record was signed: the job succeeded, with its record, and says why
+// nothing was attached, in memory, in its last event and in its stored row.
+TEST_F(JobManagerTest, AttachErrorOfASucceededJobIsKept) {
+  GatedWork work;
+  work.release.set_value();
+  auto jobs = Manager(work);
+  auto id = jobs->Submit({"attach-fails", "", ""});
+  ASSERT_TRUE(id.ok());
+  std::string last;
+  ASSERT_TRUE(jobs->Watch(*id, [&](const JobEvent& e) {
+    last = e.message;
+    return true;
+  }).ok());
+  EXPECT_THAT(last, HasSubstr("verdict pass, record 7; UNAVAILABLE: registry down"));
+  auto snap = jobs->Get(*id);
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(snap->state, JobState::kSucceeded);
+  EXPECT_EQ(snap->outcome.record_id, 7);
+  EXPECT_EQ(snap->error, absl::UnavailableError("registry down"));
+  auto row = table_->Get(*id);
+  ASSERT_TRUE(row.ok()) << row.status();
+  EXPECT_EQ(row->state, "succeeded");
+  EXPECT_EQ(row->record_id, 7);
+  EXPECT_EQ(row->error_code, static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(row->error_message, "registry down");
 }
 
 TEST_F(JobManagerTest, QueueIsBounded) {

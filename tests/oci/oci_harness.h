@@ -1,10 +1,12 @@
 // What tests/oci needs around the registry client: child processes (Debian's docker-registry,
-// the fake registry of fake_registry.py), a ModelPack pusher built on the client's own upload
-// code, and a small ustar writer for hostile layers (docs/interop.md, "OCI registries").
+// the fake registry of fake_registry.py, with its configuration built blob by blob), a ModelPack
+// pusher built on the client's own upload code, a small ustar writer for hostile layers, and
+// curl as an independent HTTP reader (docs/interop.md, "OCI registries").
 #ifndef CKPT_TESTS_OCI_OCI_HARNESS_H_
 #define CKPT_TESTS_OCI_OCI_HARNESS_H_
 
 #include <arpa/inet.h>
+#include <zlib.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -20,8 +22,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/evidence/base64.h"
 #include "core/oci/manifest.h"
 #include "core/oci/registry.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/test_util.h"
 
 namespace ckpt::testing {
@@ -184,6 +189,158 @@ inline std::string TarEntry(const std::string& name, char type, const std::strin
   return h + padded;
 }
 inline std::string TarEnd() { return std::string(1024, '\0'); }
+
+// A gzip stream of `in`.
+inline std::string Gzip(const std::string& in) {
+  z_stream z{};
+  deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+  std::string out(deflateBound(&z, in.size()) + 64, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = in.size();
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = out.size();
+  deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+// `curl -s` of `url` (an independent HTTP reader: not the client under test).
+inline std::string Curl(const std::string& url, const std::string& accept = "") {
+  std::string cmd = "curl -sf " + (accept.empty() ? "" : "-H 'Accept: " + accept + "' ") + "'" +
+                    url + "'";
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while (p != nullptr && (n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  if (p != nullptr) ::pclose(p);
+  return out;
+}
+
+// The fake registry's configuration, built as the test adds blobs and manifests.
+class FakeSetup {
+ public:
+  FakeSetup() {
+    cfg_ = {{"repo", "m"}, {"manifests", nlohmann::json::object()},
+            {"blobs", nlohmann::json::object()}, {"log", (dir_ / "requests.log").string()}};
+  }
+  const TempDir& dir() const { return dir_; }
+  nlohmann::json& cfg() { return cfg_; }
+  std::string Blob(const std::string& bytes, const std::string& digest = "") {
+    std::string d = digest.empty() ? oci::DigestOf(bytes) : digest;
+    std::filesystem::path p = dir_ / ("blob-" + std::to_string(n_++));
+    WriteAll(p, bytes);
+    cfg_["blobs"][d] = p.string();
+    return d;
+  }
+  // Pushes `m` (and a config blob); served under its digest (or `as`) and `tag`.
+  std::string Manifest(oci::Manifest m, const std::string& tag = "", const std::string& as = "") {
+    Blob("{}");
+    m.config.digest = oci::DigestOf("{}");
+    m.config.size = 2;
+    std::string bytes = oci::ManifestBytes(m);
+    std::filesystem::path p = dir_ / ("manifest-" + std::to_string(n_++));
+    WriteAll(p, bytes);
+    nlohmann::json e = {{"path", p.string()}, {"media_type", m.media_type}};
+    std::string d = as.empty() ? oci::DigestOf(bytes) : as;
+    cfg_["manifests"][d] = e;
+    if (!tag.empty()) cfg_["manifests"][tag] = e;
+    return d;
+  }
+  std::unique_ptr<FakeRegistry> Start() {
+    auto r = std::make_unique<FakeRegistry>(dir_, cfg_.dump());
+    EXPECT_TRUE(r->ready());
+    return r;
+  }
+  std::string Log() { return Text(ReadAll(dir_ / "requests.log")); }
+  // A Docker config with user:password for `host`.
+  std::string DockerConfig(const std::string& host, const std::string& user_pass) {
+    std::filesystem::path p = dir_ / "docker-config.json";
+    WriteAll(p, nlohmann::json{{"auths", {{host, {{"auth", evidence::Base64Encode(user_pass)}}}}}}
+                    .dump());
+    return p.string();
+  }
+
+ private:
+  TempDir dir_;
+  nlohmann::json cfg_;
+  int n_ = 0;
+};
+
+// The fixture's files as raw ModelPack layers; `tamper` (a file name) is served with one byte
+// of its tensor data changed, under its true digest.
+inline std::string ServeFixture(FakeSetup& s, const std::string& fixture,
+                                const std::string& tamper) {
+  std::vector<oci::Descriptor> layers;
+  for (const auto& e : std::filesystem::directory_iterator(Fixture(fixture))) {
+    std::string bytes = Text(ReadAll(e.path()));
+    std::string name = e.path().filename().string();
+    layers.push_back(RawLayer(name, bytes));
+    if (name == tamper) bytes[bytes.size() - 100] ^= 0x40;
+    s.Blob(bytes, layers.back().digest);
+  }
+  return s.Manifest(ModelManifest(layers, ""));
+}
+
+// Pushes `fixture` to `reg` as a ModelPack artifact under `tag`: safetensors as raw layers, the
+// other files as raw layers too or (tar_configs) as one tar+gzip config layer.
+inline std::string Push(const oci::Registry& reg, const std::string& fixture,
+                        const std::string& tag, bool tar_configs) {
+  std::vector<oci::Descriptor> layers;
+  std::string tar;
+  for (const auto& e : std::filesystem::directory_iterator(Fixture(fixture))) {
+    std::string bytes = Text(ReadAll(e.path()));
+    std::string name = e.path().filename().string();
+    if (tar_configs && !name.ends_with(".safetensors")) {
+      tar += TarEntry(name, '0', bytes);
+      continue;
+    }
+    EXPECT_TRUE(reg.PushBlob(bytes).ok());
+    layers.push_back(RawLayer(name, bytes));
+  }
+  if (tar_configs) {
+    std::string gz = Gzip(tar + TarEnd());
+    EXPECT_TRUE(reg.PushBlob(gz).ok());
+    layers.push_back({"application/vnd.cncf.model.weight.config.v1.tar+gzip", oci::DigestOf(gz),
+                      gz.size()});
+  }
+  const std::string config = R"({"descriptor":{"name":")" + fixture + R"("}})";
+  EXPECT_TRUE(reg.PushBlob(config).ok());
+  auto pushed = reg.PushManifest(tag, oci::kOciManifest,
+                                 oci::ManifestBytes(ModelManifest(layers, config)));
+  EXPECT_TRUE(pushed.ok()) << pushed.status();
+  return pushed.ok() ? *pushed : "";
+}
+
+// Skips the test, saying so on stdout too, when Debian's docker-registry is not installed.
+#define CKPT_SKIP_WITHOUT_DOCKER_REGISTRY()                                                  \
+  if (!::ckpt::testing::Installed("docker-registry")) {                                      \
+    std::printf("skipped: docker-registry is not installed (deploy/install-deps.sh)\n");     \
+    GTEST_SKIP() << "docker-registry is not installed (deploy/install-deps.sh installs it)"; \
+  }
+
+// Debian's docker-registry under `dir` (which becomes $DOCKER_CONFIG, holding no config.json)
+// with the fixture pair pushed to its repository m as ModelPack artifacts: mini-kimi-nvfp4 as
+// raw layers (tag nvfp4), mini-kimi-mxfp4 with its JSON files in one tar+gzip layer (tag mxfp4).
+struct PairInRegistry {
+  std::unique_ptr<DockerRegistry> registry;
+  std::shared_ptr<oci::Registry> reg;
+  std::string nv, mx;  // the two manifest digests
+  std::string host() const { return registry->host(); }
+};
+inline void PushPairToDockerRegistry(const TempDir& dir, PairInRegistry* out) {
+  out->registry = std::make_unique<DockerRegistry>(dir);
+  ASSERT_TRUE(out->registry->ready()) << "docker-registry did not start";
+  setenv("DOCKER_CONFIG", dir.path().c_str(), 1);
+  auto reg = oci::Registry::Connect(*oci::ParseReference("oci://" + out->host() + "/m:x"));
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  out->reg = *std::move(reg);
+  out->nv = Push(*out->reg, "mini-kimi-nvfp4", "nvfp4", false);
+  out->mx = Push(*out->reg, "mini-kimi-mxfp4", "mxfp4", true);
+  ASSERT_FALSE(out->nv.empty());
+  ASSERT_FALSE(out->mx.empty());
+}
 
 }  // namespace ckpt::testing
 

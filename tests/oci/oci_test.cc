@@ -4,7 +4,6 @@
 // fixture pair pushed to Debian's docker-registry, audited over oci:// and on disk; verdicts
 // attached as referrers (`attach`, `verify-oci`) through the referrers tag schema there and the
 // referrers API of the fake.
-#include <zlib.h>
 #include <zstd.h>
 
 #include <algorithm>
@@ -16,42 +15,34 @@
 #include "core/evidence/base64.h"
 #include "core/interop/tree_subjects.h"
 #include "core/oci/artifact.h"
+#include "core/oci/audit_trees.h"
 #include "core/oci/referrers.h"
 #include "core/oci/tar_layer.h"
 #include "nlohmann/json.hpp"
-#include "services/cli/oci_trees.h"
 #include "tests/oci/oci_harness.h"
 
 namespace ckpt {
 namespace {
 
 using ::ckpt::testing::Child;
-using ::ckpt::testing::DockerRegistry;
+using ::ckpt::testing::Curl;
 using ::ckpt::testing::FakeRegistry;
+using ::ckpt::testing::FakeSetup;
 using ::ckpt::testing::Fixture;
+using ::ckpt::testing::Gzip;
 using ::ckpt::testing::ModelManifest;
+using ::ckpt::testing::PairInRegistry;
+using ::ckpt::testing::PushPairToDockerRegistry;
+using ::ckpt::testing::Push;
 using ::ckpt::testing::RawLayer;
 using ::ckpt::testing::ReadAll;
+using ::ckpt::testing::ServeFixture;
 using ::ckpt::testing::TarEnd;
 using ::ckpt::testing::TarEntry;
 using ::ckpt::testing::TempDir;
 using ::ckpt::testing::Text;
 using ::ckpt::testing::WriteAll;
 using ::testing::HasSubstr;
-
-std::string Gzip(const std::string& in) {
-  z_stream z{};
-  deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
-  std::string out(deflateBound(&z, in.size()) + 64, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  z.avail_in = in.size();
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = out.size();
-  deflate(&z, Z_FINISH);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
 
 std::string Zstd(const std::string& in) {
   std::string out(ZSTD_compressBound(in.size()), '\0');
@@ -82,6 +73,12 @@ TEST(OciReference, ParsesDigestsAndTags) {
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->tag, "v1.2");
   EXPECT_FALSE(t->Loopback());
+  // A registry alone (ckpt-auditd --allow-registry) is lower-cased as a reference's is.
+  EXPECT_EQ(*oci::ParseRegistry("LocalHost:5000"), "localhost:5000");
+  EXPECT_EQ(*oci::ParseRegistry("[::1]:5000"), "[::1]:5000");
+  for (const char* bad : {"", "registry.example/path", "user@registry", "oci://r"}) {
+    EXPECT_EQ(oci::ParseRegistry(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
   for (const char* bad : {"registry/model:v1", "oci://registry", "oci://r/Model:v1",
                           "oci://r/model", "oci://r/model@sha256:abc", "oci://r/a//b:v1",
                           "oci://r/model@md5:0123"}) {
@@ -144,56 +141,6 @@ TEST(OciManifest, IndexIsRefusedByName) {
   EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(m.status().message(), HasSubstr("image index"));
 }
-
-// The fake registry's configuration, built as the test adds blobs and manifests.
-class FakeSetup {
- public:
-  FakeSetup() {
-    cfg_ = {{"repo", "m"}, {"manifests", nlohmann::json::object()},
-            {"blobs", nlohmann::json::object()}, {"log", (dir_ / "requests.log").string()}};
-  }
-  const TempDir& dir() const { return dir_; }
-  nlohmann::json& cfg() { return cfg_; }
-  std::string Blob(const std::string& bytes, const std::string& digest = "") {
-    std::string d = digest.empty() ? oci::DigestOf(bytes) : digest;
-    std::filesystem::path p = dir_ / ("blob-" + std::to_string(n_++));
-    WriteAll(p, bytes);
-    cfg_["blobs"][d] = p.string();
-    return d;
-  }
-  // Pushes `m` (and a config blob); served under its digest (or `as`) and `tag`.
-  std::string Manifest(oci::Manifest m, const std::string& tag = "", const std::string& as = "") {
-    Blob("{}");
-    m.config.digest = oci::DigestOf("{}");
-    m.config.size = 2;
-    std::string bytes = oci::ManifestBytes(m);
-    std::filesystem::path p = dir_ / ("manifest-" + std::to_string(n_++));
-    WriteAll(p, bytes);
-    nlohmann::json e = {{"path", p.string()}, {"media_type", m.media_type}};
-    std::string d = as.empty() ? oci::DigestOf(bytes) : as;
-    cfg_["manifests"][d] = e;
-    if (!tag.empty()) cfg_["manifests"][tag] = e;
-    return d;
-  }
-  std::unique_ptr<FakeRegistry> Start() {
-    auto r = std::make_unique<FakeRegistry>(dir_, cfg_.dump());
-    EXPECT_TRUE(r->ready());
-    return r;
-  }
-  std::string Log() { return Text(ReadAll(dir_ / "requests.log")); }
-  // A Docker config with user:password for `host`.
-  std::string DockerConfig(const std::string& host, const std::string& user_pass) {
-    std::filesystem::path p = dir_ / "docker-config.json";
-    WriteAll(p, nlohmann::json{{"auths", {{host, {{"auth", evidence::Base64Encode(user_pass)}}}}}}
-                    .dump());
-    return p.string();
-  }
-
- private:
-  TempDir dir_;
-  nlohmann::json cfg_;
-  int n_ = 0;
-};
 
 oci::ArtifactOptions NoCredentials(const FakeSetup& s) {
   oci::ArtifactOptions o;
@@ -357,20 +304,6 @@ TEST(OciFakeRegistry, TamperedTarLayerAndDuplicateNamesAreRefused) {
   }
 }
 
-// The fixture's files as raw ModelPack layers; `tamper` (a file name) is served with one byte
-// of its tensor data changed, under its true digest.
-std::string ServeFixture(FakeSetup& s, const std::string& fixture, const std::string& tamper) {
-  std::vector<oci::Descriptor> layers;
-  for (const auto& e : std::filesystem::directory_iterator(Fixture(fixture))) {
-    std::string bytes = Text(ReadAll(e.path()));
-    std::string name = e.path().filename().string();
-    layers.push_back(RawLayer(name, bytes));
-    if (name == tamper) bytes[bytes.size() - 100] ^= 0x40;
-    s.Blob(bytes, layers.back().digest);
-  }
-  return s.Manifest(ModelManifest(layers, ""));
-}
-
 TEST(OciFakeRegistry, TamperedRawLayerFailsTheAuditAndSignsNothing) {
   for (const std::string tamper : {"", "model-00002-of-00002.safetensors"}) {
     FakeSetup s;
@@ -379,7 +312,7 @@ TEST(OciFakeRegistry, TamperedRawLayerFailsTheAuditAndSignsNothing) {
     setenv("DOCKER_CONFIG", s.dir().path().c_str(), 1);  // holds no config.json
     audit::AuditOptions o;
     o.root = "oci://" + reg->host() + "/m@" + digest;
-    ASSERT_TRUE(cli::OpenOciTrees(&o).ok());
+    ASSERT_TRUE(oci::OpenOciTrees(&o).ok());
     auto rec = audit::RunAudit(o, NoProgress());
     if (tamper.empty()) {
       EXPECT_TRUE(rec.ok()) << rec.status();
@@ -391,56 +324,17 @@ TEST(OciFakeRegistry, TamperedRawLayerFailsTheAuditAndSignsNothing) {
   }
 }
 
-// Pushes `fixture` to `reg` as a ModelPack artifact under `tag`: safetensors as raw layers, the
-// other files as raw layers too or (tar_configs) as one tar+gzip config layer.
-std::string Push(const oci::Registry& reg, const std::string& fixture, const std::string& tag,
-                 bool tar_configs) {
-  std::vector<oci::Descriptor> layers;
-  std::string tar;
-  for (const auto& e : std::filesystem::directory_iterator(Fixture(fixture))) {
-    std::string bytes = Text(ReadAll(e.path()));
-    std::string name = e.path().filename().string();
-    if (tar_configs && !name.ends_with(".safetensors")) {
-      tar += TarEntry(name, '0', bytes);
-      continue;
-    }
-    EXPECT_TRUE(reg.PushBlob(bytes).ok());
-    layers.push_back(RawLayer(name, bytes));
-  }
-  if (tar_configs) {
-    std::string gz = Gzip(tar + TarEnd());
-    EXPECT_TRUE(reg.PushBlob(gz).ok());
-    layers.push_back({"application/vnd.cncf.model.weight.config.v1.tar+gzip", oci::DigestOf(gz),
-                      gz.size()});
-  }
-  const std::string config = R"({"descriptor":{"name":")" + fixture + R"("}})";
-  EXPECT_TRUE(reg.PushBlob(config).ok());
-  auto pushed = reg.PushManifest(tag, oci::kOciManifest,
-                                 oci::ManifestBytes(ModelManifest(layers, config)));
-  EXPECT_TRUE(pushed.ok()) << pushed.status();
-  return pushed.ok() ? *pushed : "";
-}
-
 TEST(OciDockerRegistry, PairOverOciAuditsLikeTheSameFilesOnDisk) {
-  if (!testing::Installed("docker-registry")) {
-    std::printf("skipped: docker-registry is not installed (deploy/install-deps.sh)\n");
-    GTEST_SKIP() << "docker-registry is not installed (deploy/install-deps.sh installs it)";
-  }
+  CKPT_SKIP_WITHOUT_DOCKER_REGISTRY();
   TempDir dir;
-  DockerRegistry registry(dir);
-  ASSERT_TRUE(registry.ready()) << "docker-registry did not start";
-  setenv("DOCKER_CONFIG", dir.path().c_str(), 1);  // holds no config.json
-  auto reg = oci::Registry::Connect(*oci::ParseReference("oci://" + registry.host() + "/m:x"));
-  ASSERT_TRUE(reg.ok()) << reg.status();
-  const std::string nv = Push(**reg, "mini-kimi-nvfp4", "nvfp4", false);
-  const std::string mx = Push(**reg, "mini-kimi-mxfp4", "mxfp4", true);
-  ASSERT_FALSE(nv.empty());
-  ASSERT_FALSE(mx.empty());
+  PairInRegistry pair;
+  ASSERT_NO_FATAL_FAILURE(PushPairToDockerRegistry(dir, &pair));
+  const std::string &nv = pair.nv, &mx = pair.mx;
 
   audit::AuditOptions over;
-  over.root = "oci://" + registry.host() + "/m@" + nv;
-  over.source = "oci://" + registry.host() + "/m:mxfp4";  // a tag, recorded by its digest
-  ASSERT_TRUE(cli::OpenOciTrees(&over).ok());
+  over.root = "oci://" + pair.host() + "/m@" + nv;
+  over.source = "oci://" + pair.host() + "/m:mxfp4";  // a tag, recorded by its digest
+  ASSERT_TRUE(oci::OpenOciTrees(&over).ok());
   auto remote = audit::RunAudit(over, NoProgress());
   ASSERT_TRUE(remote.ok()) << remote.status();
   audit::AuditOptions disk;
@@ -468,8 +362,8 @@ TEST(OciDockerRegistry, PairOverOciAuditsLikeTheSameFilesOnDisk) {
   expected_source.emplace_back(audit::kOciManifestSubject, mx.substr(7));
   EXPECT_EQ(subjects(remote->source->files), expected_source);
   EXPECT_EQ(remote->source->manifest_root, local->source->manifest_root);
-  EXPECT_EQ(remote->root, "oci://" + registry.host() + "/m@" + nv);
-  EXPECT_EQ(remote->refs.source_ref, "oci://" + registry.host() + "/m@" + mx);
+  EXPECT_EQ(remote->root, "oci://" + pair.host() + "/m@" + nv);
+  EXPECT_EQ(remote->refs.source_ref, "oci://" + pair.host() + "/m@" + mx);
 
   // The command line: `ckpt-audit audit oci://... --source oci://...`.
   const std::string env = "DOCKER_CONFIG='" + dir.path().string() + "' XDG_DATA_HOME='" +
@@ -480,12 +374,12 @@ TEST(OciDockerRegistry, PairOverOciAuditsLikeTheSameFilesOnDisk) {
   ASSERT_EQ(key.rc, 0) << key.err;
   testing::CliResult cli = testing::RunCli(
       "audit --json --db " + (dir / "log.db").string() + " --key " + (dir / "key.pem").string() +
-          " oci://" + registry.host() + "/m@" + nv + " --source oci://" + registry.host() +
+          " oci://" + pair.host() + "/m@" + nv + " --source oci://" + pair.host() +
           "/m:mxfp4",
       dir.path(), env);
   EXPECT_EQ(cli.rc, 0) << cli.err << cli.out;
   EXPECT_THAT(cli.out, HasSubstr("\"verdict\": \"pass\""));
-  EXPECT_THAT(cli.out, HasSubstr("\"model_ref\": \"oci://" + registry.host() + "/m@" + nv));
+  EXPECT_THAT(cli.out, HasSubstr("\"model_ref\": \"oci://" + pair.host() + "/m@" + nv));
   // The record verifies against the same files on disk: the manifest digest names no file.
   const auto id = nlohmann::json::parse(cli.out)["record_id"].get<uint64_t>();
   testing::CliResult verify = testing::RunCli(
@@ -507,19 +401,6 @@ TEST(OciSubjects, ManifestSubjectNamesNoFileUnlessTheTreeHasOne) {
 }
 
 // --- attach and verify-oci (docs/interop.md, "Attaching verdicts") ---
-
-// `curl -s` of `url` (an independent HTTP reader: not the client under test).
-std::string Curl(const std::string& url, const std::string& accept = "") {
-  std::string cmd = "curl -sf " + (accept.empty() ? "" : "-H 'Accept: " + accept + "' ") + "'" +
-                    url + "'";
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while (p != nullptr && (n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  if (p != nullptr) ::pclose(p);
-  return out;
-}
 
 // Reads every referrer listed at the tag `sha256-HEX` by raw HTTP and checks, with openssl, that
 // its bundle's DSSE signature is by `pub_pem` and its statement's one subject is the manifest.
@@ -570,24 +451,16 @@ constexpr char kVsa[] = "https://slsa.dev/verification_summary/v1";
 constexpr char kTestResult[] = "https://in-toto.io/attestation/test-result/v0.1";
 
 TEST(OciDockerRegistry, AttachKeepsConcurrentReferrersAndVerifiesThem) {
-  if (!testing::Installed("docker-registry")) {
-    std::printf("skipped: docker-registry is not installed (deploy/install-deps.sh)\n");
-    GTEST_SKIP() << "docker-registry is not installed (deploy/install-deps.sh installs it)";
-  }
+  CKPT_SKIP_WITHOUT_DOCKER_REGISTRY();
   TempDir dir;
-  DockerRegistry registry(dir);
-  ASSERT_TRUE(registry.ready()) << "docker-registry did not start";
-  setenv("DOCKER_CONFIG", dir.path().c_str(), 1);
-  auto reg = oci::Registry::Connect(*oci::ParseReference("oci://" + registry.host() + "/m:x"));
-  ASSERT_TRUE(reg.ok()) << reg.status();
-  const std::string nv = Push(**reg, "mini-kimi-nvfp4", "nvfp4", false);
-  const std::string mx = Push(**reg, "mini-kimi-mxfp4", "mxfp4", true);
-  ASSERT_FALSE(nv.empty());
+  PairInRegistry pair;
+  ASSERT_NO_FATAL_FAILURE(PushPairToDockerRegistry(dir, &pair));
+  const std::string &nv = pair.nv, &mx = pair.mx;
   const std::string env = "DOCKER_CONFIG='" + dir.path().string() + "' XDG_DATA_HOME='" +
                           (dir / "xdg").string() + "'";
   const std::string db = " --db " + (dir / "log.db").string() + " --key " +
                          (dir / "key.pem").string();
-  const std::string model = "oci://" + registry.host() + "/m@" + nv;
+  const std::string model = "oci://" + pair.host() + "/m@" + nv;
   ASSERT_EQ(testing::RunCli("keys generate --out " + (dir / "key.pem").string() + " --trust " +
                                 (dir / "trusted").string(), dir.path(), env).rc, 0);
   ASSERT_EQ(std::system(("openssl pkey -in '" + (dir / "key.pem").string() + "' -pubout -out '" +
@@ -596,7 +469,7 @@ TEST(OciDockerRegistry, AttachKeepsConcurrentReferrersAndVerifiesThem) {
   std::vector<uint64_t> ids;
   for (int i = 0; i < 2; ++i) {
     testing::CliResult audited = testing::RunCli(
-        "audit --json" + db + " " + model + " --source oci://" + registry.host() + "/m:mxfp4",
+        "audit --json" + db + " " + model + " --source oci://" + pair.host() + "/m:mxfp4",
         dir.path(), env);
     ASSERT_EQ(audited.rc, 0) << audited.err << audited.out;
     ids.push_back(nlohmann::json::parse(audited.out)["record_id"].get<uint64_t>());
@@ -604,7 +477,7 @@ TEST(OciDockerRegistry, AttachKeepsConcurrentReferrersAndVerifiesThem) {
 
   // A record is attached only to the manifest it was audited from.
   testing::CliResult wrong = testing::RunCli(
-      "attach oci://" + registry.host() + "/m@" + mx + " --id " + std::to_string(ids[0]) + db,
+      "attach oci://" + pair.host() + "/m@" + mx + " --id " + std::to_string(ids[0]) + db,
       dir.path(), env);
   EXPECT_EQ(wrong.rc, 2);
   EXPECT_THAT(wrong.err, HasSubstr("not-audited-from-manifest"));
@@ -626,7 +499,7 @@ TEST(OciDockerRegistry, AttachKeepsConcurrentReferrersAndVerifiesThem) {
     ASSERT_EQ(r.rc, 0) << r.err << r.out;
     EXPECT_THAT(r.out, HasSubstr("\"referrers_api\": false"));
   }
-  std::vector<std::string> types = IndependentlyVerified(registry.host(), nv, dir / "pub.pem", dir);
+  std::vector<std::string> types = IndependentlyVerified(pair.host(), nv, dir / "pub.pem", dir);
   EXPECT_EQ(types.size(), 4u);
   EXPECT_EQ(CountOf(types, kVsa), 2);
   EXPECT_EQ(CountOf(types, kTestResult), 2);
@@ -645,24 +518,25 @@ TEST(OciDockerRegistry, AttachKeepsConcurrentReferrersAndVerifiesThem) {
   EXPECT_THAT(untrusted.out, HasSubstr("signature-invalid"));
 
   const std::string tag = oci::ReferrersTag(nv);
-  auto saved = (*reg)->GetManifest(tag);
+  auto saved = pair.reg->GetManifest(tag);
   ASSERT_TRUE(saved.ok()) << saved.status();
-  auto listed = oci::ListReferrers(**reg, nv);
+  auto listed = oci::ListReferrers(*pair.reg, nv);
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_FALSE(listed->bundles.empty());
-  auto first = (*reg)->GetManifest(listed->bundles[0].digest);
+  auto first = pair.reg->GetManifest(listed->bundles[0].digest);
   ASSERT_TRUE(first.ok());
   auto first_manifest = oci::ParseManifest(first->bytes, first->media_type, "referrer");
   ASSERT_TRUE(first_manifest.ok());
   std::string bundle;
-  ASSERT_TRUE((*reg)->ReadBlob(first_manifest->layers[0].digest, first_manifest->layers[0].size,
-                               [&](std::span<const uint8_t> b) {
-                                 bundle.append(reinterpret_cast<const char*>(b.data()), b.size());
-                                 return absl::OkStatus();
-                               }).ok());
+  ASSERT_TRUE(pair.reg->ReadBlob(first_manifest->layers[0].digest, first_manifest->layers[0].size,
+                                 [&](std::span<const uint8_t> b) {
+                                   bundle.append(reinterpret_cast<const char*>(b.data()),
+                                                 b.size());
+                                   return absl::OkStatus();
+                                 }).ok());
   const oci::Descriptor nv_subject{oci::kOciManifest, nv, 0};
   auto restore = [&] {
-    ASSERT_TRUE((*reg)->PushManifest(tag, oci::kOciIndex, saved->bytes).ok());
+    ASSERT_TRUE(pair.reg->PushManifest(tag, oci::kOciIndex, saved->bytes).ok());
   };
 
   // A tampered bundle: the statement changed, the signature kept.
@@ -671,7 +545,7 @@ TEST(OciDockerRegistry, AttachKeepsConcurrentReferrersAndVerifiesThem) {
       Text(*evidence::Base64Decode(j["dsseEnvelope"]["payload"].get<std::string>()));
   payload.replace(payload.find("PASSED"), 6, "PASSEE");
   j["dsseEnvelope"]["payload"] = evidence::Base64Encode(payload);
-  ASSERT_TRUE(oci::AttachBundle(**reg, nv_subject, j.dump(), kVsa).ok());
+  ASSERT_TRUE(oci::AttachBundle(*pair.reg, nv_subject, j.dump(), kVsa).ok());
   testing::CliResult tampered = testing::RunCli("verify-oci " + model + trust, dir.path(), env);
   EXPECT_EQ(tampered.rc, 1) << tampered.err << tampered.out;
   EXPECT_THAT(tampered.out, HasSubstr("signature-invalid"));
@@ -681,19 +555,19 @@ TEST(OciDockerRegistry, AttachKeepsConcurrentReferrersAndVerifiesThem) {
   EXPECT_EQ(testing::RunCli("verify-oci " + model + trust, dir.path(), env).rc, 0);
 
   // nv's signed summary attached to mx: its statement names another manifest.
-  auto mx_manifest = (*reg)->GetManifest(mx);
+  auto mx_manifest = pair.reg->GetManifest(mx);
   ASSERT_TRUE(mx_manifest.ok());
-  ASSERT_TRUE(oci::AttachBundle(**reg, {oci::kOciManifest, mx, mx_manifest->bytes.size()}, bundle,
-                                kVsa).ok());
+  ASSERT_TRUE(oci::AttachBundle(*pair.reg, {oci::kOciManifest, mx, mx_manifest->bytes.size()},
+                                bundle, kVsa).ok());
   testing::CliResult moved = testing::RunCli(
-      "verify-oci oci://" + registry.host() + "/m@" + mx + trust, dir.path(), env);
+      "verify-oci oci://" + pair.host() + "/m@" + mx + trust, dir.path(), env);
   EXPECT_EQ(moved.rc, 1) << moved.err << moved.out;
   EXPECT_THAT(moved.out, HasSubstr("subject-mismatch"));
 
   // No referrers at all: no passing summary.
-  const std::string other = Push(**reg, "mini-kimi-nvfp4", "again", true);
+  const std::string other = Push(*pair.reg, "mini-kimi-nvfp4", "again", true);
   testing::CliResult none = testing::RunCli(
-      "verify-oci oci://" + registry.host() + "/m@" + other + trust, dir.path(), env);
+      "verify-oci oci://" + pair.host() + "/m@" + other + trust, dir.path(), env);
   EXPECT_EQ(none.rc, 1) << none.err << none.out;
   EXPECT_THAT(none.out, HasSubstr("no-passing-vsa"));
 }

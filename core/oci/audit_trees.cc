@@ -1,18 +1,18 @@
-#include "services/cli/oci_trees.h"
+#include "core/oci/audit_trees.h"
 
 #include "core/oci/artifact.h"
 
-namespace ckpt::cli {
+namespace ckpt::oci {
 namespace {
 
 absl::Status Open(const std::string& text, uint64_t window, std::string* path,
                   std::shared_ptr<const io::Directory>* dir,
                   std::optional<audit::ReadBinding>* binding, std::string* ref) {
-  oci::ArtifactOptions options;
+  ArtifactOptions options;
   options.tar_budget = window;
-  auto artifact = oci::Artifact::Open(text, options);
+  auto artifact = Artifact::Open(text, options);
   if (!artifact.ok()) return artifact.status();
-  const oci::Artifact& a = **artifact;
+  const Artifact& a = **artifact;
   *dir = a.root();
   *path = a.reference().ToString();
   *binding = audit::ReadBinding{
@@ -24,16 +24,16 @@ absl::Status Open(const std::string& text, uint64_t window, std::string* path,
 }  // namespace
 
 absl::Status OpenOciTrees(audit::AuditOptions* o) {
-  if (oci::IsOciReference(o->root)) {
+  if (IsOciReference(o->root)) {
     absl::Status s = Open(o->root, o->memory_window, &o->root, &o->root_dir, &o->root_binding,
                           &o->refs.model_ref);
     if (!s.ok()) return s;
   }
-  if (oci::IsOciReference(o->source)) {
+  if (IsOciReference(o->source)) {
     return Open(o->source, o->memory_window, &o->source, &o->source_dir, &o->source_binding,
                 &o->refs.source_ref);
   }
   return absl::OkStatus();
 }
 
-}  // namespace ckpt::cli
+}  // namespace ckpt::oci
