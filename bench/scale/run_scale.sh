@@ -22,6 +22,8 @@
 #   verify-pair      `ckpt-audit verify-pair`
 #   fingerprint-src, fingerprint-derived
 #   hash-K, audit-pair-K  with ROUNDS=N (K = 2..N): the baseline and the pair audit again
+#   audit-prev-K     with PREV_CLI=PATH (another build's ckpt-audit): its pair audit in every
+#                    round (K = 1..N), after the baseline and this build's, to compare builds
 # Each line of WORK/../results (or --results) record.jsonl is one command's exit code, wall
 # time, peak RSS and storage bytes read/written (ckpt-scale-gen time: wait4 rusage); run.log
 # holds every command's output (a refusal's message is there and in summary.txt); summary.txt
@@ -90,7 +92,7 @@ run() {  # run LABEL CMD...: cold cache over the existing trees, timed, output i
   return $rc
 }
 
-rm -rf "$src" "$der" "$copy" "$tc" "$work/xdg" "$db" "$db"-*
+rm -rf "$src" "$der" "$copy" "$tc" "$work/xdg" "$db" "$db"-* "$db.prev"
 run gen-src "$gen" gen "${gen_args[@]}" --format mxfp4 --threads "$threads" --out "$src"
 [ -d "$src" ] || { echo "run_scale.sh: generation failed (see $log)" >&2; exit 1; }
 run cp sh -c "cp -r '$src' '$copy' && sync"
@@ -134,9 +136,14 @@ fi
 run fingerprint-src "$cli" fingerprint "$src" --threads "$threads"
 # ROUNDS=N: N-1 more rounds of the hashing baseline and the pair audit, alternating, labelled
 # hash-K and audit-pair-K: the run-to-run spread of the audit's main ratio.
-for k in $(seq 2 "${ROUNDS:-1}"); do
-  run "hash-$k" "$gen" hash --threads "$threads" "${trees[@]}"
-  [ -d "$der" ] && run "audit-pair-$k" "$cli" audit "$der" --source "$src" --threads "$threads" --db "$db"
+for k in $(seq 1 "${ROUNDS:-1}"); do
+  if [ "$k" -gt 1 ]; then
+    run "hash-$k" "$gen" hash --threads "$threads" "${trees[@]}"
+    [ -d "$der" ] && run "audit-pair-$k" "$cli" audit "$der" --source "$src" --threads "$threads" --db "$db"
+  fi
+  if [ -n "${PREV_CLI:-}" ] && [ -d "$der" ]; then
+    run "audit-prev-$k" "$PREV_CLI" audit "$der" --source "$src" --threads "$threads" --db "$db.prev"
+  fi
 done
 echo "cold cache: $cache_note" >> "$log"
 
