@@ -721,16 +721,17 @@ class Streamer {
         dst = scratch.get();
       }
       std::span<uint8_t> bytes(dst, step.length);
+      const bool revisit = step.slot != kNone && slots_[step.slot].revisit;
       if (step.kind != Step::Kind::kHashKept) {
         if (absl::Status st = io::ReadExactly(*s.file, step.offset, bytes, s.label); !st.ok()) {
           return st;
         }
-        progress_.Advance(step.length);
+        // Progress counts each byte of the files once: not a second read behind the cursor.
+        if (!(revisit && step.kind == Step::Kind::kReadAhead)) progress_.Advance(step.length);
       }
       // The digests are of the bytes in memory, the ones every check reads: a range read
       // ahead is hashed from its buffer when the cursor reaches it, and one read behind the
       // cursor must have the hash of the bytes the cursor hashed.
-      const bool revisit = step.slot != kNone && slots_[step.slot].revisit;
       // A tensor read again later is hashed twice as the cursor passes it (the file's digest
       // and its own), on two threads.
       std::future<void> passing;

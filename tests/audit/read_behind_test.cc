@@ -11,6 +11,7 @@
 #include <limits>
 #include <filesystem>
 #include <mutex>
+#include <tuple>
 #include <utility>
 #include <vector>
 #include <string>
@@ -260,6 +261,37 @@ TEST_F(ReadBehindTest, TheCursorAnnouncesItsNextBytesBeforeReadingThem) {
   EXPECT_TRUE(unannounced.empty()) << unannounced.size() << " reads, the first at ["
                                    << unannounced.front().first << ", "
                                    << unannounced.front().second << "), were not announced";
+}
+
+// Progress counts each byte of the files once: a scale read again is not counted again, so
+// "100%" means the last byte has been read (it used to be reached while the second reads'
+// bytes were still to come).
+TEST_F(ReadBehindTest, ProgressEndsAtTheFilesSizeAlthoughScalesAreReadTwice) {
+  class Phases final : public Progress {
+   public:
+    void Begin(std::string_view phase, uint64_t total) override {
+      std::lock_guard<std::mutex> lock(mu_);
+      phases_.push_back({std::string(phase), total, 0});
+    }
+    void Advance(uint64_t n) override {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::get<2>(phases_.back()) += n;
+    }
+    void End() override {}
+    std::vector<std::tuple<std::string, uint64_t, uint64_t>> phases_;
+
+   private:
+    std::mutex mu_;
+  } progress;
+  AuditStats stats;
+  auto rec = RunAudit(Options(kWindow), progress, &stats);
+  ASSERT_TRUE(rec.ok()) << rec.status();
+  EXPECT_GT(stats.bytes_read, TreeBytes(tmp_ / "src") + TreeBytes(tmp_ / "dst"));  // read twice
+  // The last phase is the stream's: the tensor data of both trees, after their headers.
+  ASSERT_FALSE(progress.phases_.empty());
+  const auto& [phase, total, done] = progress.phases_.back();
+  EXPECT_GT(total, TreeBytes(tmp_ / "dst")) << phase;
+  EXPECT_EQ(done, total) << phase;
 }
 
 // Embeddings and head of 4096 x 256 BF16 (2 MiB each, on each side) are larger than the window:
