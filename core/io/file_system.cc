@@ -78,11 +78,6 @@ class PosixFile final : public RandomAccessFile {
                     POSIX_FADV_DONTNEED);
   }
 
-  void WillNeed(uint64_t offset, uint64_t length) const override {
-    ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(length),
-                    POSIX_FADV_WILLNEED);
-  }
-
  private:
   const Fd fd_;
   const std::string label_;

@@ -53,10 +53,6 @@ class RandomAccessFile {
   virtual absl::StatusOr<FileIdentity> Identity() const = 0;
   // Tells the kernel the range is consumed and may leave the page cache.
   virtual void Consumed(uint64_t offset, uint64_t length) const = 0;
-  // Tells the kernel the range will be read next, so that its read from storage overlaps the
-  // hashing of what was just read (docs/audit-engine.md, "Keeping storage busy"). A hint:
-  // it changes neither what is read nor when a read returns; files with no page cache ignore it.
-  virtual void WillNeed(uint64_t /*offset*/, uint64_t /*length*/) const {}
 };
 
 class Directory {

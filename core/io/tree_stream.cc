@@ -29,6 +29,9 @@ uint64_t ChunkFor(uint64_t window) {
   return std::clamp<uint64_t>(window / 16, kMinReadChunk, 8ull << 20);
 }
 
+// A cursor's step is read in pieces of this size, each hashed while the next one is read.
+constexpr uint64_t kHashPiece = 1ull << 20;
+
 // One tensor some work needs, from its admission to when its buffer is freed.
 struct Slot {
   size_t stream = 0;
@@ -704,14 +707,6 @@ class Streamer {
       }
       if (f.content != nullptr) s.hashers->Update(0, *f.content);
     }
-    // The cursor's next bytes come from storage while it hashes these ("Keeping storage busy",
-    // docs/audit-engine.md): every byte of a hashed file is read by its cursor, so this reads
-    // nothing extra.
-    const bool cursor = step.kind == Step::Kind::kRead || step.kind == Step::Kind::kHashKept;
-    if (cursor && !s.skim && step.offset + step.length < s.size) {
-      const uint64_t next = step.offset + step.length;
-      s.file->WillNeed(next, std::min(2 * chunk_, s.size - next));
-    }
     if (step.kind == Step::Kind::kSkip) {
       progress_.Advance(step.length);
     } else if (step.length > 0) {
@@ -722,27 +717,52 @@ class Streamer {
       }
       std::span<uint8_t> bytes(dst, step.length);
       const bool revisit = step.slot != kNone && slots_[step.slot].revisit;
-      if (step.kind != Step::Kind::kHashKept) {
-        if (absl::Status st = io::ReadExactly(*s.file, step.offset, bytes, s.label); !st.ok()) {
-          return st;
-        }
-        // Progress counts each byte of the files once: not a second read behind the cursor.
-        if (!(revisit && step.kind == Step::Kind::kReadAhead)) progress_.Advance(step.length);
-      }
       // The digests are of the bytes in memory, the ones every check reads: a range read
       // ahead is hashed from its buffer when the cursor reaches it, and one read behind the
-      // cursor must have the hash of the bytes the cursor hashed.
-      // A tensor read again later is hashed twice as the cursor passes it (the file's digest
-      // and its own), on two threads.
-      std::future<void> passing;
-      if (revisit && step.kind == Step::Kind::kRead) {
-        passing = std::async(std::launch::async, [&] { Pass(slots_[step.slot], step, bytes); });
-      }
-      if (step.kind != Step::Kind::kReadAhead && !s.skim) {
-        s.hashers->Update(step.offset, bytes);
-        absl::Status st = Feed(s, step.offset, bytes);
+      // cursor must have the hash of the bytes the cursor hashed. A tensor read again later is
+      // hashed twice as the cursor passes it (the file's digest and its own), on two threads.
+      const bool hash = step.kind != Step::Kind::kReadAhead && !s.skim;
+      const bool pass = revisit && step.kind == Step::Kind::kRead;
+      auto digest = [&](uint64_t at, std::span<const uint8_t> piece) -> absl::Status {
+        std::future<void> passing;
+        if (pass) {
+          passing = std::async(std::launch::async, [&] { Pass(slots_[step.slot], at, piece); });
+        }
+        absl::Status st;
+        if (hash) {
+          s.hashers->Update(at, piece);
+          st = Feed(s, at, piece);
+        }
         if (passing.valid()) passing.get();
-        if (!st.ok()) return st;
+        return st;
+      };
+      if (step.kind == Step::Kind::kHashKept) {
+        if (absl::Status st = digest(step.offset, bytes); !st.ok()) return st;
+      } else {
+        // Read in pieces, each hashed on another thread while the next one is read ("Keeping
+        // storage busy"): the copy from storage and the hash overlap.
+        std::future<absl::Status> hashing;
+        auto settle = [&]() -> absl::Status {
+          return hashing.valid() ? hashing.get() : absl::OkStatus();
+        };
+        for (uint64_t done = 0; done < step.length;) {
+          const uint64_t n = std::min<uint64_t>(kHashPiece, step.length - done);
+          const std::span<uint8_t> piece = bytes.subspan(done, n);
+          absl::Status st = io::ReadExactly(*s.file, step.offset + done, piece, s.label);
+          if (absl::Status prior = settle(); st.ok()) st = prior;
+          if (!st.ok()) return st;
+          // Progress counts each byte of the files once: not a second read behind the cursor.
+          if (!(revisit && step.kind == Step::Kind::kReadAhead)) progress_.Advance(n);
+          if (hash || pass) {
+            if (done + n == step.length && done == 0) {  // one piece: nothing to overlap
+              if (absl::Status d = digest(step.offset, piece); !d.ok()) return d;
+            } else {
+              hashing = std::async(std::launch::async, digest, step.offset + done, piece);
+            }
+          }
+          done += n;
+        }
+        if (absl::Status st = settle(); !st.ok()) return st;
       }
       if (s.skim && step.slot != kNone && step.into != nullptr) Skimmed(slots_[step.slot], step);
       if (revisit && step.kind == Step::Kind::kReadAhead) {
@@ -790,10 +810,10 @@ class Streamer {
   // Steps on a revisit slot, outside the lock: the cursor's pass hashes it (only the cursor's
   // steps touch that hash); the re-read, once complete, must have that hash (it runs after the
   // pass: the slot is re-read once the cursor has reached its trigger, beyond it).
-  static void Pass(Slot& slot, const Step& step, std::span<const uint8_t> bytes) {
+  static void Pass(Slot& slot, uint64_t at, std::span<const uint8_t> bytes) {
     if (!slot.passing) slot.passing = std::make_unique<Sha256>();
     slot.passing->Update(bytes);
-    if (step.offset + step.length == slot.end) {
+    if (at + bytes.size() == slot.end) {
       slot.passed_digest = slot.passing->Finish();
       slot.passing.reset();
     }

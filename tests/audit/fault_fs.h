@@ -27,8 +27,6 @@ struct ReadHook {
   std::function<void(uint64_t offset, size_t length)> after_read_at = nullptr;
   // When set, called when the reader lets the kernel drop a range from its page cache.
   std::function<void(uint64_t offset, uint64_t length)> consumed = nullptr;
-  // When set, called when the reader tells the kernel it will read a range next.
-  std::function<void(uint64_t offset, uint64_t length)> will_need = nullptr;
   // When set, the identity reported for the file (by StatAt and by its open file's Identity),
   // given the real one: a test can make a file whose bytes changed look unchanged.
   std::function<io::FileIdentity(const io::FileIdentity& real)> identity = nullptr;
@@ -54,10 +52,6 @@ class FaultFile final : public io::RandomAccessFile {
   void Consumed(uint64_t offset, uint64_t length) const override {
     if (hook_ != nullptr && hook_->consumed) hook_->consumed(offset, length);
     inner_->Consumed(offset, length);
-  }
-  void WillNeed(uint64_t offset, uint64_t length) const override {
-    if (hook_ != nullptr && hook_->will_need) hook_->will_need(offset, length);
-    inner_->WillNeed(offset, length);
   }
 
  private:

@@ -234,35 +234,6 @@ TEST_F(ReadBehindTest, TheCursorKeepsReadingWhileAScaleIsReadAgain) {
   EXPECT_TRUE(moved) << "the cursor did not read on while a scale was read again";
 }
 
-// The cursor tells the kernel which bytes it reads next before it hashes what it just read
-// (docs/audit-engine.md, "Keeping storage busy"): every read after its first step lies
-// in a range announced before it.
-TEST_F(ReadBehindTest, TheCursorAnnouncesItsNextBytesBeforeReadingThem) {
-  std::mutex mu;
-  uint64_t announced_end = 0, reads = 0;
-  std::vector<std::pair<uint64_t, uint64_t>> unannounced;
-  ReadHook hook{shard_.filename().string(), [](int) {}};
-  hook.will_need = [&](uint64_t offset, uint64_t length) {
-    std::lock_guard<std::mutex> lock(mu);
-    announced_end = std::max(announced_end, offset + length);
-  };
-  hook.after_read_at = [&](uint64_t offset, size_t length) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (announced_end == 0) return;  // the header, and the cursor's first step
-    ++reads;
-    if (offset + length > announced_end) unannounced.push_back({offset, offset + length});
-  };
-  AuditOptions o = Options(kWindow);
-  o.root_dir = FaultDirectory::Open(o.root, std::move(hook));
-  auto rec = RunAudit(o, NoProgress());
-  ASSERT_TRUE(rec.ok()) << rec.status();
-  EXPECT_EQ(rec->OverallVerdict(), evidence::Verdict::kPass);
-  EXPECT_GT(reads, 10u) << "nothing was announced";
-  EXPECT_TRUE(unannounced.empty()) << unannounced.size() << " reads, the first at ["
-                                   << unannounced.front().first << ", "
-                                   << unannounced.front().second << "), were not announced";
-}
-
 // Progress counts each byte of the files once: a scale read again is not counted again, so
 // "100%" means the last byte has been read (it used to be reached while the second reads'
 // bytes were still to come).
