@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/quant/quant_weight.h"
 #include "core/quant/scale_window.h"
 #include "core/quant/x4t_codec.h"
@@ -463,8 +464,8 @@ void CheckModelOpt(const Checkpoint& ckpt, const std::optional<ModelOptDecl>& hf
       }
       if (it->second.size() > 1) {
         Add(r, "alias-ambiguous", spelling,
-            absl::StrCat("names ", it->second.size(), " stored modules (", *it->second.begin(),
-                         ", ...)"));
+            absl::StrCat("names ", it->second.size(), " stored modules (",
+                         absl::StrJoin(it->second, ", "), "); its entry is applied to none"));
         continue;
       }
       const std::string& actual = *it->second.begin();

@@ -13,6 +13,7 @@
 #include "core/quant/format.h"
 #include "core/quant/pair_verify.h"
 #include "core/quant/quant_weight.h"
+#include "core/quant/safetensors_writer.h"
 #include "core/quant/scale_window.h"
 #include "gtest/gtest.h"
 #include "tests/quant/modelopt_fixture.h"
@@ -239,6 +240,37 @@ TEST(ModelOptDetect, MixedPrecisionFindings) {
   EXPECT_EQ(r.findings.count("quantized-layer-absent"), 1u) << Codes(r.findings);
   EXPECT_EQ(r.findings.count("quantized-unlisted"), 1u) << Codes(r.findings);
   EXPECT_EQ(r.findings.count("extra-tensor"), 1u) << Codes(r.findings);
+}
+
+// Issue 22 item 6: a manifest spelling that names two stored modules is never resolved to one
+// of them. Beside layer 1's expert 0 w1 the tree stores a dense `model.layers.1...w1.weight` in
+// a shard of its own, so the K3 spelling "model.layers.1.block_sparse_moe.experts.0.w1" names
+// both; the other spellings still name the quantized module, which stays listed.
+TEST(ModelOptDetect, SpellingThatNamesTwoStoredModulesIsAmbiguous) {
+  TempDir dir;
+  const fs::path root = Convert(dir);
+  MakeMixed(root, K3QuantizedLayers(true));
+  ASSERT_EQ(Detect(root).findings.total(), 0u);
+  const std::string tail = "layers.1.block_sparse_moe.experts.0.w1";
+  const std::string stray = "model." + tail + ".weight";
+  ASSERT_TRUE(WriteSafetensors((root / "model-extra.safetensors").string(),
+                               {TensorToWrite::Owned(stray, DType::kBF16, {2, 2},
+                                                     std::vector<uint8_t>(8, 0))},
+                               {})
+                  .ok());
+  EditJson(root / "model.safetensors.index.json",
+           [&](json& i) {
+             i["weight_map"][stray] = "model-extra.safetensors";
+             i["metadata"]["total_size"] = i["metadata"]["total_size"].get<uint64_t>() + 8;
+           });
+  const FormatReport r = Detect(root);
+  ASSERT_EQ(r.findings.count("alias-ambiguous"), 1u) << Codes(r.findings);
+  EXPECT_EQ(r.findings.total(), 1u) << Codes(r.findings);
+  const Finding& f = r.findings.kept()[0];
+  EXPECT_EQ(f.tensor, "model." + tail);
+  EXPECT_NE(f.message.find("language_model.model." + tail + ", model." + tail),
+            std::string::npos)
+      << f.message;
 }
 
 TEST(ModelOptDetect, BadConfigsAreNamedFindings) {
