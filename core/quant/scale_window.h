@@ -70,8 +70,9 @@ struct ScaleWindowResult {
 // module itself.
 std::string FusedGroupOf(const std::string& module);
 
-// One unit of the scan: the modules of one fused group (they share k_max), or one expert of a
-// gpt-oss `*_blocks` tensor (named "base[e]"). Its tensors are all the scan reads.
+// One unit of the scan: the modules of one fused group (they share k_max), or the experts of a
+// gpt-oss `*_blocks` tensor (members named "base[e]", sharing k_max). Its tensors are all the
+// scan reads.
 struct ScaleWindowUnit {
   struct Member {
     size_t order = 0;  // position among all members: results are merged in this order
