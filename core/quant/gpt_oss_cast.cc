@@ -43,7 +43,7 @@ absl::StatusOr<ModelOptFused> CastToModelOpt(const std::string& name, const Dims
           if (byte < 0) {
             return absl::FailedPreconditionError(absl::StrCat(
                 name, " expert ", e, ", ", ProjectionName(ProjectionOfRow(f, r)), " row ",
-                ProjectionRow(f, r), ", group ", g, ": scale byte ", s, " is outside the window ",
+                ProjectionRow(f, r), ", block ", g, ": scale byte ", s, " is outside the window ",
                 "of k_max ", out.k_max, " (the cast would be lossy)"));
           }
           for (uint64_t h = 0; h < 2; ++h) {

@@ -27,8 +27,9 @@ struct ModelOptFused {
 };
 
 // `blocks` [E, R, C/2] and `scales` [E, R, C/32] bytes of tensor `name`. INVALID_ARGUMENT when
-// their sizes do not fit `d`; FAILED_PRECONDITION naming expert, row and group when an active
-// group's scale is NaN or k_max - k_j > 17 (the cast would be lossy).
+// their sizes do not fit `d`; FAILED_PRECONDITION naming expert, row and block (the MXFP4
+// 32-group, gpt-oss's `_blocks` axis) when an active group's scale is NaN or k_max - k_j > 17
+// (the cast would be lossy).
 absl::StatusOr<ModelOptFused> CastToModelOpt(const std::string& name, const Dims& d, Fused f,
                                              std::span<const uint8_t> blocks,
                                              std::span<const uint8_t> scales);

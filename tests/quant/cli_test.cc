@@ -277,6 +277,36 @@ TEST(QuantCli, TranscodeModelOptIsRecognisedAndProvenLossless) {
   EXPECT_NE(audit.out.find("block_forward"), std::string::npos) << audit.out;
 }
 
+// gpt-oss MXFP4 -> ModelOpt's gpt-oss layout through the binary: written, proven lossless by
+// verify-pair, passing the pair audit; a source with a large byte on an active block fails
+// (exit 1) naming tensor, expert, row and block, and publishes nothing.
+TEST(QuantCli, TranscodeGptOssToModelOptIsProvenLosslessOrRefused) {
+  TempDir dir;
+  const std::string src = Fixture("mini-gpt-oss-mxfp4").string();
+  const std::string mo = (dir / "mo").string();
+  CliRun t = Cli("transcode --json --layout modelopt --to nvfp4 " + src + " " + mo);
+  ASSERT_EQ(t.rc, 0) << t.err;
+  EXPECT_EQ(nlohmann::json::parse(t.out)["zero_group_scale"], "+0");
+  CliRun pair = Cli("verify-pair --json --source " + src + " --derived " + mo);
+  ASSERT_EQ(pair.rc, 0) << pair.out << pair.err;
+  EXPECT_EQ(nlohmann::json::parse(pair.out)["verdict"], "lossless");
+  CliRun audit = Cli("audit " + mo + " --source " + src + " --db " + (dir / "log.db").string());
+  EXPECT_EQ(audit.rc, 0) << audit.out << audit.err;
+  EXPECT_NE(audit.out.find("pair_verify            pass"), std::string::npos) << audit.out;
+
+  const fs::path lossy = CopyFixture("mini-gpt-oss-mxfp4", dir);
+  MutateTensor(lossy, "model.layers.1.mlp.experts.gate_up_proj_scales",
+               [](uint8_t* p, size_t) { p[(2 * 128 + 5) * 3 + 1] = 250; });  // an active block
+  CliRun bad = Cli("transcode --layout modelopt --to nvfp4 " + lossy.string() + " " +
+                   (dir / "bad").string());
+  EXPECT_EQ(bad.rc, 1) << bad.err;
+  EXPECT_NE(bad.err.find("over-span: model.layers.1.mlp.experts.gate_up_proj[0] row 0 group 0"),
+            std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(dir / "bad"));
+  EXPECT_FALSE(fs::exists(dir / ".bad.transcode-tmp"));
+  EXPECT_FALSE(fs::exists(dir / "bad.intoto.jsonl"));
+}
+
 TEST(QuantCli, QuantCheck) {
   CliRun ok = Cli("quant-check --json " + kSrc);
   EXPECT_EQ(ok.rc, 0) << ok.out;

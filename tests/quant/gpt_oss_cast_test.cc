@@ -49,7 +49,7 @@ TEST(GptOssCast, RefusesAGroupOutsideTheWindowOrWithANanScale) {
   absl::StatusOr<ModelOptFused> x = t.Cast();
   ASSERT_FALSE(x.ok());
   EXPECT_EQ(x.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(x.status().message(), HasSubstr("expert 1, up row 2, group 0: scale byte 106"));
+  EXPECT_THAT(x.status().message(), HasSubstr("expert 1, up row 2, block 0: scale byte 106"));
   t.scales[64 + 5] = 124 - 17;  // the edge of the window is exact: E4M3 2^-9
   ASSERT_TRUE(t.Cast().ok());
   EXPECT_EQ(t.Cast()->scales[133], 0x01);
