@@ -533,7 +533,8 @@ TEST(TranscodeModelOptGptOss, WritesTheCommittedExportsTensorsAndVerifiesLossles
   ASSERT_TRUE(pair.ok()) << pair.status();
   EXPECT_TRUE(pair->lossless);
   EXPECT_EQ(pair->mismatches.total(), 0u) << pair->mismatches.ToJson().dump();
-  EXPECT_EQ(pair->gpt_oss_windows.size(), 4u);
+  EXPECT_EQ(pair->windows.size(), 4u);
+  for (const PairWindowCount& w : pair->windows) EXPECT_EQ(w.lossless_window, w.blocks) << w.tensor;
   // The committed export with its input scales is the same pair.
   auto committed = VerifyPair(**src, **want, po, NoProgress());
   ASSERT_TRUE(committed.ok()) << committed.status();
