@@ -255,12 +255,13 @@ constexpr Rule kRules[] = {
 
     // Backend hazards (never change a verdict).
     {"vllm-w13-global-scale-collapse", K::kHazard,
-     "NVFP4 w1/w3 global scales differ: vLLM loads w3 with w1's global scale",
+     "NVFP4 w1/w3 (or a routed expert's gate/up_proj) global scales differ: vLLM loads w3 "
+     "with w1's global scale",
      "vllm-project/vllm#54150",
      "mini-kimi-nvfp4 with one expert's w3 global scale doubled",
      "tests/quant/scale_window_test.cc ScaleWindow.Nvfp4FixtureHasNoHazardsUntilW13GlobalsDiffer"},
     {"vllm-fused-global-scale-max", K::kHazard,
-     "global scales of a fused q/k/v or gate/up linear differ: vLLM takes their max",
+     "global scales of a fused dense q/k/v or gate/up linear differ: vLLM takes their max",
      "own: vLLM's fused NVFP4 linears use the max without rescaling (docs/formats.md §5)",
      "mini-kimi-nvfp4's expert 0 w1/w3 stored as layer 0's dense gate_proj/up_proj, up's global "
      "doubled",

@@ -337,7 +337,11 @@ std::string FusedGroupOf(const std::string& module) {
   const std::string prefix = dot == std::string::npos ? "" : module.substr(0, dot + 1);
   const std::string last = dot == std::string::npos ? module : module.substr(dot + 1);
   if (last == "w1" || last == "w3") return prefix + "w13";
-  if (last == "gate_proj" || last == "up_proj") return prefix + "gate_up";
+  // A routed expert's gate/up (DeepSeek-style names) is vLLM's fused-MoE w13 too, which takes
+  // gate's global; a dense gate/up linear (shared experts included) takes the max.
+  if (last == "gate_proj" || last == "up_proj") {
+    return prefix + (absl::StrContains(prefix, ".experts.") ? "w13" : "gate_up");
+  }
   if (last == "q_proj" || last == "k_proj" || last == "v_proj") return prefix + "qkv";
   return module;
 }

@@ -66,8 +66,8 @@ struct ScaleWindowResult {
   nlohmann::json ToJson() const;
 };
 
-// "…experts.3.w13" for w1/w3, "….gate_up" for gate/up_proj, "….qkv" for q/k/v_proj, else the
-// module itself.
+// "…experts.3.w13" for w1/w3 and for a routed expert's gate/up_proj (vLLM's fused-MoE w13),
+// "….gate_up" for a dense gate/up_proj, "….qkv" for q/k/v_proj, else the module itself.
 std::string FusedGroupOf(const std::string& module);
 
 // One unit of the scan: the modules of one fused group (they share k_max), or the experts of a

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/checkpoint.h"
 #include "core/progress.h"
@@ -339,6 +340,30 @@ TEST(ModelOptContract, WeightScale2ShapeAndCompleteness) {
   auto c = Open(root);
   auto w = ResolveWeight(*c, kExpert + "5.w2");
   EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument) << w.status();
+}
+
+// A routed expert's gate_proj/up_proj (DeepSeek-style names) are vLLM's fused w13 as w1/w3 are:
+// up_proj without weight_scale_2 beside a gate_proj that has one is w13-missing-global-scale.
+TEST(ModelOptContract, ExpertUpProjMissingWeightScale2BesideGateIsW13Missing) {
+  TempDir dir;
+  const fs::path mo = Convert(dir);
+  const std::string e0 = kExpert + "0.";
+  const fs::path root = dir / "expert-gate-up";
+  ::ckpt::quant::testing::WriteCheckpointFrom(mo, root, [&](const std::string& n) -> std::string {
+    if (!absl::StartsWith(n, e0)) return "";
+    if (absl::StartsWith(n, e0 + "w1.")) return e0 + "gate_proj." + n.substr(e0.size() + 3);
+    if (n == e0 + "w3.weight_scale_2") return "";
+    if (absl::StartsWith(n, e0 + "w3.")) return e0 + "up_proj." + n.substr(e0.size() + 3);
+    return n;
+  });
+  const FormatReport r = Detect(root);
+  ASSERT_EQ(r.findings.count("w13-missing-global-scale"), 1u) << Codes(r.findings);
+  EXPECT_EQ(r.findings.count("missing-global-scale"), 0u) << Codes(r.findings);
+  for (const Finding& f : r.findings.kept()) {
+    if (f.code != "w13-missing-global-scale") continue;
+    EXPECT_EQ(f.tensor, e0 + "up_proj.weight_scale_2");
+    EXPECT_NE(f.message.find("while " + e0 + "gate_proj has one"), std::string::npos) << f.message;
+  }
 }
 
 TEST(ModelOptHazards, CleanFixtureHasNone) {

@@ -22,6 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::ckpt::quant::testing::kExpert;
 using ::ckpt::quant::testing::MutateTensor;
+using ::ckpt::quant::testing::WriteCheckpointFrom;
 using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::Fixture;
 using ::ckpt::testing::TempDir;
@@ -72,25 +73,6 @@ void EditHeaderEntry(const fs::path& root, const std::string& tensor, const std:
   ASSERT_NE(at, std::string::npos) << from;
   s.replace(at, from.size(), to);
   ::ckpt::testing::WriteAll(shard, s);
-}
-
-// Writes a single-file checkpoint into `dst` (created): `from`'s config.json and every tensor of
-// `from` for which `take` gives a name (its own or a new one), plus `extra`.
-void WriteFrom(const fs::path& from, const fs::path& dst,
-               const std::function<std::string(const std::string&)>& take,
-               std::vector<TensorToWrite> extra = {}) {
-  auto src = Checkpoint::Open(from.string());
-  ASSERT_TRUE(src.ok()) << src.status();
-  for (const std::string& n : (*src)->TensorNames()) {
-    const std::string name = take(n);
-    if (name.empty()) continue;
-    const TensorRef t = *(*src)->Find(n);
-    extra.push_back(TensorToWrite::Borrowed(*t.info, t.bytes()));
-    extra.back().name = name;
-  }
-  fs::create_directories(dst);
-  fs::copy_file(from / "config.json", dst / "config.json");
-  ASSERT_TRUE(WriteSafetensors((dst / "model.safetensors").string(), std::move(extra), {}).ok());
 }
 
 // A copy of mini-kimi-mxfp4 with its quantization_config edited.
@@ -319,7 +301,7 @@ TEST(RuleTriggers, DenseGateUpWithDifferentGlobalsIsTheFusedMaxHazard) {
   };
   TempDir dir;
   const fs::path root = dir / "dense-nvfp4";
-  WriteFrom(Fixture("mini-kimi-nvfp4"), root, rename);
+  WriteCheckpointFrom(Fixture("mini-kimi-nvfp4"), root, rename);
   EXPECT_EQ(hazards(root).total(), 0u) << hazards(root).ToJson().dump();
   MutateTensor(root, mlp + "up_proj.weight_global_scale", [](uint8_t* p, size_t n) {
     ASSERT_EQ(n, 4u);
@@ -332,6 +314,34 @@ TEST(RuleTriggers, DenseGateUpWithDifferentGlobalsIsTheFusedMaxHazard) {
   ASSERT_EQ(h.count("vllm-fused-global-scale-max"), 1u) << h.ToJson().dump();
   EXPECT_EQ(h.count("vllm-w13-global-scale-collapse"), 0u);
   EXPECT_EQ(h.kept()[0].tensor, mlp + "gate_up");
+}
+
+// Expert 0's w1/w3 under DeepSeek-style names (experts.0.gate_proj / up_proj), up's global
+// doubled: a routed expert's gate/up is vLLM's fused-MoE w13, which loads both with gate's
+// global (docs/formats.md §9.5), not the max a dense gate/up linear takes.
+TEST(RuleTriggers, ExpertGateUpWithDifferentGlobalsIsTheW13Collapse) {
+  const std::string e0 = kExpert + "0.";
+  TempDir dir;
+  const fs::path root = dir / "expert-gate-up";
+  WriteCheckpointFrom(Fixture("mini-kimi-nvfp4"), root, [&](const std::string& n) -> std::string {
+    if (absl::StartsWith(n, e0 + "w1.")) return e0 + "gate_proj." + n.substr(e0.size() + 3);
+    if (absl::StartsWith(n, e0 + "w3.")) return e0 + "up_proj." + n.substr(e0.size() + 3);
+    return "";
+  });
+  MutateTensor(root, e0 + "up_proj.weight_global_scale", [](uint8_t* p, size_t n) {
+    ASSERT_EQ(n, 4u);
+    float g;
+    std::memcpy(&g, p, 4);
+    g *= 2;
+    std::memcpy(p, &g, 4);
+  });
+  auto c = Checkpoint::Open(root.string());
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto r = ScaleWindowPolicy().Check(**c, NoProgress(), 2);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->hazards.count("vllm-w13-global-scale-collapse"), 1u) << r->hazards.ToJson().dump();
+  EXPECT_EQ(r->hazards.count("vllm-fused-global-scale-max"), 0u);
+  EXPECT_EQ(r->hazards.kept()[0].tensor, e0 + "w13");
 }
 
 // A compressed-tensors NVFP4 derived checkpoint in which one module was left MXFP4 (the
@@ -347,7 +357,7 @@ TEST(RuleTriggers, DerivedModuleLeftMxfp4IsADerivedKindMismatch) {
     const TensorRef t = *(*mx)->Find(m + suffix);
     left.push_back(TensorToWrite::Borrowed(*t.info, t.bytes()));
   }
-  WriteFrom(Fixture("mini-kimi-nvfp4"), root,
+  WriteCheckpointFrom(Fixture("mini-kimi-nvfp4"), root,
             [&](const std::string& n) { return absl::StartsWith(n, m + ".") ? "" : n; },
             std::move(left));
   auto dst = Checkpoint::Open(root.string());
