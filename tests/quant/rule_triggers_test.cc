@@ -279,6 +279,17 @@ TEST(RuleTriggers, DerivedMatrixOfAnotherShapeIsShapeDiffers) {
   ASSERT_EQ(r->mismatches.count("shape-differs"), 1u) << r->mismatches.ToJson().dump();
 }
 
+// Doubles the F32 scalar `tensor` of the checkpoint at `root`.
+void DoubleF32(const fs::path& root, const std::string& tensor) {
+  MutateTensor(root, tensor, [](uint8_t* p, size_t n) {
+    ASSERT_EQ(n, 4u);
+    float g;
+    std::memcpy(&g, p, 4);
+    g *= 2;
+    std::memcpy(p, &g, 4);
+  });
+}
+
 // A dense fused linear stored NVFP4 (docs/formats.md §5): layer 0's MLP gate_proj and up_proj
 // are expert 0's w1 and w3, nothing else. With equal globals there is no hazard; with up_proj's
 // doubled vLLM would load both with the larger one, which it calls out by the fused group.
@@ -303,13 +314,7 @@ TEST(RuleTriggers, DenseGateUpWithDifferentGlobalsIsTheFusedMaxHazard) {
   const fs::path root = dir / "dense-nvfp4";
   WriteCheckpointFrom(Fixture("mini-kimi-nvfp4"), root, rename);
   EXPECT_EQ(hazards(root).total(), 0u) << hazards(root).ToJson().dump();
-  MutateTensor(root, mlp + "up_proj.weight_global_scale", [](uint8_t* p, size_t n) {
-    ASSERT_EQ(n, 4u);
-    float g;
-    std::memcpy(&g, p, 4);
-    g *= 2;
-    std::memcpy(p, &g, 4);
-  });
+  DoubleF32(root, mlp + "up_proj.weight_global_scale");
   const FindingList h = hazards(root);
   ASSERT_EQ(h.count("vllm-fused-global-scale-max"), 1u) << h.ToJson().dump();
   EXPECT_EQ(h.count("vllm-w13-global-scale-collapse"), 0u);
@@ -328,13 +333,7 @@ TEST(RuleTriggers, ExpertGateUpWithDifferentGlobalsIsTheW13Collapse) {
     if (absl::StartsWith(n, e0 + "w3.")) return e0 + "up_proj." + n.substr(e0.size() + 3);
     return "";
   });
-  MutateTensor(root, e0 + "up_proj.weight_global_scale", [](uint8_t* p, size_t n) {
-    ASSERT_EQ(n, 4u);
-    float g;
-    std::memcpy(&g, p, 4);
-    g *= 2;
-    std::memcpy(p, &g, 4);
-  });
+  DoubleF32(root, e0 + "up_proj.weight_global_scale");
   auto c = Checkpoint::Open(root.string());
   ASSERT_TRUE(c.ok()) << c.status();
   auto r = ScaleWindowPolicy().Check(**c, NoProgress(), 2);
