@@ -251,6 +251,16 @@ struct OutShard {
     return Place(layout.offsets[it->second], bytes, /*last=*/true);
   }
 
+  // A piece of a tensor written in pieces: `bytes` at `at` inside it; `last`: its final piece.
+  absl::Status PutPiece(const std::string& tensor, uint64_t at, std::span<const uint8_t> bytes,
+                        bool last) {
+    auto it = index.find(tensor);
+    if (it == index.end() || at + bytes.size() > layout.sizes[it->second]) {
+      return absl::InternalError(absl::StrCat(label, ": ", tensor, " does not fit its layout"));
+    }
+    return Place(layout.offsets[it->second] + at, bytes, last);
+  }
+
   // Every tensor is in: cut what an interrupted run left beyond the end, fsync, and hash the
   // file front to back.
   absl::Status Finish() {
@@ -303,23 +313,34 @@ struct OutShard {
   }
 };
 
-// One gpt-oss stacked tensor `base` cast by CastToModelOpt and written: the codes transposed,
-// the E4M3 block scales, one weight_scale_2 (the names GptOssEntries planned). Returns its
-// all-zero groups (block scale +0, as the cast writes them). FAILED_PRECONDITION from the cast
-// names tensor, expert, row and block.
+// One gpt-oss stacked tensor `base` cast (gpt_oss_cast.h) and written, one expert at a time, so
+// only one expert's output is held beside the source tensor: the codes transposed, the E4M3
+// block scales, then one weight_scale_2 (the names GptOssEntries planned). Returns its all-zero
+// groups (block scale +0, as the cast writes them). FAILED_PRECONDITION from the cast names
+// tensor, expert, row and block.
 absl::StatusOr<uint64_t> CastGptOss(const Checkpoint& src, const gptoss::Dims& d,
                                     const std::string& base, OutShard& out) {
   const gptoss::Fused f = absl::EndsWith(base, gptoss::FusedName(gptoss::Fused::kGateUp))
                               ? gptoss::Fused::kGateUp
                               : gptoss::Fused::kDown;
-  absl::StatusOr<gptoss::ModelOptFused> x = gptoss::CastToModelOpt(
+  absl::StatusOr<gptoss::ModelOptCaster> c = gptoss::ModelOptCaster::Make(
       base, d, f, src.Find(base + "_blocks")->bytes(), src.Find(base + "_scales")->bytes());
-  if (!x.ok()) return x.status();
-  absl::Status s = out.Put(base, x->packed);
-  if (s.ok()) s = out.Put(base + "_weight_scale", x->scales);
-  if (s.ok()) s = out.Put(base + "_weight_scale_2", F32Bytes(x->weight_scale_2));
-  if (!s.ok()) return s;
-  return x->zero_groups;
+  if (!c.ok()) return c.status();
+  std::vector<uint8_t> packed(c->expert_packed_bytes()), scales(c->expert_scale_bytes());
+  uint64_t zero_groups = 0;
+  for (uint64_t e = 0; e < d.experts; ++e) {
+    absl::StatusOr<uint64_t> z = c->CastExpert(e, packed, scales);
+    if (!z.ok()) return z.status();
+    zero_groups += *z;
+    const bool last = e + 1 == d.experts;
+    absl::Status s = out.PutPiece(base, e * packed.size(), packed, last);
+    if (s.ok()) s = out.PutPiece(base + "_weight_scale", e * scales.size(), scales, last);
+    if (!s.ok()) return s;
+  }
+  if (absl::Status s = out.Put(base + "_weight_scale_2", F32Bytes(c->weight_scale_2())); !s.ok()) {
+    return s;
+  }
+  return zero_groups;
 }
 
 // Finishes (hashes and fsyncs) output shards on threads of its own as soon as their last byte
