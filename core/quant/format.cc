@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/quant/quant_weight.h"
 #include "core/quant/scale_window.h"
 #include "core/quant/x4t_codec.h"
@@ -389,7 +390,14 @@ void CheckModelOptModule(const Checkpoint& ckpt, const std::string& m, const std
   if (!global) {
     const std::string group = FusedGroupOf(m);
     const bool w13 = absl::EndsWith(group, ".w13");
-    std::string sibling = m.substr(0, m.size() - 1) + (absl::EndsWith(m, "1") ? "3" : "1");
+    // The other half of the fused w13: w1 <-> w3, or an expert's gate_proj <-> up_proj.
+    const size_t dot = m.rfind('.') + 1;
+    const std::string last = m.substr(dot);
+    const std::string sibling =
+        m.substr(0, dot) + (last == "w1"          ? "w3"
+                            : last == "w3"        ? "w1"
+                            : last == "gate_proj" ? "up_proj"
+                                                  : "gate_proj");
     if (w13 && ckpt.Find(sibling + kModelOptGlobalSuffix)) {
       Add(r, "w13-missing-global-scale", m + kModelOptGlobalSuffix,
           "absent while " + sibling + " has one; vLLM's fused w13 would use w1's for both");
@@ -463,8 +471,8 @@ void CheckModelOpt(const Checkpoint& ckpt, const std::optional<ModelOptDecl>& hf
       }
       if (it->second.size() > 1) {
         Add(r, "alias-ambiguous", spelling,
-            absl::StrCat("names ", it->second.size(), " stored modules (", *it->second.begin(),
-                         ", ...)"));
+            absl::StrCat("names ", it->second.size(), " stored modules (",
+                         absl::StrJoin(it->second, ", "), "); its entry is applied to none"));
         continue;
       }
       const std::string& actual = *it->second.begin();

@@ -43,32 +43,6 @@ void Add(PairUnitOutcome* o, std::string code, std::string tensor, int64_t row, 
       {std::move(code), std::move(tensor), row, group, std::move(message), std::move(numbers)});
 }
 
-// The scale window of the source tensor, both ways (GptOssWindowStats).
-GptOssWindowStats Window(const std::string& base, const uint8_t* blocks, const uint8_t* scales,
-                         uint64_t groups) {
-  GptOssWindowStats w;
-  w.tensor = base;
-  w.blocks = groups;
-  std::optional<int> k_max, rule_max;
-  for (uint64_t i = 0; i < groups; ++i) {
-    const int k = E8M0Exponent(scales[i]);
-    if (Active16(blocks + 16 * i) || Active16(blocks + 16 * i + 8)) {
-      ++w.active_blocks;
-      if (scales[i] != kE8M0NaN) k_max = std::max(k_max.value_or(k), k);
-    }
-    if (scales[i] > 0) rule_max = std::max(rule_max.value_or(k), k);
-  }
-  w.k_max = k_max.value_or(0);
-  w.modelopt_k_max = rule_max.value_or(0);
-  for (uint64_t i = 0; i < groups; ++i) {
-    const int k = E8M0Exponent(scales[i]);
-    const bool active = Active16(blocks + 16 * i) || Active16(blocks + 16 * i + 8);
-    if (!active || (scales[i] != kE8M0NaN && w.k_max - k <= 17)) ++w.window_blocks;
-    if (scales[i] == 0 || w.modelopt_k_max - k <= 17) ++w.modelopt_rule_blocks;
-  }
-  return w;
-}
-
 }  // namespace
 
 std::vector<std::string> GptOssSourceTensors(const std::string& base) {
@@ -160,7 +134,10 @@ absl::Status CompareGptOssUnit(const Checkpoint& source, const Checkpoint& deriv
     Add(o, "derived-tensor-invalid", want[3].name, -1, -1,
         "input_scale must be one F32, 0-d or [1]");
   }
-  o->gpt_oss = Window(base, sb->bytes().data(), ss->bytes().data(), E * R * G);
+  // [E, R, C/32, 16] is an [E*R, C] MXFP4 matrix: its scale bytes are counted as any source's.
+  absl::StatusOr<Mxfp4View> v = Mxfp4View::Make(base, sb->bytes(), ss->bytes(), E * R, C);
+  if (!v.ok()) return v.status();
+  CountScaleBytes(*v, o);
   if (!dt[0] || !dt[1] || !s2) return absl::OkStatus();
   uint32_t bits;
   std::memcpy(&bits, &*s2, 4);

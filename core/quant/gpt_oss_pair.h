@@ -6,7 +6,9 @@
 // Per unit: the derived tensors' dtypes and shapes ([E, C/2, R] U8, [E, C/16, R] F8_E4M3, F32
 // 0-d or [1] weight_scale_2 and input_scale); every packed byte through the layout maps of
 // gpt_oss_layout.h; every reconstructed value (e2m1 x block scale x weight_scale_2 must equal
-// e2m1 x 2^k_j exactly); and the scale window of the fused tensor, counted two ways.
+// e2m1 x 2^k_j exactly); and the source's scale bytes by group activity, from which the pair
+// verifier counts the tensor's scale window two ways (PairWindowCount, pair_verify.h) as for
+// any MXFP4 source tensor.
 #ifndef CKPT_CORE_QUANT_GPT_OSS_PAIR_H_
 #define CKPT_CORE_QUANT_GPT_OSS_PAIR_H_
 
@@ -22,18 +24,6 @@ namespace ckpt::quant {
 struct PairUnit;
 struct PairUnitOutcome;
 
-// The MXFP4 32-blocks of one fused tensor (all experts), against one k_max for the tensor:
-//   window_blocks: all-zero blocks, and active ones with k_max - k_j <= 17 where k_max is over
-//     the active blocks with a finite scale (what a lossless cast with one weight_scale_2 can
-//     keep; an active block with scale 0xFF (NaN) is never in it);
-//   modelopt_rule_blocks: what ModelOpt's closed-form cast counts as lossless: scale byte 0,
-//     or k_max' - k_j <= 17 with k_max' over every nonzero scale byte, all-zero blocks included.
-struct GptOssWindowStats {
-  std::string tensor;
-  uint64_t blocks = 0, active_blocks = 0, window_blocks = 0, modelopt_rule_blocks = 0;
-  int k_max = 0, modelopt_k_max = 0;  // 0 when no block counts
-};
-
 // The tensor names of a stacked expert tensor `base` (e.g. "model.layers.0.mlp.experts.down_proj")
 // on each side, those present only for the derived side.
 std::vector<std::string> GptOssSourceTensors(const std::string& base);
@@ -45,7 +35,7 @@ std::vector<std::string> GptOssExpertBases(const Checkpoint& source);
 bool DeclaresModelOpt(const Checkpoint& derived);
 
 // Compares one stacked expert tensor; mismatches go into o->found as the pair verifier's codes,
-// the window counts into `stats`. INVALID_ARGUMENT when the source's own tensors do not fit its
+// the source's scale bytes into o->active_bytes / o->zero_bytes. INVALID_ARGUMENT when the source's own tensors do not fit its
 // config (the derived side's are findings).
 absl::Status CompareGptOssUnit(const Checkpoint& source, const Checkpoint& derived,
                                const PairUnit& unit, PairUnitOutcome* o);

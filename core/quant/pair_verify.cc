@@ -140,7 +140,8 @@ void CompareX4T(const Mxfp4View& s, const X4TExpertMatrix& x, const std::string&
   o->value_blocks = s.rows() * groups;
 }
 
-// The source's scale bytes by group activity, for the window counts (FinishPair).
+}  // namespace
+
 void CountScaleBytes(const Mxfp4View& s, PairUnitOutcome* o) {
   for (uint64_t r = 0; r < s.rows(); ++r) {
     for (uint64_t g = 0; g < s.groups_per_row(); ++g) {
@@ -148,6 +149,8 @@ void CountScaleBytes(const Mxfp4View& s, PairUnitOutcome* o) {
     }
   }
 }
+
+namespace {
 
 absl::Status CompareModule(const Checkpoint& src, const Checkpoint& dst, const std::string& m,
                            PairUnitOutcome* o) {
@@ -462,7 +465,6 @@ PairVerifyResult FinishPair(PairPlan plan, const std::vector<PairUnitOutcome>& o
     result.value_blocks_compared += o.value_blocks;
     result.zero_groups_canonicalized += o.zero_canonicalized;
     result.ignored_bytes_compared += o.ignored_bytes;
-    if (o.gpt_oss) result.gpt_oss_windows.push_back(*o.gpt_oss);
     if (plan.units[i].module) {
       ++result.quantized_tensors;
       kinds.insert(o.global_bits ? "nvfp4" : "x4t");

@@ -22,6 +22,7 @@
 #include "core/progress.h"
 #include "core/quant/finding.h"
 #include "core/quant/format.h"
+#include "core/quant/fp4_tensor.h"
 #include "core/quant/gpt_oss_pair.h"
 #include "core/sha256.h"
 
@@ -33,11 +34,13 @@ struct PairVerifyOptions {
   FormatOptions format;      // root mappings for an X4T derived checkpoint
 };
 
-// Per quantized source tensor, its 16-element blocks (two per E8M0 group): how many lie in the
-// window our lossless cast keeps exact (k_max over the fused group's active groups, k_max - k
-// <= 17; all-zero blocks always), and, separately, how many ModelOpt's closed-form cast would
-// count lossless (k_max over every group whose scale byte is > 0, all-zero groups included;
-// byte 0 or k_max - k <= 17: docs/formats.md §9, docs/quant.md "ModelOpt NVFP4").
+// Per quantized source tensor (a module, or a gpt-oss stacked expert tensor across all its
+// experts), its 16-element blocks (two per E8M0 group): how many lie in the window our lossless
+// cast keeps exact (k_max over the fused group's active groups with a finite scale, k_max - k
+// <= 17; all-zero blocks always, an active NaN-scale block never), and, separately, how many
+// ModelOpt's closed-form cast would count lossless (k_max over every group whose scale byte is
+// > 0, all-zero groups included; byte 0 or k_max - k <= 17: docs/formats.md §9, docs/quant.md
+// "ModelOpt NVFP4" and "gpt-oss layouts").
 struct PairWindowCount {
   std::string tensor;
   uint64_t blocks = 0, lossless_window = 0, modelopt_rule = 0;
@@ -52,7 +55,6 @@ struct PairVerifyResult {
   uint64_t ignored_tensors_compared = 0, ignored_bytes_compared = 0;
   uint64_t fused_groups_checked = 0, zero_groups_canonicalized = 0;
   FindingList mismatches;  // codes listed in docs/quant.md
-  std::vector<GptOssWindowStats> gpt_oss_windows;  // gpt-oss pairs: per stacked expert tensor
   // What the source would do under ModelOpt's cast (not mismatches: they do not decide the
   // verdict): "zero-group-scale-sets-kmax", "modelopt-kmax-lossy-blocks",
   // "fused-kmax-not-shared".
@@ -81,10 +83,12 @@ struct PairUnitOutcome {
   FindingList found{0};
   uint64_t packed_bytes = 0, value_blocks = 0, zero_canonicalized = 0, ignored_bytes = 0;
   std::optional<uint32_t> global_bits;  // NVFP4 modules
-  std::optional<GptOssWindowStats> gpt_oss;
   // Source E8M0 groups by scale byte: on groups with a nonzero code, and on all-zero groups.
   std::array<uint64_t, 256> active_bytes{}, zero_bytes{};
 };
+// Counts the source's E8M0 scale bytes into o->active_bytes / o->zero_bytes by group activity:
+// what FinishPair's window counts and ModelOpt-cast hazards are taken from.
+void CountScaleBytes(const Mxfp4View& source, PairUnitOutcome* o);
 absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& derived,
                                   const PairVerifyOptions& options);
 absl::StatusOr<PairUnitOutcome> CompareUnit(const Checkpoint& source, const Checkpoint& derived,

@@ -112,10 +112,14 @@ constexpr Rule kRules[] = {
      "tests/quant/rule_triggers_test.cc Mxfp4Config.X4TMethodOnAPlainCheckpointIsALayoutFinding"},
     {"tensor-contract", K::kContract,
      "an X4T container B module whose tensors do not resolve to one weight",
-     "own: docs/formats.md §6", "", ""},
+     "own: docs/formats.md §6", "mini-kimi-x4t with one exceptions stream declared I32",
+     "tests/quant/rule_triggers_test.cc "
+     "RuleTriggers.X4TModulesThatDoNotResolveOrWhoseFixedStreamIsMisSizedAreNamed"},
     {"x4t-fixed-size", K::kContract,
      "an X4T fixed scale stream whose size disagrees with the packed weight's geometry",
-     "own: docs/formats.md §6", "", ""},
+     "own: docs/formats.md §6", "mini-kimi-x4t with one weight_packed re-declared [96, 128]",
+     "tests/quant/rule_triggers_test.cc "
+     "RuleTriggers.X4TModulesThatDoNotResolveOrWhoseFixedStreamIsMisSizedAreNamed"},
     {"format-version", K::kContract, "X4T quantization_config format_version is not 1",
      "own: docs/formats.md §6", "mini-kimi-x4t with format_version 2",
      "tests/quant/rule_triggers_test.cc "
@@ -162,7 +166,11 @@ constexpr Rule kRules[] = {
      "tests/quant/x4t_sidecar_test.cc X4TSidecar.ContractBreaksAreNamed"},
     {"sidecar-tensor", K::kContract,
      "an X4T sidecar tensor missing, mis-shaped or not decoding canonically",
-     "own: docs/formats.md §6", "", ""},
+     "own: docs/formats.md §6",
+     "an X4T sidecar written from mini-kimi-mxfp4, w3.packed dropped, expert_ids U32, w1's "
+     "exception offsets past the stream",
+     "tests/quant/x4t_sidecar_test.cc "
+     "X4TSidecar.TensorsThatAreMissingMisTypedOrDoNotDecodeAreNamed"},
     {"sidecar-unreadable", K::kContract,
      "an x4t-layer-*.safetensors file the strict reader refuses",
      "own: docs/formats.md §1, §6", "mini-kimi-mxfp4 with a 3-byte x4t-layer-00001.safetensors",
@@ -195,8 +203,9 @@ constexpr Rule kRules[] = {
     {"alias-ambiguous", K::kContract,
      "one alias spelling in a MIXED_PRECISION manifest names two stored modules",
      "NVIDIA/Model-Optimizer#2206",
-     "",
-     ""},
+     "mini-kimi-nvfp4 converted to ModelOpt (tests/quant/modelopt_fixture.h), K3 MIXED_PRECISION, "
+     "a dense model.layers.1...experts.0.w1 stored beside the quantized one",
+     "tests/quant/modelopt_test.cc ModelOptDetect.SpellingThatNamesTwoStoredModulesIsAmbiguous"},
     {"quantized-layer-absent", K::kContract,
      "a MIXED_PRECISION quantized_layers key names no stored module",
      "own: a manifest entry that matches nothing quantizes nothing (docs/formats.md §9.7)",
@@ -246,14 +255,18 @@ constexpr Rule kRules[] = {
 
     // Backend hazards (never change a verdict).
     {"vllm-w13-global-scale-collapse", K::kHazard,
-     "NVFP4 w1/w3 global scales differ: vLLM loads w3 with w1's global scale",
+     "NVFP4 w1/w3 (or a routed expert's gate/up_proj) global scales differ: vLLM loads w3 "
+     "with w1's global scale",
      "vllm-project/vllm#54150",
      "mini-kimi-nvfp4 with one expert's w3 global scale doubled",
      "tests/quant/scale_window_test.cc ScaleWindow.Nvfp4FixtureHasNoHazardsUntilW13GlobalsDiffer"},
     {"vllm-fused-global-scale-max", K::kHazard,
-     "global scales of a fused q/k/v or gate/up linear differ: vLLM takes their max",
-     "own: vLLM's fused NVFP4 linears use the max without rescaling (docs/formats.md §5)", "",
-     ""},
+     "global scales of a fused dense q/k/v or gate/up linear differ: vLLM takes their max",
+     "own: vLLM's fused NVFP4 linears use the max without rescaling (docs/formats.md §5)",
+     "mini-kimi-nvfp4's expert 0 w1/w3 stored as layer 0's dense gate_proj/up_proj, up's global "
+     "doubled",
+     "tests/quant/rule_triggers_test.cc "
+     "RuleTriggers.DenseGateUpWithDifferentGlobalsIsTheFusedMaxHazard"},
     {"marlin-small-scale-folding", K::kHazard,
      "a span >= 15 or an NVFP4 block scale below 2^-6, which Marlin's scale folding may round",
      "own: vLLM marlin_utils_fp4.py scale folding, unverified on a GPU (docs/formats.md §5)",
@@ -301,7 +314,8 @@ constexpr Rule kRules[] = {
      "tests/quant/rule_triggers_test.cc RuleTriggers.DerivedMatrixOfAnotherShapeIsShapeDiffers"},
     {"derived-kind", K::kPair,
      "a derived module that is neither NVFP4 nor X4T where the source is MXFP4",
-     "own: docs/formats.md §5", "", ""},
+     "own: docs/formats.md §5", "mini-kimi-nvfp4 with expert 3's w1 left as the MXFP4 source's",
+     "tests/quant/rule_triggers_test.cc RuleTriggers.DerivedModuleLeftMxfp4IsADerivedKindMismatch"},
     {"ignored-tensor-differs", K::kPair,
      "a non-quantized tensor differs (dtype, shape or SHA-256) between source and derived",
      "own: a transcode must carry dense tensors bit-identical (docs/formats.md §5)",

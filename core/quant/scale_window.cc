@@ -210,7 +210,9 @@ uint64_t ListOverSpan(const TensorScan& s, int limit_k, FindingList* out) {
 }
 
 // gpt-oss native MXFP4: `X_blocks` U8 [E, R, G, 16] with `X_scales` U8 [E, R, G]; one unit
-// per expert, named "X[e]" (gate and up rows are interleaved in one expert slice).
+// per stacked tensor X, whose experts are its members, named "X[e]" (gate and up rows are
+// interleaved in one expert slice). They share k_max: ModelOpt's gpt-oss export has one
+// weight_scale_2 per stacked tensor (docs/quant.md "gpt-oss layouts").
 absl::Status AddGptOssUnits(const Checkpoint& ckpt, std::vector<ScaleWindowUnit>* units,
                             size_t* order) {
   for (const std::string& n : ckpt.TensorNames()) {
@@ -224,9 +226,12 @@ absl::Status AddGptOssUnits(const Checkpoint& ckpt, std::vector<ScaleWindowUnit>
       return absl::InvalidArgumentError(
           absl::StrCat(n, ": gpt-oss blocks must be U8 [E, R, G, 16] with scales [E, R, G]"));
     }
+    ScaleWindowUnit& u = units->emplace_back();
+    u.fused_group = base;
+    u.tensors = {n, base + "_scales"};
     for (uint64_t e = 0; e < b[0]; ++e) {
-      const std::string name = absl::StrCat(base, "[", e, "]");
-      units->push_back({name, {{(*order)++, name, base, e, b[1] * b[2] * 16}}, {n, base + "_scales"}});
+      u.members.push_back(
+          {(*order)++, absl::StrCat(base, "[", e, "]"), base, e, b[1] * b[2] * 16});
     }
   }
   return absl::OkStatus();
@@ -332,7 +337,11 @@ std::string FusedGroupOf(const std::string& module) {
   const std::string prefix = dot == std::string::npos ? "" : module.substr(0, dot + 1);
   const std::string last = dot == std::string::npos ? module : module.substr(dot + 1);
   if (last == "w1" || last == "w3") return prefix + "w13";
-  if (last == "gate_proj" || last == "up_proj") return prefix + "gate_up";
+  // A routed expert's gate/up (DeepSeek-style names) is vLLM's fused-MoE w13 too, which takes
+  // gate's global; a dense gate/up linear (shared experts included) takes the max.
+  if (last == "gate_proj" || last == "up_proj") {
+    return prefix + (absl::StrContains(prefix, ".experts.") ? "w13" : "gate_up");
+  }
   if (last == "q_proj" || last == "k_proj" || last == "v_proj") return prefix + "qkv";
   return module;
 }
@@ -372,7 +381,7 @@ absl::StatusOr<ScaleWindowPartial> ScaleWindowPolicy::Scan(const Checkpoint& ckp
       }
       sc.stats.tensor = m.name;
       sc.stats.kind = "mxfp4";
-      sc.stats.fused_group = m.name;
+      sc.stats.fused_group = unit.fused_group;
       sc.packed = blocks.bytes().subspan(m.expert * per_packed, per_packed);
       sc.scale = scales.bytes().subspan(m.expert * per_scale, per_scale);
       ScanMxfp4(PackedFp4(sc.packed, b[1], b[2] * 32, NibbleOrder::kLowFirst), sc.scale,

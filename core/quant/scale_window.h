@@ -66,12 +66,13 @@ struct ScaleWindowResult {
   nlohmann::json ToJson() const;
 };
 
-// "…experts.3.w13" for w1/w3, "….gate_up" for gate/up_proj, "….qkv" for q/k/v_proj, else the
-// module itself.
+// "…experts.3.w13" for w1/w3 and for a routed expert's gate/up_proj (vLLM's fused-MoE w13),
+// "….gate_up" for a dense gate/up_proj, "….qkv" for q/k/v_proj, else the module itself.
 std::string FusedGroupOf(const std::string& module);
 
-// One unit of the scan: the modules of one fused group (they share k_max), or one expert of a
-// gpt-oss `*_blocks` tensor (named "base[e]"). Its tensors are all the scan reads.
+// One unit of the scan: the modules of one fused group (they share k_max), or the experts of a
+// gpt-oss `*_blocks` tensor (members named "base[e]", sharing k_max). Its tensors are all the
+// scan reads.
 struct ScaleWindowUnit {
   struct Member {
     size_t order = 0;  // position among all members: results are merged in this order

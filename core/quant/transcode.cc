@@ -26,11 +26,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/checkpoint.h"
 #include "core/io/fd.h"
 #include "core/io/tree_stream.h"
 #include "core/parallel.h"
 #include "core/quant/codecs.h"
+#include "core/quant/gpt_oss_cast.h"
+#include "core/quant/gpt_oss_pair.h"
 #include "core/quant/quant_weight.h"
 #include "core/quant/safetensors_writer.h"
 #include "core/sha256.h"
@@ -248,6 +251,16 @@ struct OutShard {
     return Place(layout.offsets[it->second], bytes, /*last=*/true);
   }
 
+  // A piece of a tensor written in pieces: `bytes` at `at` inside it; `last`: its final piece.
+  absl::Status PutPiece(const std::string& tensor, uint64_t at, std::span<const uint8_t> bytes,
+                        bool last) {
+    auto it = index.find(tensor);
+    if (it == index.end() || at + bytes.size() > layout.sizes[it->second]) {
+      return absl::InternalError(absl::StrCat(label, ": ", tensor, " does not fit its layout"));
+    }
+    return Place(layout.offsets[it->second] + at, bytes, last);
+  }
+
   // Every tensor is in: cut what an interrupted run left beyond the end, fsync, and hash the
   // file front to back.
   absl::Status Finish() {
@@ -299,6 +312,36 @@ struct OutShard {
     return absl::OkStatus();
   }
 };
+
+// One gpt-oss stacked tensor `base` cast (gpt_oss_cast.h) and written, one expert at a time, so
+// only one expert's output is held beside the source tensor: the codes transposed, the E4M3
+// block scales, then one weight_scale_2 (the names GptOssEntries planned). Returns its all-zero
+// groups (block scale +0, as the cast writes them). FAILED_PRECONDITION from the cast names
+// tensor, expert, row and block.
+absl::StatusOr<uint64_t> CastGptOss(const Checkpoint& src, const gptoss::Dims& d,
+                                    const std::string& base, OutShard& out) {
+  const gptoss::Fused f = absl::EndsWith(base, gptoss::FusedName(gptoss::Fused::kGateUp))
+                              ? gptoss::Fused::kGateUp
+                              : gptoss::Fused::kDown;
+  absl::StatusOr<gptoss::ModelOptCaster> c = gptoss::ModelOptCaster::Make(
+      base, d, f, src.Find(base + "_blocks")->bytes(), src.Find(base + "_scales")->bytes());
+  if (!c.ok()) return c.status();
+  std::vector<uint8_t> packed(c->expert_packed_bytes()), scales(c->expert_scale_bytes());
+  uint64_t zero_groups = 0;
+  for (uint64_t e = 0; e < d.experts; ++e) {
+    absl::StatusOr<uint64_t> z = c->CastExpert(e, packed, scales);
+    if (!z.ok()) return z.status();
+    zero_groups += *z;
+    const bool last = e + 1 == d.experts;
+    absl::Status s = out.PutPiece(base, e * packed.size(), packed, last);
+    if (s.ok()) s = out.PutPiece(base + "_weight_scale", e * scales.size(), scales, last);
+    if (!s.ok()) return s;
+  }
+  if (absl::Status s = out.Put(base + "_weight_scale_2", F32Bytes(c->weight_scale_2())); !s.ok()) {
+    return s;
+  }
+  return zero_groups;
+}
 
 // Finishes (hashes and fsyncs) output shards on threads of its own as soon as their last byte
 // is placed, beside the stream, while their pages are still cached: otherwise every shard of a
@@ -594,11 +637,45 @@ struct Plan {
   std::vector<Copy> copies;  // tensors carried over unchanged, written as they stream past
 };
 
+// The ModelOpt tensors (name, dtype, shape) a gpt-oss stacked tensor `blocks` (`X_blocks`)
+// becomes: X, X_weight_scale and X_weight_scale_2 (docs/quant.md "gpt-oss layouts"; its bias is
+// carried over). INVALID_ARGUMENT when X is neither gate_up_proj nor down_proj or `blocks` is
+// not U8 [E, R, C/32, 16] for the config's geometry.
+absl::StatusOr<std::vector<TensorEntry>> GptOssEntries(const TensorInfo& blocks,
+                                                       const gptoss::Dims& d) {
+  const std::string base = blocks.name.substr(0, blocks.name.size() - strlen("_blocks"));
+  for (gptoss::Fused f : {gptoss::Fused::kGateUp, gptoss::Fused::kDown}) {
+    const std::string fused = gptoss::FusedName(f);
+    if (!absl::EndsWith(base, "." + fused)) continue;
+    const std::vector<uint64_t> want = {d.experts, d.Rows(f), d.Cols(f) / 32, 16};
+    if (blocks.dtype != DType::kU8 || blocks.shape != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          blocks.name, ": ", DTypeName(blocks.dtype), " ", absl::StrJoin(blocks.shape, "x"),
+          ", the config's geometry needs U8 ", absl::StrJoin(want, "x")));
+    }
+    std::vector<TensorEntry> out;
+    for (gptoss::TensorSpec& t :
+         gptoss::ModelOptTensors(base.substr(0, base.size() - fused.size()), d, f,
+                                 /*w4a4=*/false, DType::kBF16)) {
+      if (t.name != base + "_bias") out.push_back({std::move(t.name), t.dtype, t.shape});
+    }
+    return out;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(blocks.name, ": a gpt-oss stacked tensor is gate_up_proj or down_proj"));
+}
+
+// `gpt_oss`: the source's geometry when it is gpt-oss MXFP4 (its `X_blocks`/`X_scales` become
+// ModelOpt's gpt-oss tensors; module_shard is keyed by X).
 absl::StatusOr<Plan> PlanOutput(const Checkpoint& src, const std::string& tmp_label,
-                                const LayoutSpec& spec) {
+                                const LayoutSpec& spec, const gptoss::Dims* gpt_oss) {
   Plan plan;
   std::set<std::string> modules;
   for (const std::string& m : PackedModules(src)) modules.insert(m);
+  std::set<std::string> stacked;
+  if (gpt_oss) {
+    for (std::string& b : GptOssExpertBases(src)) stacked.insert(std::move(b));
+  }
   // A derived name may also be a source tensor's (a stray M.weight beside M.weight_packed):
   // refused, wherever each would land, rather than written twice.
   std::map<std::string, std::string> written;  // output tensor -> its source tensor
@@ -623,6 +700,15 @@ absl::StatusOr<Plan> PlanOutput(const Checkpoint& src, const std::string& tmp_la
         entries.push_back({m + kScaleSuffix, DType::kF8_E4M3, {t.shape[0], t.shape[1] * 2 / 16}});
         entries.push_back({m + spec.global, DType::kF32, spec.global_shape});
         plan.module_shard[m] = plan.shards.size();
+      } else if (gpt_oss && absl::EndsWith(t.name, "_blocks")) {
+        absl::StatusOr<std::vector<TensorEntry>> e = GptOssEntries(t, *gpt_oss);
+        if (!e.ok()) return e.status();
+        for (TensorEntry& x : *e) entries.push_back(std::move(x));
+        plan.module_shard[t.name.substr(0, t.name.size() - strlen("_blocks"))] =
+            plan.shards.size();
+      } else if (absl::EndsWith(t.name, "_scales") &&
+                 stacked.count(t.name.substr(0, t.name.size() - strlen("_scales")))) {
+        continue;  // replaced by the derived E4M3 block scales
       } else if (absl::EndsWith(t.name, kScaleSuffix) &&
                  modules.count(t.name.substr(0, t.name.size() - strlen(kScaleSuffix)))) {
         continue;  // replaced by the derived E4M3 scales
@@ -697,8 +783,9 @@ absl::Status CheckStagingEntries(const Staging& st, const Plan& plan,
 // module, else its own name; sorted. vLLM also takes entries as substrings of a module name,
 // so an entry inside a quantized module's name, and a name holding an fnmatch wildcard
 // character, are INVALID_ARGUMENT: the list cannot say what was left unquantized.
-absl::StatusOr<std::vector<std::string>> ModelOptExcludeModules(const Checkpoint& src) {
-  const std::vector<std::string> quantized = PackedModules(src);  // sorted
+// `quantized` (sorted): the quantized modules, or gpt-oss's stacked expert tensors.
+absl::StatusOr<std::vector<std::string>> ModelOptExcludeModules(
+    const Checkpoint& src, const std::vector<std::string>& quantized) {
   const std::set<std::string> is_quantized(quantized.begin(), quantized.end());
   auto prefixes_quantized = [&](const std::string& prefix) {
     auto it = std::lower_bound(quantized.begin(), quantized.end(), prefix);
@@ -799,6 +886,7 @@ nlohmann::json TranscodeResult::ToJson() const {
           {"modules_transcoded", modules_transcoded},
           {"bytes_written", bytes_written},
           {"zero_groups_canonicalized", zero_groups_canonicalized},
+          {"zero_group_scale", zero_group_scale},
           {"shards_kept", shards_kept},
           {"shards_redone", shards_redone}};
 }
@@ -847,24 +935,45 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
   const nlohmann::json& q = src.text_config().contains("quantization_config")
                                 ? src.text_config()["quantization_config"]
                                 : src.config().value("quantization_config", nlohmann::json());
-  if (src.layout() == CheckpointLayout::kX4TContainer || !q.is_object() ||
-      q.value("format", "") != "mxfp4-pack-quantized") {
+  // gpt-oss MXFP4 (transformers' quant_method "mxfp4") goes to ModelOpt's gpt-oss layout, one
+  // stacked tensor at a time through CastToModelOpt (docs/quant.md "gpt-oss layouts").
+  const bool gpt_oss = src.layout() != CheckpointLayout::kX4TContainer && q.is_object() &&
+                       q.value("quant_method", "") == "mxfp4";
+  if (!gpt_oss && (src.layout() == CheckpointLayout::kX4TContainer || !q.is_object() ||
+                   q.value("format", "") != "mxfp4-pack-quantized")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(src.root(), ": transcode needs a compressed-tensors mxfp4-pack-quantized "
+                                 "or a gpt-oss mxfp4 checkpoint"));
+  }
+  if (gpt_oss && options.layout != TranscodeLayout::kModelOpt) {
     return absl::InvalidArgumentError(absl::StrCat(
-        src.root(), ": transcode needs a compressed-tensors mxfp4-pack-quantized checkpoint"));
+        src.root(), ": gpt-oss MXFP4 transcodes to ModelOpt's gpt-oss layout only "
+                    "(--layout modelopt)"));
+  }
+  std::optional<gptoss::Dims> dims;
+  if (gpt_oss) {
+    absl::StatusOr<gptoss::Dims> d = gptoss::DimsFromConfig(src.text_config());
+    if (!d.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(src.root(), ": ", d.status().message()));
+    }
+    dims = *d;
   }
   const ScaleWindowPolicy policy(options.policy);
   absl::StatusOr<std::vector<ScaleWindowUnit>> units = policy.Plan(src);
   if (!units.ok()) return units.status();
   for (const ScaleWindowUnit& u : *units) {
     for (const auto& m : u.members) {
-      if (!m.gpt_oss_base.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(m.gpt_oss_base, "_blocks: gpt-oss MXFP4 "
-                                                       "blocks are not transcoded"));
+      if (m.gpt_oss_base.empty() == gpt_oss) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            src.root(), ": ", m.name, gpt_oss ? " is a compressed-tensors module in a gpt-oss "
+                                                "checkpoint" : " is a gpt-oss stacked tensor in a "
+                                                "compressed-tensors checkpoint",
+            "; not transcoded"));
       }
     }
   }
   const LayoutSpec& spec = SpecOf(options.layout);
-  absl::StatusOr<Plan> planned = PlanOutput(src, st.tmp_label, spec);
+  absl::StatusOr<Plan> planned = PlanOutput(src, st.tmp_label, spec, dims ? &*dims : nullptr);
   if (!planned.ok()) return planned.status();
   Plan& plan = *planned;
   // Other top-level files of the root (tokenizer, generation config) are carried over
@@ -873,7 +982,8 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
   std::set<std::string> small_files = {"config.json"};
   nlohmann::json hf_quant_config;
   if (spec.layout == TranscodeLayout::kModelOpt) {
-    absl::StatusOr<std::vector<std::string>> exclude = ModelOptExcludeModules(src);
+    absl::StatusOr<std::vector<std::string>> exclude =
+        ModelOptExcludeModules(src, gpt_oss ? GptOssExpertBases(src) : PackedModules(src));
     if (!exclude.ok()) return exclude.status();
     hf_quant_config = ModelOptHfQuantConfig(*exclude);
     small_files.insert("hf_quant_config.json");
@@ -925,6 +1035,15 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
       }
       if (r.verdict != ScaleWindowVerdict::kLosslessTranscodable) refused = true;
       if (refused) return absl::OkStatus();  // the rest is scanned for the message only
+      if (gpt_oss) {
+        const std::string& base = unit.fused_group;
+        absl::StatusOr<uint64_t> z =
+            CastGptOss(src, *dims, base, *plan.shards[plan.module_shard.at(base)]);
+        if (!z.ok()) return z.status();
+        ++modules;
+        zero_groups += *z;
+        return absl::OkStatus();
+      }
       for (const ScaleWindowUnit::Member& m : unit.members) {
         absl::StatusOr<QuantWeight> qw = ResolveWeight(src, m.name);
         if (!qw.ok()) return qw.status();
@@ -980,6 +1099,8 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
   result.peak_kept_bytes = streamed->peak_kept_bytes;
   result.modules_transcoded = modules;
   result.zero_groups_canonicalized = zero_groups;
+  // CastToModelOpt writes +0 on all-zero groups (docs/quant.md "gpt-oss layouts").
+  result.zero_group_scale = !gpt_oss && spec.zero_group_scale != 0 ? "1.0" : "+0";
 
   if (absl::Status s = finisher.Close(); !s.ok()) return st.Fail(s);
   // Shards whose bytes were all placed before the stream (no tensor data) finish here.

@@ -4,7 +4,9 @@
 // 2^(k_j - k_max + 8), k_max shared per fused group (w1/w3 share it), and the global scale is
 // 2^(k_max - 8) in effect. Two layouts write this one cast (TranscodeLayout): compressed-tensors
 // stores the global as its divisor 2^(8 - k_max) and all-zero groups as +0; ModelOpt stores it
-// as the multiplier `weight_scale_2` 2^(k_max - 8) and all-zero groups as 1.0. Nothing is ever
+// as the multiplier `weight_scale_2` 2^(k_max - 8) and all-zero groups as 1.0. A gpt-oss MXFP4
+// source (transformers' `X_blocks`/`X_scales`) goes to ModelOpt's gpt-oss layout only, one
+// stacked tensor at a time through gptoss::CastToModelOpt (gpt_oss_cast.h). Nothing is ever
 // requantized: an over-span or NaN-scale source fails with FAILED_PRECONDITION naming tensor,
 // row and group, and nothing is published.
 //
@@ -62,6 +64,7 @@ struct TranscodeResult {
   std::vector<std::string> files;  // written, relative to DST
   uint64_t tensors_written = 0, modules_transcoded = 0, bytes_written = 0;
   uint64_t zero_groups_canonicalized = 0;
+  std::string zero_group_scale;  // the block scale written on all-zero groups: "+0" or "1.0"
   // resume: output shards of the interrupted run that equalled the derived bytes (kept) and
   // those rewritten where they differed (redone).
   uint64_t shards_kept = 0, shards_redone = 0;
@@ -78,9 +81,11 @@ struct TranscodeResult {
 // The NVFP4 form of a compressed-tensors MXFP4 quantization_config (group 16, tensor_group).
 nlohmann::json Nvfp4QuantizationConfig(const nlohmann::json& mxfp4_config);
 
-// Errors: INVALID_ARGUMENT (source not compressed-tensors MXFP4, DST exists, a bad DST name, an
-// interrupted run's temporary directory without `resume`, two output tensors of one name; for
-// kModelOpt, a module the exclude list cannot name without also excluding a quantized one),
+// Errors: INVALID_ARGUMENT (source neither compressed-tensors MXFP4 nor gpt-oss MXFP4 (the
+// latter with kModelOpt only, its stacked tensors fitting its config), DST exists, a bad DST
+// name, an interrupted run's temporary directory without `resume`, two output tensors of one
+// name; for kModelOpt, a module the exclude list cannot name without also excluding a quantized
+// one),
 // NOT_FOUND (DST's parent is missing; `resume` without a temporary directory),
 // FAILED_PRECONDITION (the source is not transcodable: over-span or NaN scale; in the
 // compressed-tensors layout, a global beyond F32), ALREADY_EXISTS (the temporary

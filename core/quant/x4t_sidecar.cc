@@ -54,10 +54,12 @@ absl::StatusOr<X4TExpertMatrix> ReadX4TSidecarMatrix(const SafetensorsFile& f,
                                                    ": tensors disagree on experts or geometry"));
   }
   std::span<const uint8_t> offsets = f.Bytes(*off);
+  // Every slot's [begin, end) must lie inside the exception stream, not only the last one's.
   const int64_t begin = ReadI64(offsets, slot), end = ReadI64(offsets, slot + 1);
-  if (ReadI64(offsets, 0) != 0 || begin < 0 || end < begin ||
-      static_cast<uint64_t>(ReadI64(offsets, experts)) * 4 != exc->num_bytes()) {
-    return absl::DataLossError(absl::StrCat(f.path(), ": ", matrix,
+  const int64_t total = ReadI64(offsets, experts);
+  if (ReadI64(offsets, 0) != 0 || begin < 0 || end < begin || end > total ||
+      exc->num_bytes() % 4 != 0 || static_cast<uint64_t>(total) != exc->num_bytes() / 4) {
+    return absl::DataLossError(absl::StrCat(f.path(), ": ", matrix, " slot ", slot, ": ", matrix,
                                             ".scale_exception_offsets are not prefix sums of the "
                                             "exception stream"));
   }

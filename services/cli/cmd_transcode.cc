@@ -1,6 +1,7 @@
 // `ckpt-audit transcode --to nvfp4 [--layout compressed-tensors|modelopt] SRC DST`: lossless
 // MXFP4 -> NVFP4A16, written in compressed-tensors' layout (the default) or ModelOpt's
-// (W4A16_NVFP4), or a failure naming every over-span tensor/row/group (nothing published). The
+// (W4A16_NVFP4; a gpt-oss MXFP4 source only to ModelOpt's gpt-oss layout), or a failure naming
+// every over-span tensor/row/group (nothing published). The
 // source streams through --memory-window; an interrupted run is continued with --resume
 // (core/quant/transcode.h). A finished transcode also writes a signed SLSA Provenance v1
 // statement beside DST (DST.intoto.jsonl, or --provenance FILE) naming the
@@ -110,7 +111,7 @@ int Run(const TranscodeArgs& a) {
                 HumanBytes(t.bytes_written).c_str(),
                 static_cast<unsigned long long>(t.modules_transcoded),
                 static_cast<unsigned long long>(t.zero_groups_canonicalized),
-                t.layout == quant::TranscodeLayout::kModelOpt ? "1.0" : "+0",
+                t.zero_group_scale.c_str(),
                 t.policy.config.id().c_str());
     if (a.resume) {
       std::printf("resumed: %llu output shard(s) of the interrupted run kept, %llu redone\n",
@@ -133,7 +134,9 @@ void AddTranscodeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--layout", a->layout,
                   "compressed-tensors (default) or modelopt (ModelOpt W4A16_NVFP4 names, "
                   "weight_scale_2 and hf_quant_config.json)");
-  cmd->add_option("SRC", a->src, "compressed-tensors MXFP4 checkpoint root")->required();
+  cmd->add_option("SRC", a->src,
+                  "compressed-tensors or gpt-oss (--layout modelopt) MXFP4 checkpoint root")
+      ->required();
   cmd->add_option("DST", a->dst, "output directory (must not exist)")->required();
   cmd->add_option("--policy", a->policy, "scale-window (default) or marlin-safe");
   cmd->add_option("--source-ref", a->source_ref,

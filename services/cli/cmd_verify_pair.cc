@@ -2,6 +2,7 @@
 // Exit 0 lossless, 1 any mismatch, 2 invalid input or error (docs/quant.md).
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,13 +50,15 @@ void PrintText(const VerifyPairArgs& a, const quant::PairVerifyResult& r) {
   std::printf("  other tensors %llu (%s, compared by sha256)\n",
               static_cast<unsigned long long>(r.ignored_tensors_compared),
               HumanBytes(r.ignored_bytes_compared).c_str());
-  // gpt-oss: the scale window of each stacked expert tensor, ours and ModelOpt's k_max rule.
-  for (const quant::GptOssWindowStats& w : r.gpt_oss_windows) {
-    std::printf("  %s: %llu of %llu blocks in the window (k_max %d), ModelOpt's rule %llu "
-                "(k_max %d)\n",
-                w.tensor.c_str(), static_cast<unsigned long long>(w.window_blocks),
-                static_cast<unsigned long long>(w.blocks), w.k_max,
-                static_cast<unsigned long long>(w.modelopt_rule_blocks), w.modelopt_k_max);
+  // The source tensors not wholly inside both windows (ours, ModelOpt's k_max rule).
+  const auto k = [](const std::optional<int>& v) { return v ? std::to_string(*v) : "none"; };
+  for (const quant::PairWindowCount& w : r.windows) {
+    if (w.lossless_window == w.blocks && w.modelopt_rule == w.blocks) continue;
+    std::printf("  %s: %llu of %llu blocks in the window (k_max %s), ModelOpt's rule %llu "
+                "(k_max %s)\n",
+                w.tensor.c_str(), static_cast<unsigned long long>(w.lossless_window),
+                static_cast<unsigned long long>(w.blocks), k(w.k_max_active).c_str(),
+                static_cast<unsigned long long>(w.modelopt_rule), k(w.k_max_modelopt).c_str());
   }
   std::printf("mismatches: %llu\n", static_cast<unsigned long long>(r.mismatches.total()));
   for (const auto& [code, n] : r.mismatches.by_code()) {
@@ -121,15 +124,6 @@ int Run(const VerifyPairArgs& a) {
     j["source"] = e.source().checkpoint->root();
     j["derived"] = e.root().checkpoint->root();
     j["source_windows"] = WindowsJson(r);
-    for (const quant::GptOssWindowStats& w : r.gpt_oss_windows) {  // gpt-oss pairs only
-      j["gpt_oss_windows"].push_back({{"tensor", w.tensor},
-                                      {"blocks", w.blocks},
-                                      {"active_blocks", w.active_blocks},
-                                      {"window_blocks", w.window_blocks},
-                                      {"k_max", w.k_max},
-                                      {"modelopt_rule_blocks", w.modelopt_rule_blocks},
-                                      {"modelopt_k_max", w.modelopt_k_max}});
-    }
     std::printf("%s\n", DumpJson(j, 2).c_str());
   } else {
     PrintText(a, r);

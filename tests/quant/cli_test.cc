@@ -83,18 +83,24 @@ TEST(QuantCli, VerifyPairGptOssModelOpt) {
   CliRun ok = Cli("verify-pair --source " + src + " --derived " +
                   Fixture("mini-gpt-oss-modelopt-nvfp4").string());
   EXPECT_EQ(ok.rc, 0) << ok.out;
-  EXPECT_NE(ok.out.find("model.layers.0.mlp.experts.gate_up_proj: 1536 of 1536 blocks in the "
-                        "window (k_max -4), ModelOpt's rule 4 (k_max 123)"),
+  EXPECT_NE(ok.out.find("model.layers.0.mlp.experts.gate_up_proj: 3072 of 3072 blocks in the "
+                        "window (k_max -4), ModelOpt's rule 8 (k_max 123)"),
             std::string::npos) << ok.out;
+  EXPECT_EQ(ok.out.find("model.layers.1.mlp.experts.down_proj:"), std::string::npos) << ok.out;
   CliRun lossy = Cli("verify-pair --json --source " + src + " --derived " +
                      Fixture("mini-gpt-oss-modelopt-lossy").string());
   EXPECT_EQ(lossy.rc, 1) << lossy.out;
   const nlohmann::json lj = nlohmann::json::parse(lossy.out);
   EXPECT_EQ(lj["mismatches"]["by_code"]["value-differs"], 3816);
-  ASSERT_EQ(lj["gpt_oss_windows"].size(), 4u);
-  EXPECT_EQ(lj["gpt_oss_windows"][3]["tensor"], "model.layers.1.mlp.experts.gate_up_proj");
-  EXPECT_EQ(lj["gpt_oss_windows"][3]["modelopt_rule_blocks"], 4);
-  EXPECT_EQ(lj["gpt_oss_windows"][3]["window_blocks"], 1536);
+  // The same window counts as any MXFP4 source (16-blocks), and its ModelOpt-cast hazards.
+  const nlohmann::json& w = lj["source_windows"];
+  ASSERT_EQ(w["tensors"].size(), 4u);
+  EXPECT_EQ(w["tensors"][3]["tensor"], "model.layers.1.mlp.experts.gate_up_proj");
+  EXPECT_EQ(w["tensors"][3]["modelopt_rule"], 8);
+  EXPECT_EQ(w["tensors"][3]["lossless_window"], 3072);
+  EXPECT_EQ(w["tensors"][3]["k_max_modelopt"], 123);
+  EXPECT_EQ(w["hazards"]["by_code"]["modelopt-kmax-lossy-blocks"], 3);
+  EXPECT_FALSE(lj.contains("gpt_oss_windows"));
   EXPECT_EQ(Cli("verify-pair --source " + src + " --derived " + src).rc, 2);
 }
 
@@ -275,6 +281,36 @@ TEST(QuantCli, TranscodeModelOptIsRecognisedAndProvenLossless) {
   EXPECT_EQ(audit.rc, 0) << audit.out << audit.err;
   EXPECT_NE(audit.out.find("pair_verify            pass"), std::string::npos) << audit.out;
   EXPECT_NE(audit.out.find("block_forward"), std::string::npos) << audit.out;
+}
+
+// gpt-oss MXFP4 -> ModelOpt's gpt-oss layout through the binary: written, proven lossless by
+// verify-pair, passing the pair audit; a source with a large byte on an active block fails
+// (exit 1) naming tensor, expert, row and block, and publishes nothing.
+TEST(QuantCli, TranscodeGptOssToModelOptIsProvenLosslessOrRefused) {
+  TempDir dir;
+  const std::string src = Fixture("mini-gpt-oss-mxfp4").string();
+  const std::string mo = (dir / "mo").string();
+  CliRun t = Cli("transcode --json --layout modelopt --to nvfp4 " + src + " " + mo);
+  ASSERT_EQ(t.rc, 0) << t.err;
+  EXPECT_EQ(nlohmann::json::parse(t.out)["zero_group_scale"], "+0");
+  CliRun pair = Cli("verify-pair --json --source " + src + " --derived " + mo);
+  ASSERT_EQ(pair.rc, 0) << pair.out << pair.err;
+  EXPECT_EQ(nlohmann::json::parse(pair.out)["verdict"], "lossless");
+  CliRun audit = Cli("audit " + mo + " --source " + src + " --db " + (dir / "log.db").string());
+  EXPECT_EQ(audit.rc, 0) << audit.out << audit.err;
+  EXPECT_NE(audit.out.find("pair_verify            pass"), std::string::npos) << audit.out;
+
+  const fs::path lossy = CopyFixture("mini-gpt-oss-mxfp4", dir);
+  MutateTensor(lossy, "model.layers.1.mlp.experts.gate_up_proj_scales",
+               [](uint8_t* p, size_t) { p[(2 * 128 + 5) * 3 + 1] = 250; });  // an active block
+  CliRun bad = Cli("transcode --layout modelopt --to nvfp4 " + lossy.string() + " " +
+                   (dir / "bad").string());
+  EXPECT_EQ(bad.rc, 1) << bad.err;
+  EXPECT_NE(bad.err.find("over-span: model.layers.1.mlp.experts.gate_up_proj[0] row 0 group 0"),
+            std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(dir / "bad"));
+  EXPECT_FALSE(fs::exists(dir / ".bad.transcode-tmp"));
+  EXPECT_FALSE(fs::exists(dir / "bad.intoto.jsonl"));
 }
 
 TEST(QuantCli, QuantCheck) {

@@ -49,7 +49,7 @@ TEST(GptOssCast, RefusesAGroupOutsideTheWindowOrWithANanScale) {
   absl::StatusOr<ModelOptFused> x = t.Cast();
   ASSERT_FALSE(x.ok());
   EXPECT_EQ(x.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(x.status().message(), HasSubstr("expert 1, up row 2, group 0: scale byte 106"));
+  EXPECT_THAT(x.status().message(), HasSubstr("expert 1, up row 2, block 0: scale byte 106"));
   t.scales[64 + 5] = 124 - 17;  // the edge of the window is exact: E4M3 2^-9
   ASSERT_TRUE(t.Cast().ok());
   EXPECT_EQ(t.Cast()->scales[133], 0x01);
@@ -59,6 +59,15 @@ TEST(GptOssCast, RefusesAGroupOutsideTheWindowOrWithANanScale) {
 
 TEST(GptOssCast, SizesMustFitTheGeometry) {
   Tensor t;
+  auto c = ModelOptCaster::Make("experts.gate_up_proj", t.d, Fused::kGateUp, t.blocks, t.scales);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<uint8_t> packed(c->expert_packed_bytes()), scales(c->expert_scale_bytes());
+  EXPECT_EQ(packed.size(), 16u * 64);  // [C/2, R] of one expert
+  EXPECT_TRUE(c->CastExpert(1, packed, scales).ok());
+  // An expert past E, or buffers of another size, are refused, never written past.
+  EXPECT_EQ(c->CastExpert(2, packed, scales).status().code(), absl::StatusCode::kInvalidArgument);
+  packed.pop_back();
+  EXPECT_EQ(c->CastExpert(0, packed, scales).status().code(), absl::StatusCode::kInvalidArgument);
   t.scales.pop_back();
   EXPECT_EQ(t.Cast().status().code(), absl::StatusCode::kInvalidArgument);
 }

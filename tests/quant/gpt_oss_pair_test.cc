@@ -54,8 +54,8 @@ PairVerifyResult Verify(const fs::path& src, const fs::path& dst) {
   return r.ok() ? *r : PairVerifyResult{};
 }
 
-const GptOssWindowStats* Window(const PairVerifyResult& r, const std::string& tensor) {
-  for (const GptOssWindowStats& w : r.gpt_oss_windows) {
+const PairWindowCount* Window(const PairVerifyResult& r, const std::string& tensor) {
+  for (const PairWindowCount& w : r.windows) {
     if (w.tensor == tensor) return &w;
   }
   ADD_FAILURE() << "no window for " << tensor;
@@ -128,27 +128,32 @@ TEST(GptOssPair, LosslessExportVerifies) {
   // Embeddings, final norm, head; per layer 2 norms, 8 attention tensors, sinks, router weight
   // and bias, the two expert biases.
   EXPECT_EQ(r.ignored_tensors_compared, 3u + 2 * 15);
-  ASSERT_EQ(r.gpt_oss_windows.size(), 4u);
+  // The window counts every MXFP4 source tensor gets (PairWindowCount), in 16-blocks, two per
+  // 32-group, over all experts of a stacked tensor.
+  ASSERT_EQ(r.windows.size(), 4u);
   const std::pair<std::string, int> k_max[] = {{kL0 + "gate_up_proj", -4},
                                                {kL0 + "down_proj", -5},
                                                {kL1 + "gate_up_proj", -5},
                                                {kL1 + "down_proj", -6}};
   for (const auto& [name, k] : k_max) {
-    const GptOssWindowStats* w = Window(r, name);
+    const PairWindowCount* w = Window(r, name);
     ASSERT_NE(w, nullptr);
-    const uint64_t blocks = name.ends_with("gate_up_proj") ? 4 * 128 * 3 : 4 * 96 * 2;
+    const uint64_t blocks = 2 * (name.ends_with("gate_up_proj") ? 4 * 128 * 3 : 4 * 96 * 2);
     EXPECT_EQ(w->blocks, blocks) << name;
-    EXPECT_EQ(w->active_blocks, blocks - 8) << name;
-    EXPECT_EQ(w->window_blocks, blocks) << name;  // span exactly 17: all in the window
-    EXPECT_EQ(w->k_max, k) << name;
+    EXPECT_EQ(w->lossless_window, blocks) << name;  // span exactly 17: all in the window
+    EXPECT_EQ(w->k_max_active, k) << name;
     if (name == kL1 + "down_proj") {  // no large byte on a zero group: ModelOpt agrees
-      EXPECT_EQ(w->modelopt_k_max, k);
-      EXPECT_EQ(w->modelopt_rule_blocks, blocks);
+      EXPECT_EQ(w->k_max_modelopt, k);
+      EXPECT_EQ(w->modelopt_rule, blocks);
     } else {  // byte 250 sets k_max' = 123: only the bytes 0 and 250 stay in its window
-      EXPECT_EQ(w->modelopt_k_max, 123) << name;
-      EXPECT_EQ(w->modelopt_rule_blocks, 4u) << name;
+      EXPECT_EQ(w->k_max_modelopt, 123) << name;
+      EXPECT_EQ(w->modelopt_rule, 8u) << name;
     }
   }
+  // And the ModelOpt-cast hazards of those three tensors, as for any MXFP4 source.
+  EXPECT_EQ(r.hazards.count("zero-group-scale-sets-kmax"), 3u) << r.hazards.ToJson().dump();
+  EXPECT_EQ(r.hazards.count("modelopt-kmax-lossy-blocks"), 3u) << r.hazards.ToJson().dump();
+  EXPECT_EQ(r.hazards.total(), 6u);
 }
 
 TEST(GptOssPair, ModelOptRuleOnLargeZeroGroupBytesIsLossy) {
@@ -260,11 +265,11 @@ TEST(GptOssPair, NanSourceScaleIsAValueMismatchOutOfTheWindow) {
   const PairVerifyResult r = Verify(src, Fixture(kLossless));
   ASSERT_EQ(r.mismatches.count("value-differs"), 1u) << r.mismatches.ToJson().dump(2);
   EXPECT_EQ(r.mismatches.total(), 1u);
-  const GptOssWindowStats* w = Window(r, kL0 + "down_proj");
+  const PairWindowCount* w = Window(r, kL0 + "down_proj");
   ASSERT_NE(w, nullptr);
-  EXPECT_EQ(w->k_max, -5);
-  EXPECT_EQ(w->window_blocks, w->blocks - 1);
-  EXPECT_EQ(w->modelopt_k_max, 128);
+  EXPECT_EQ(w->k_max_active, -5);
+  EXPECT_EQ(w->lossless_window, w->blocks - 2);  // the group's two 16-blocks
+  EXPECT_EQ(w->k_max_modelopt, 128);
 }
 
 // A config whose dimensions disagree with the stored blocks is an error, never a read past them.

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/checkpoint.h"
 #include "core/progress.h"
@@ -13,6 +14,7 @@
 #include "core/quant/format.h"
 #include "core/quant/pair_verify.h"
 #include "core/quant/quant_weight.h"
+#include "core/quant/safetensors_writer.h"
 #include "core/quant/scale_window.h"
 #include "gtest/gtest.h"
 #include "tests/quant/modelopt_fixture.h"
@@ -241,6 +243,37 @@ TEST(ModelOptDetect, MixedPrecisionFindings) {
   EXPECT_EQ(r.findings.count("extra-tensor"), 1u) << Codes(r.findings);
 }
 
+// Issue 22 item 6: a manifest spelling that names two stored modules is never resolved to one
+// of them. Beside layer 1's expert 0 w1 the tree stores a dense `model.layers.1...w1.weight` in
+// a shard of its own, so the K3 spelling "model.layers.1.block_sparse_moe.experts.0.w1" names
+// both; the other spellings still name the quantized module, which stays listed.
+TEST(ModelOptDetect, SpellingThatNamesTwoStoredModulesIsAmbiguous) {
+  TempDir dir;
+  const fs::path root = Convert(dir);
+  MakeMixed(root, K3QuantizedLayers(true));
+  ASSERT_EQ(Detect(root).findings.total(), 0u);
+  const std::string tail = "layers.1.block_sparse_moe.experts.0.w1";
+  const std::string stray = "model." + tail + ".weight";
+  ASSERT_TRUE(WriteSafetensors((root / "model-extra.safetensors").string(),
+                               {TensorToWrite::Owned(stray, DType::kBF16, {2, 2},
+                                                     std::vector<uint8_t>(8, 0))},
+                               {})
+                  .ok());
+  EditJson(root / "model.safetensors.index.json",
+           [&](json& i) {
+             i["weight_map"][stray] = "model-extra.safetensors";
+             i["metadata"]["total_size"] = i["metadata"]["total_size"].get<uint64_t>() + 8;
+           });
+  const FormatReport r = Detect(root);
+  ASSERT_EQ(r.findings.count("alias-ambiguous"), 1u) << Codes(r.findings);
+  EXPECT_EQ(r.findings.total(), 1u) << Codes(r.findings);
+  const Finding& f = r.findings.kept()[0];
+  EXPECT_EQ(f.tensor, "model." + tail);
+  EXPECT_NE(f.message.find("language_model.model." + tail + ", model." + tail),
+            std::string::npos)
+      << f.message;
+}
+
 TEST(ModelOptDetect, BadConfigsAreNamedFindings) {
   const auto detect_after = [](const std::function<void(const fs::path&)>& edit) {
     TempDir dir;
@@ -307,6 +340,30 @@ TEST(ModelOptContract, WeightScale2ShapeAndCompleteness) {
   auto c = Open(root);
   auto w = ResolveWeight(*c, kExpert + "5.w2");
   EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument) << w.status();
+}
+
+// A routed expert's gate_proj/up_proj (DeepSeek-style names) are vLLM's fused w13 as w1/w3 are:
+// up_proj without weight_scale_2 beside a gate_proj that has one is w13-missing-global-scale.
+TEST(ModelOptContract, ExpertUpProjMissingWeightScale2BesideGateIsW13Missing) {
+  TempDir dir;
+  const fs::path mo = Convert(dir);
+  const std::string e0 = kExpert + "0.";
+  const fs::path root = dir / "expert-gate-up";
+  ::ckpt::quant::testing::WriteCheckpointFrom(mo, root, [&](const std::string& n) -> std::string {
+    if (!absl::StartsWith(n, e0)) return "";
+    if (absl::StartsWith(n, e0 + "w1.")) return e0 + "gate_proj." + n.substr(e0.size() + 3);
+    if (n == e0 + "w3.weight_scale_2") return "";
+    if (absl::StartsWith(n, e0 + "w3.")) return e0 + "up_proj." + n.substr(e0.size() + 3);
+    return n;
+  });
+  const FormatReport r = Detect(root);
+  ASSERT_EQ(r.findings.count("w13-missing-global-scale"), 1u) << Codes(r.findings);
+  EXPECT_EQ(r.findings.count("missing-global-scale"), 0u) << Codes(r.findings);
+  for (const Finding& f : r.findings.kept()) {
+    if (f.code != "w13-missing-global-scale") continue;
+    EXPECT_EQ(f.tensor, e0 + "up_proj.weight_scale_2");
+    EXPECT_NE(f.message.find("while " + e0 + "gate_proj has one"), std::string::npos) << f.message;
+  }
 }
 
 TEST(ModelOptHazards, CleanFixtureHasNone) {

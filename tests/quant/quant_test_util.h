@@ -63,6 +63,26 @@ inline void RewriteTensors(const std::filesystem::path& dir,
                   .ok());
 }
 
+// Writes a single-file checkpoint into `dst` (created): `from`'s config.json and every tensor of
+// `from` for which `take` gives a name (its own or a new one), plus `extra`.
+inline void WriteCheckpointFrom(const std::filesystem::path& from,
+                                const std::filesystem::path& dst,
+                                const std::function<std::string(const std::string&)>& take,
+                                std::vector<TensorToWrite> extra = {}) {
+  auto src = Checkpoint::Open(from.string());
+  ASSERT_TRUE(src.ok()) << src.status();
+  for (const std::string& n : (*src)->TensorNames()) {
+    const std::string name = take(n);
+    if (name.empty()) continue;
+    const TensorRef t = *(*src)->Find(n);
+    extra.push_back(TensorToWrite::Borrowed(*t.info, t.bytes()));
+    extra.back().name = name;
+  }
+  std::filesystem::create_directories(dst);
+  std::filesystem::copy_file(from / "config.json", dst / "config.json");
+  ASSERT_TRUE(WriteSafetensors((dst / "model.safetensors").string(), std::move(extra), {}).ok());
+}
+
 // Every file under `root` by relative path, with its bytes.
 inline std::map<std::string, std::vector<uint8_t>> Files(const std::filesystem::path& root) {
   std::map<std::string, std::vector<uint8_t>> out;

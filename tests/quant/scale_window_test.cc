@@ -1,6 +1,8 @@
 // ScaleWindowPolicy on the fixtures and on mutated copies (over-span, NaN scale, hazards).
 #include "core/quant/scale_window.h"
 
+#include <algorithm>
+
 #include "core/checkpoint.h"
 #include "core/progress.h"
 #include "core/quant/format.h"
@@ -200,6 +202,26 @@ TEST(ScaleWindow, GptOssBlocksAreCheckedPerExpert) {
   EXPECT_EQ(o.numbers.at("k"), -27);
   EXPECT_EQ(o.numbers.at("k_max"), 0);
   EXPECT_EQ(r.Find("model.layers.0.mlp.experts.gate_up_proj[0]")->span(), 0);
+}
+
+// One weight_scale_2 per stacked tensor (docs/quant.md "gpt-oss layouts"): the experts share
+// k_max. Expert 1's groups all 18 binades below expert 0's are each in their own expert's
+// window, but not in the tensor's.
+TEST(ScaleWindow, GptOssExpertsOfOneTensorShareKmax) {
+  TempDir dir;
+  auto root = WriteGptOss(dir, [](std::vector<uint8_t>& s) {
+    std::fill(s.begin() + 64 * 2, s.end(), 127 - 18);
+  });
+  ScaleWindowResult r = CheckRoot(root.string());
+  const std::string gu = "model.layers.0.mlp.experts.gate_up_proj";
+  ASSERT_NE(r.Find(gu + "[1]"), nullptr);
+  EXPECT_EQ(r.Find(gu + "[0]")->pair_k_max, 0);
+  EXPECT_EQ(r.Find(gu + "[1]")->pair_k_max, 0);
+  EXPECT_EQ(r.Find(gu + "[1]")->fused_group, gu);
+  EXPECT_EQ(r.verdict, ScaleWindowVerdict::kOverSpan);
+  EXPECT_EQ(r.over_span.total(), 64u * 2);
+  EXPECT_EQ(r.over_span.kept()[0].tensor, gu + "[1]");
+  EXPECT_EQ(r.over_span.kept()[0].numbers.at("k"), -18);
 }
 
 TEST(ScaleWindow, GptOssGeometryComesFromConfig) {

@@ -5,6 +5,7 @@
 // value as e2m1 x weight_scale x weight_scale_2 and compares it with the MXFP4 source's value.
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -12,7 +13,10 @@
 #include <set>
 
 #include "core/checkpoint.h"
+#include "core/io/tree_stream.h"
 #include "core/progress.h"
+#include "core/quant/format.h"
+#include "core/quant/pair_verify.h"
 #include "core/quant/safetensors_writer.h"
 #include "core/quant/transcode.h"
 #include "core/sha256.h"
@@ -370,18 +374,27 @@ TEST(TranscodeModelOpt, SmallWindowAndThreadsGiveTheSameBytes) {
   EXPECT_EQ(stated, disk);
 }
 
+// A one-thread ModelOpt transcode of `src` to dir/out cut by a disk that fills up past `limit`
+// bytes a file: DATA_LOSS, nothing published, the temporary directory left for --resume.
+void CutRun(const fs::path& src, const TempDir& dir, rlim_t limit) {
+  TranscodeOptions o;
+  o.threads = 1;
+  {
+    FileSizeLimit full(limit);
+    auto cut = ToModelOpt(src, dir / "out", o);
+    ASSERT_EQ(cut.status().code(), absl::StatusCode::kDataLoss) << cut.status();
+  }
+  ASSERT_TRUE(fs::is_directory(dir / ".out.transcode-tmp"));
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
 TEST(TranscodeModelOpt, ResumeContinuesOnlyARunOfTheSameLayout) {
   TempDir dir;
   auto want = ToModelOpt(Fixture("mini-kimi-mxfp4"), dir / "want");
   ASSERT_TRUE(want.ok()) << want.status();
+  CutRun(Fixture("mini-kimi-mxfp4"), dir, 1 << 20);
   TranscodeOptions o;
   o.threads = 1;
-  {
-    FileSizeLimit limit(1 << 20);
-    auto cut = ToModelOpt(Fixture("mini-kimi-mxfp4"), dir / "out", o);
-    ASSERT_EQ(cut.status().code(), absl::StatusCode::kDataLoss) << cut.status();
-  }
-  ASSERT_TRUE(fs::is_directory(dir / ".out.transcode-tmp"));
   // A compressed-tensors run may not continue it, and leaves it as it was.
   const auto left = Files(dir / ".out.transcode-tmp");
   TranscodeOptions ct = o;
@@ -465,6 +478,152 @@ TEST(TranscodeModelOpt, LayoutNames) {
     EXPECT_EQ(ParseTranscodeLayout(bad).status().code(), absl::StatusCode::kInvalidArgument)
         << bad;
   }
+}
+
+// gpt-oss MXFP4 -> ModelOpt's gpt-oss layout (docs/quant.md "gpt-oss layouts"): one stacked
+// tensor at a time through CastToModelOpt. Every tensor written is the committed lossless
+// export's, byte for byte; the export also holds each stacked tensor's W4A4 `_input_scale`
+// (pinned to 1), which a W4A16_NVFP4 transcode does not write, and its config files declare
+// NVFP4 with a hand-written exclude list where ours declare W4A16_NVFP4 and the computed one.
+TEST(TranscodeModelOptGptOss, WritesTheCommittedExportsTensorsAndVerifiesLossless) {
+  TempDir dir;
+  auto r = ToModelOpt(Fixture("mini-gpt-oss-mxfp4"), dir / "out");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->modules_transcoded, 4u);
+  EXPECT_EQ(r->zero_group_scale, "+0");
+  EXPECT_EQ(r->policy.verdict, ScaleWindowVerdict::kLosslessTranscodable);
+  auto src = Checkpoint::Open(Fixture("mini-gpt-oss-mxfp4").string());
+  auto out = Checkpoint::Open((dir / "out").string());
+  auto want = Checkpoint::Open(Fixture("mini-gpt-oss-modelopt-nvfp4").string());
+  ASSERT_TRUE(src.ok() && out.ok() && want.ok());
+  std::set<std::string> only_in_export;
+  for (const std::string& n : (*want)->TensorNames()) {
+    if (!(*out)->Find(n)) only_in_export.insert(n);
+  }
+  std::set<std::string> input_scales;
+  for (const char* l : {"0", "1"}) {
+    for (const char* x : {"gate_up_proj", "down_proj"}) {
+      input_scales.insert(std::string("model.layers.") + l + ".mlp.experts." + x + "_input_scale");
+    }
+  }
+  EXPECT_EQ(only_in_export, input_scales);
+  for (const std::string& n : (*out)->TensorNames()) {
+    const TensorRef a = *(*out)->Find(n);
+    const std::optional<TensorRef> b = (*want)->Find(n);
+    ASSERT_TRUE(b.has_value()) << n;
+    EXPECT_EQ(a.info->dtype, b->info->dtype) << n;
+    EXPECT_EQ(a.info->shape, b->info->shape) << n;
+    EXPECT_TRUE(std::ranges::equal(a.bytes(), b->bytes())) << n;
+  }
+  const json hf = ReadJson(dir / "out" / "hf_quant_config.json");
+  EXPECT_EQ(hf["quantization"]["quant_algo"], "W4A16_NVFP4");
+  EXPECT_EQ(hf["quantization"]["exclude_modules"],
+            json({"lm_head", "model.embed_tokens", "model.layers.0.mlp.router",
+                  "model.layers.0.self_attn*", "model.layers.1.mlp.router",
+                  "model.layers.1.self_attn*"}));
+  const json config = ReadJson(dir / "out" / "config.json");
+  EXPECT_EQ(config["quantization_config"]["quant_method"], "modelopt");
+  EXPECT_EQ(config["quantization_config"]["ignore"], hf["quantization"]["exclude_modules"]);
+  const FormatReport f = DetectFormat(**out);
+  EXPECT_EQ(f.Describe(), "modelopt/nvfp4 (W4A16)");
+  EXPECT_EQ(f.findings.total(), 0u) << f.findings.ToJson().dump();
+  PairVerifyOptions po;
+  po.threads = 2;
+  auto pair = VerifyPair(**src, **out, po, NoProgress());
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  EXPECT_TRUE(pair->lossless);
+  EXPECT_EQ(pair->mismatches.total(), 0u) << pair->mismatches.ToJson().dump();
+  EXPECT_EQ(pair->windows.size(), 4u);
+  for (const PairWindowCount& w : pair->windows) EXPECT_EQ(w.lossless_window, w.blocks) << w.tensor;
+  // The committed export with its input scales is the same pair.
+  auto committed = VerifyPair(**src, **want, po, NoProgress());
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  EXPECT_TRUE(committed->lossless);
+}
+
+// The stream's unit is one stacked tensor: the smallest window and any thread count give the
+// same bytes, held within the window.
+TEST(TranscodeModelOptGptOss, SmallWindowAndThreadsGiveTheSameBytes) {
+  TempDir dir;
+  ASSERT_TRUE(ToModelOpt(Fixture("mini-gpt-oss-mxfp4"), dir / "whole").ok());
+  for (unsigned threads : {1u, 3u}) {
+    TranscodeOptions o;
+    o.memory_window = kMinReadChunk;
+    o.threads = threads;
+    const fs::path out = dir / ("small-" + std::to_string(threads));
+    auto small = ToModelOpt(Fixture("mini-gpt-oss-mxfp4"), out, o);
+    ASSERT_TRUE(small.ok()) << small.status();
+    EXPECT_LE(small->peak_kept_bytes, o.memory_window);
+    EXPECT_EQ(Files(out), Files(dir / "whole")) << threads;
+  }
+}
+
+// Layer 1 gate_up_proj: k_max -5 (byte 122); expert 2's fused row 5 (up row 2) block 1 is active
+// with byte 114. Its index in the scales [4, 128, 3].
+constexpr size_t kL1GateUpE2R5B1 = (2 * 128 + 5) * 3 + 1;
+const std::string kL1GateUp = "model.layers.1.mlp.experts.gate_up_proj";
+
+// A large E8M0 byte on one active block raises the tensor's k_max to 123: every other active
+// block falls out of the window of the one weight_scale_2. Refused by the policy, naming the
+// tensor, expert, row and block; nothing is published and nothing is left to resume.
+TEST(TranscodeModelOptGptOss, LargeByteOnAnActiveBlockFailsNamingItAndPublishesNothing) {
+  TempDir dir;
+  const fs::path root = CopyFixture("mini-gpt-oss-mxfp4", dir);
+  MutateTensor(root, kL1GateUp + "_scales", [](uint8_t* p, size_t n) {
+    ASSERT_EQ(n, 4u * 128 * 3);
+    ASSERT_EQ(p[kL1GateUpE2R5B1], 114);
+    p[kL1GateUpE2R5B1] = 250;
+  });
+  auto r = ToModelOpt(root, dir / "out");
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("over-span: " + kL1GateUp + "[0] row 0 group 0 k=-5 k_max=123"));
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  EXPECT_FALSE(fs::exists(dir / ".out.transcode-tmp"));
+  EXPECT_FALSE(fs::exists(dir / ".out.transcode.lock"));
+}
+
+// The cast checks the window itself, whatever the policy passed: with a policy that allows a
+// span of 18, a block 18 below k_max is refused by CastToModelOpt, never requantized.
+TEST(TranscodeModelOptGptOss, CastRefusesABlockOutsideTheWindowEvenIfThePolicyPassedIt) {
+  TempDir dir;
+  const fs::path root = CopyFixture("mini-gpt-oss-mxfp4", dir);
+  MutateTensor(root, kL1GateUp + "_scales", [](uint8_t* p, size_t) { p[kL1GateUpE2R5B1] = 104; });
+  TranscodeOptions o;
+  auto strict = ToModelOpt(root, dir / "strict", o);
+  EXPECT_THAT(std::string(strict.status().message()),
+              HasSubstr("over-span: " + kL1GateUp + "[2] row 5 group 1 k=-23 k_max=-5"));
+  o.policy.max_span = 18;
+  auto r = ToModelOpt(root, dir / "out", o);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr(kL1GateUp + " expert 2, up row 2, block 1: scale byte 104 is outside the "
+                        "window of k_max -5"));
+  for (const char* name : {"out", ".out.transcode-tmp", ".out.transcode.lock", "strict"}) {
+    EXPECT_FALSE(fs::exists(dir / name)) << name;
+  }
+}
+
+// The same publish and resume rules as every transcode: compressed-tensors' layout is refused
+// up front; a run cut by a full disk keeps its temporary directory, and --resume finishes it
+// to the bytes of an uninterrupted run.
+TEST(TranscodeModelOptGptOss, RefusesTheOtherLayoutAndResumesACutRun) {
+  TempDir dir;
+  auto ct = TranscodeToNvfp4(Fixture("mini-gpt-oss-mxfp4").string(), (dir / "ct").string(), {},
+                             NoProgress());
+  ASSERT_EQ(ct.status().code(), absl::StatusCode::kInvalidArgument) << ct.status();
+  EXPECT_THAT(std::string(ct.status().message()), HasSubstr("--layout modelopt"));
+  EXPECT_FALSE(fs::exists(dir / "ct"));
+  EXPECT_FALSE(fs::exists(dir / ".ct.transcode-tmp"));
+  ASSERT_TRUE(ToModelOpt(Fixture("mini-gpt-oss-mxfp4"), dir / "want").ok());
+  CutRun(Fixture("mini-gpt-oss-mxfp4"), dir, 128 << 10);
+  TranscodeOptions o;
+  o.threads = 1;
+  o.resume = true;
+  auto resumed = ToModelOpt(Fixture("mini-gpt-oss-mxfp4"), dir / "out", o);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->shards_redone, 1u);
+  EXPECT_EQ(Files(dir / "out"), Files(dir / "want"));
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // detected, passes its contract and decodes to the source tensors; contract breaks are named.
 #include "core/quant/x4t_sidecar.h"
 
+#include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "core/checkpoint.h"
 #include "core/quant/format.h"
@@ -27,8 +29,10 @@ std::vector<uint8_t> I64Bytes(const std::vector<int64_t>& v) {
   return b;
 }
 
-// Writes x4t-layer-00001.safetensors for layer 1 of the source fixture into `root`.
-void WriteSidecar(const fs::path& root, std::map<std::string, std::string> metadata) {
+// Writes x4t-layer-00001.safetensors for layer 1 of the source fixture into `root`, its tensors
+// passed through `edit` first.
+void WriteSidecar(const fs::path& root, std::map<std::string, std::string> metadata,
+                  const std::function<void(std::vector<TensorToWrite>&)>& edit = {}) {
   auto src = Checkpoint::Open(Fixture("mini-kimi-mxfp4").string());
   ASSERT_TRUE(src.ok());
   std::vector<TensorToWrite> out;
@@ -62,6 +66,7 @@ void WriteSidecar(const fs::path& root, std::map<std::string, std::string> metad
     out.push_back(TensorToWrite::Owned(m + ".scale_exception_offsets", DType::kI64, {17},
                                        I64Bytes(offsets)));
   }
+  if (edit) edit(out);
   ASSERT_TRUE(WriteSafetensors((root / "x4t-layer-00001.safetensors").string(), std::move(out),
                                metadata).ok());
 }
@@ -111,6 +116,40 @@ TEST(X4TSidecar, ContractBreaksAreNamed) {
   FormatReport r = Detect(root);
   EXPECT_EQ(r.findings.count("sidecar-metadata"), 1u) << r.findings.ToJson().dump(2);
   EXPECT_GE(r.findings.count("sidecar-geometry"), 2u);
+}
+
+// A sidecar whose tensors break the contract: expert_ids not I32, w3.packed missing, and w1's
+// exception offsets pointing far past its exception bytes for expert 5 (only the last offset
+// used to be checked: the read ran off the mapped file). Each is a sidecar-tensor finding on
+// the file, naming the tensor.
+TEST(X4TSidecar, TensorsThatAreMissingMisTypedOrDoNotDecodeAreNamed) {
+  TempDir dir;
+  auto root = CopyFixture("mini-kimi-mxfp4", dir);
+  WriteSidecar(root, GoodMetadata(), [](std::vector<TensorToWrite>& t) {
+    std::erase_if(t, [](const TensorToWrite& x) { return x.name == "w3.packed"; });
+    for (TensorToWrite& x : t) {
+      if (x.name == "expert_ids") x.dtype = DType::kU32;
+      if (x.name == "w1.scale_exception_offsets") {
+        int64_t v;
+        std::memcpy(&v, x.owned.data() + 6 * 8, 8);
+        v += int64_t{1} << 40;  // far past the mapped file
+        std::memcpy(x.owned.data() + 6 * 8, &v, 8);
+      }
+    }
+  });
+  const FormatReport r = Detect(root);
+  ASSERT_EQ(r.findings.count("sidecar-tensor"), 3u) << r.findings.ToJson().dump(2);
+  EXPECT_EQ(r.findings.total(), 3u) << r.findings.ToJson().dump(2);
+  std::vector<std::string> messages;
+  for (const Finding& f : r.findings.kept()) {
+    EXPECT_EQ(f.tensor, (root / "x4t-layer-00001.safetensors").string());
+    messages.push_back(f.message);
+  }
+  EXPECT_EQ(messages[0], "expert_ids must be I32 [experts]");
+  EXPECT_EQ(messages[1], (root / "x4t-layer-00001.safetensors").string() +
+                             ": w1 slot 5: w1.scale_exception_offsets are not prefix sums of "
+                             "the exception stream");
+  EXPECT_EQ(messages[2], "w3.packed missing or not [experts, ...]");
 }
 
 }  // namespace
