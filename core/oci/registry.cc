@@ -86,6 +86,7 @@ struct Request {
   BlobSink sink;                         // a 2xx answer's body; unset: kept in Response::body
   uint64_t max_body = 0;                 // cap on Response::body
   bool push = false;                     // the token scope asks for push too
+  bool partial = false;                  // a Range request: only a 206 answer's body is taken
 };
 
 struct Response {
@@ -151,6 +152,12 @@ size_t OnBody(char* data, size_t size, size_t n, void* p) {
       return 0;
     }
     return len;
+  }
+  if (t.req->partial && t.resp->status != 206) {
+    t.error = absl::FailedPreconditionError(absl::StrCat(
+        t.resp->url, ": answered ", t.resp->status,
+        " to a Range request (the registry ignores Range); raw layers are read by position"));
+    return 0;
   }
   if (t.req->sink) {
     t.error = t.req->sink(bytes);
@@ -558,6 +565,7 @@ absl::Status Registry::ReadBlobRange(const std::string& digest, uint64_t size, u
   Request req;
   req.url = impl_->Path(absl::StrCat("blobs/", digest));
   req.headers = {absl::StrCat("Range: bytes=", offset, "-", last)};
+  req.partial = true;
   req.sink = [&](std::span<const uint8_t> bytes) {
     if (got + bytes.size() > out.size()) {
       return absl::DataLossError(absl::StrCat(named, ": more bytes than the range [", offset, ", ",

@@ -18,7 +18,11 @@ stdout once listening), with behaviours a real registry does not show on demand:
   referrers_api  true (with writable): the OCI 1.1 referrers API: a manifest PUT with a
               `subject` answers OCI-Subject, and GET /v2/REPO/referrers/DIGEST answers an image
               index of the manifests whose subject is DIGEST; without it that path is 404
-Every request line and whether it carried Authorization is appended to `log` (a file).
+  range_answer  how blob Range requests are answered instead of as asked: "ignore" (200 and the
+              whole blob), "other_range" (206 with the range one byte later, labelled so),
+              "short" (206 with one byte less than asked, labelled so)
+Every request line, whether it carried Authorization and its Range header are appended to `log`
+(a file).
 """
 import base64
 import hashlib
@@ -56,9 +60,15 @@ def send_bytes(h, data, content_type="application/octet-stream", extra=None):
             h.end_headers()
             return
         b = min(b, total - 1)
-        data = data[a:b + 1]
-        status = 206
-        headers["Content-Range"] = "bytes %d-%d/%d" % (a, b, total)
+        how = cfg.get("range_answer")
+        if how == "other_range" and b + 1 < total:
+            a, b = a + 1, b + 1
+        elif how == "short" and b > a:
+            b -= 1
+        if how != "ignore":
+            data = data[a:b + 1]
+            status = 206
+            headers["Content-Range"] = "bytes %d-%d/%d" % (a, b, total)
     h.send_response(status)
     for k, v in {**headers, **(extra or {})}.items():
         h.send_header(k, v)
@@ -107,7 +117,9 @@ class Registry(BaseHTTPRequestHandler):
 
     def do_GET(self):
         auth = self.headers.get("Authorization")
-        log("registry %s %s auth=%s" % (self.command, self.path, auth or "no"))
+        rng = self.headers.get("Range")
+        log("registry %s %s auth=%s%s" % (self.command, self.path, auth or "no",
+                                          " range=" + rng if rng else ""))
         if self.path.startswith("/token"):
             tok = cfg["token"]
             want = "Basic " + base64.b64encode(

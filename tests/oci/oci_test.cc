@@ -9,8 +9,11 @@
 
 #include <algorithm>
 #include <fstream>
+#include <random>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "core/audit/audit_checks.h"
 #include "core/evidence/base64.h"
@@ -389,6 +392,169 @@ TEST(OciFakeRegistry, TamperedRawLayerFailsTheAuditAndSignsNothing) {
     EXPECT_THAT(rec.status().message(), HasSubstr("model-00002-of-00002.safetensors"));
     EXPECT_THAT(rec.status().message(), HasSubstr("a tampered layer"));
   }
+}
+
+// --- fewer, larger requests for raw layers (docs/interop.md, "Fewer requests") ---
+
+// The fake registry's log lines of GETs of blob `digest`.
+std::vector<std::string> BlobRequests(const std::string& log, const std::string& digest) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StrContains(line, "GET /v2/m/blobs/" + digest)) out.emplace_back(line);
+  }
+  return out;
+}
+
+std::string RandomBytes(size_t n) {
+  std::mt19937 rng(7);
+  std::string out(n, '\0');
+  for (char& c : out) c = static_cast<char>(rng());
+  return out;
+}
+
+TEST(OciReadAhead, ForwardReadsShareRequestsAndReadsBehindGetTheirOwn) {
+  FakeSetup s;
+  const std::string bytes = RandomBytes((3u << 20) + 123);
+  const std::string blob = s.Blob(bytes);
+  std::string digest = s.Manifest(ModelManifest({RawLayer("w.safetensors", bytes)}, ""));
+  auto reg = s.Start();
+  auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + digest, NoCredentials(s));
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto f = (*a)->root()->OpenFile("w.safetensors");
+  ASSERT_TRUE(f.ok()) << f.status();
+  // The engine's pattern: a cursor front to back in small reads from the end of the header,
+  // jumping over tensors it read ahead (in two reads each, 600 KiB ahead of it), with reads far
+  // ahead (the end of the file) and behind it (a tensor read again).
+  std::vector<std::pair<uint64_t, size_t>> reads;
+  std::map<uint64_t, uint64_t> kept;  // read ahead: begin -> end
+  size_t positioned = 0;
+  uint64_t behind = 0;
+  for (uint64_t at = 1000, i = 0; at < bytes.size(); ++i) {
+    if (auto k = kept.find(at); k != kept.end()) {
+      at = k->second;  // hashed from what was read ahead: no read
+      continue;
+    }
+    reads.emplace_back(at, 4096);
+    if (i % 64 == 63 && at > (1u << 20)) {
+      reads.emplace_back(bytes.size() - 3000 - at / 1000, 1000);  // ahead
+      behind = at / 4 + 17;
+      reads.emplace_back(behind, 5000);
+      positioned += 2;
+    }
+    if (i % 128 == 1 && at + (600u << 10) + 20000 < bytes.size()) {
+      const uint64_t tensor = at + (600u << 10);
+      reads.emplace_back(tensor, 10000);
+      reads.emplace_back(tensor + 10000, 10000);
+      kept[tensor] = tensor + 20000;
+      positioned += 2;
+    }
+    at += 4096;
+  }
+  for (auto [at, n] : reads) {
+    std::string out(n, '\0');
+    auto got = (*f)->Read(at, {reinterpret_cast<uint8_t*>(out.data()), n});
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(*got, std::min<uint64_t>(n, bytes.size() - at)) << at;
+    ASSERT_EQ(out.substr(0, *got), bytes.substr(at, *got)) << "wrong bytes at " << at;
+  }
+  // At end of file: nothing, and no request.
+  uint8_t extra;
+  auto end = (*f)->Read(bytes.size(), {&extra, 1});
+  ASSERT_TRUE(end.ok());
+  EXPECT_EQ(*end, 0u);
+  std::vector<std::string> requests = BlobRequests(s.Log(), blob);
+  // One request a read before: 780. Now 256 KiB, 512 KiB, 1 MiB, 2 MiB for the cursor, and the
+  // reads ahead of it or behind it outside the buffer: at most one each, of what was asked.
+  EXPECT_LE(requests.size(), 4 + positioned) << absl::StrJoin(requests, "\n");
+  EXPECT_THAT(requests[0], HasSubstr("range=bytes=1000-263143"));
+  EXPECT_THAT(absl::StrJoin(requests, "\n"),
+              HasSubstr(absl::StrCat("range=bytes=", behind, "-", behind + 4999)));
+}
+
+TEST(OciReadAhead, BuffersStayWithinTheArtifactsBudget) {
+  FakeSetup s;
+  const std::string bytes = RandomBytes(1u << 20);
+  const std::string blob = s.Blob(bytes);
+  std::string digest = s.Manifest(ModelManifest({RawLayer("w.safetensors", bytes)}, ""));
+  auto reg = s.Start();
+  auto read = [&](const oci::Artifact& a, int count) {
+    auto f = a.root()->OpenFile("w.safetensors");
+    ASSERT_TRUE(f.ok()) << f.status();
+    for (int i = 0; i < count; ++i) {
+      std::string out(1000, '\0');
+      auto got = (*f)->Read(i * 1000, {reinterpret_cast<uint8_t*>(out.data()), out.size()});
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ(out, bytes.substr(i * 1000, 1000));
+    }
+  };
+  oci::ArtifactOptions none = NoCredentials(s);
+  none.read_ahead_budget = 0;  // no buffer at all: a request for each read, as asked
+  auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + digest, none);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_NO_FATAL_FAILURE(read(**a, 10));
+  std::vector<std::string> requests = BlobRequests(s.Log(), blob);
+  ASSERT_EQ(requests.size(), 10u);
+  EXPECT_THAT(requests[9], HasSubstr("range=bytes=9000-9999"));
+
+  // A budget of one first buffer: a second file open at once gets none, and a file closed
+  // gives its buffer back.
+  oci::ArtifactOptions one = NoCredentials(s);
+  one.read_ahead_budget = 256u << 10;
+  auto b = oci::Artifact::Open("oci://" + reg->host() + "/m@" + digest, one);
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto first = (*b)->root()->OpenFile("w.safetensors");
+  ASSERT_TRUE(first.ok());
+  uint8_t byte;
+  ASSERT_TRUE((*first)->Read(0, {&byte, 1}).ok());
+  const size_t before = BlobRequests(s.Log(), blob).size();
+  ASSERT_NO_FATAL_FAILURE(read(**b, 10));
+  EXPECT_EQ(BlobRequests(s.Log(), blob).size(), before + 10);
+  first->reset();
+  ASSERT_NO_FATAL_FAILURE(read(**b, 10));
+  EXPECT_EQ(BlobRequests(s.Log(), blob).size(), before + 11);
+}
+
+TEST(OciReadAhead, RangeAnswersThatAreNotTheRangeAskedForAreNamed) {
+  struct Case {
+    std::string how;
+    absl::StatusCode code;
+    std::string why;
+  } cases[] = {
+      {"ignore", absl::StatusCode::kFailedPrecondition, "answered 200 to a Range request"},
+      {"other_range", absl::StatusCode::kDataLoss, "asked for [0, 262144), got 262144 bytes as "
+                                                   "'bytes 1-262144/1048576'"},
+      {"short", absl::StatusCode::kDataLoss, "asked for [0, 262144), got 262143 bytes"},
+  };
+  for (const Case& c : cases) {
+    FakeSetup s;
+    const std::string bytes = RandomBytes(1u << 20);
+    s.Blob(bytes);
+    std::string digest = s.Manifest(ModelManifest({RawLayer("w.safetensors", bytes)}, ""));
+    s.cfg()["range_answer"] = c.how;
+    auto reg = s.Start();
+    auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + digest, NoCredentials(s));
+    ASSERT_TRUE(a.ok()) << a.status();
+    auto got = ReadFile(**a, "w.safetensors", 100);
+    EXPECT_EQ(got.status().code(), c.code) << c.how << ": " << got.status();
+    EXPECT_THAT(got.status().message(), HasSubstr(c.why)) << c.how;
+    EXPECT_THAT(got.status().message(), HasSubstr("/w.safetensors at 0: ")) << c.how;
+  }
+}
+
+TEST(OciReadAhead, FixtureAuditOverOciTakesFewRequests) {
+  FakeSetup s;
+  std::string digest = ServeFixture(s, "mini-kimi-nvfp4", "");
+  auto reg = s.Start();
+  setenv("DOCKER_CONFIG", s.dir().path().c_str(), 1);  // holds no config.json
+  audit::AuditOptions o;
+  o.root = "oci://" + reg->host() + "/m@" + digest;
+  ASSERT_TRUE(cli::OpenOciTrees(&o).ok());
+  auto rec = audit::RunAudit(o, NoProgress());
+  ASSERT_TRUE(rec.ok()) << rec.status();
+  EXPECT_EQ(rec->OverallVerdict(), evidence::Verdict::kPass);
+  // One request a read before: 296 for this tree (4 files, 5 MiB). Now each safetensors file
+  // takes a few for its header and a few for its stream.
+  EXPECT_LE(BlobRequests(s.Log(), "").size(), 16u) << s.Log();
 }
 
 // Pushes `fixture` to `reg` as a ModelPack artifact under `tag`: safetensors as raw layers, the
