@@ -5,8 +5,9 @@ Serves what a JSON config names, on 127.0.0.1 (an ephemeral port, printed as "PO
 stdout once listening), with behaviours a real registry does not show on demand:
   manifests   {ref: {"path": file, "media_type": type}}   by tag or digest
   blobs       {digest: file}                               served under that digest as they are
-  token       {"user", "password", "token"}: /v2/ answers 401 with a Bearer challenge whose
-              realm is this server's /token, which issues `token` for Basic user:password
+  token       {"user", "password", "token", "refresh"}: /v2/ answers 401 with a Bearer challenge
+              whose realm is this server's /token, which issues `token` for Basic user:password
+              (GET), or for the OAuth2 grant_type=refresh_token with `refresh` (POST)
   reject_token  true: 401 even with the issued token
   redirect_blobs  true: blob GETs answer 307 to a second listener (a different origin), which
               answers 400 when the request carries an Authorization header
@@ -30,6 +31,7 @@ import json
 import re
 import sys
 import threading
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 cfg = json.load(open(sys.argv[1]))
@@ -192,6 +194,20 @@ class Registry(BaseHTTPRequestHandler):
                            "application/vnd.oci.image.index.v1+json", "manifests": entries})
         send_bytes(self, body.encode(), "application/vnd.oci.image.index.v1+json")
 
+    def oauth_token(self, data):
+        """The OAuth2 refresh-token grant: `token.refresh` buys `token.token`."""
+        form = urllib.parse.parse_qs(data.decode())
+        tok = cfg.get("token", {})
+        log("registry POST /token form=%s" % ",".join(sorted(form)))
+        ok = (form.get("grant_type") == ["refresh_token"] and tok.get("refresh") and
+              form.get("refresh_token") == [tok["refresh"]] and form.get("client_id") and
+              form.get("service") == ["fake"])
+        if not ok:
+            return self.answer(401)
+        send_bytes(self, json.dumps({"access_token": tok["token"], "expires_in": 60,
+                                     "scope": form.get("scope", [""])[0]}).encode(),
+                   "application/json")
+
     def body(self):
         return self.rfile.read(int(self.headers.get("Content-Length", "0")))
 
@@ -205,6 +221,8 @@ class Registry(BaseHTTPRequestHandler):
     def do_POST(self):
         log("registry POST %s" % self.path)
         data = self.body()
+        if self.path.startswith("/token"):
+            return self.oauth_token(data)
         if not cfg.get("writable"):
             return self.answer(405)
         if not self.authorized():

@@ -19,6 +19,7 @@
 #include "core/evidence/base64.h"
 #include "core/interop/tree_subjects.h"
 #include "core/oci/artifact.h"
+#include "core/oci/credentials.h"
 #include "core/oci/referrers.h"
 #include "core/oci/tar_layer.h"
 #include "nlohmann/json.hpp"
@@ -555,6 +556,144 @@ TEST(OciReadAhead, FixtureAuditOverOciTakesFewRequests) {
   // One request a read before: 296 for this tree (4 files, 5 MiB). Now each safetensors file
   // takes a few for its header and a few for its stream.
   EXPECT_LE(BlobRequests(s.Log(), "").size(), 16u) << s.Log();
+}
+
+// --- Docker credential helpers (docs/interop.md, "Authentication and transport") ---
+
+// Fake `docker-credential-NAME` programs in a directory put first on PATH for the test's life.
+class CredentialHelpers {
+ public:
+  CredentialHelpers() : path_(std::getenv("PATH") == nullptr ? "" : std::getenv("PATH")) {
+    const std::string stdin_copy = "cat > '" + (dir_ / "stdin-of-").string() + "'\"$1\"\n";
+    Add("good", stdin_copy + "printf '{\"Username\":\"u\",\"Secret\":\"p\"}'\n");
+    Add("wrong", "cat >/dev/null\nprintf '{\"Username\":\"u\",\"Secret\":\"wrong\"}'\n");
+    Add("tok", stdin_copy + "printf '{\"Username\":\"<token>\",\"Secret\":\"refresh123\"}'\n");
+    Add("none", "printf 'credentials not found in native keychain\\n'\nexit 1\n");
+    Add("fail", "printf 'hunter2-secret'\nexit 3\n");
+    Add("garbage", "printf 'Username: u'\n");
+    Add("nosecret", "printf '{\"Username\":\"u\"}'\n");
+    Add("huge", "exec head -c 1000000 /dev/zero\n");
+    Add("hang", "exec sleep 30\n");
+    setenv("PATH", (dir_.path().string() + ":" + path_).c_str(), 1);
+  }
+  ~CredentialHelpers() { setenv("PATH", path_.c_str(), 1); }
+  // What the helper `name` read on its standard input.
+  std::string StdinOf(const std::string& name) {
+    return Text(ReadAll(dir_ / ("stdin-of-" + name)));
+  }
+
+ private:
+  void Add(const std::string& name, const std::string& body) {
+    std::filesystem::path p = dir_ / ("docker-credential-" + name);
+    // "$1" is "get"; the copy of stdin is named by the helper.
+    std::string script = "#!/bin/sh\nset -- " + name + "\n" + body;
+    WriteAll(p, script);
+    std::filesystem::permissions(p, std::filesystem::perms::owner_all);
+  }
+  TempDir dir_;
+  std::string path_;
+};
+
+std::string ConfigWith(const TempDir& dir, const nlohmann::json& j) {
+  std::filesystem::path p = dir / "config.json";
+  WriteAll(p, j.dump());
+  return p.string();
+}
+
+TEST(OciCredentials, HelpersComeBeforeTheStoreWhichComesBeforeAuths) {
+  CredentialHelpers helpers;
+  TempDir dir;
+  const std::string host = "127.0.0.1:5000";
+  const nlohmann::json auths = {{host, {{"auth", evidence::Base64Encode("a:b")}}}};
+  auto creds = [&](const nlohmann::json& j) {
+    return oci::DockerCredentials(host, ConfigWith(dir, j), 5000);
+  };
+  auto c = creds({{"credHelpers", {{"https://" + host, "good"}}}, {"credsStore", "wrong"},
+                  {"auths", auths}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->basic, evidence::Base64Encode("u:p"));
+  EXPECT_EQ(helpers.StdinOf("good"), host);  // the registry, on standard input
+  c = creds({{"credHelpers", {{"other.example", "wrong"}}}, {"credsStore", "tok"},
+             {"auths", auths}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->basic, "");
+  EXPECT_EQ(c->identity_token, "refresh123");
+  c = creds({{"credsStore", ""}, {"auths", auths}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->basic, evidence::Base64Encode("a:b"));
+  c = creds({{"auths", {{host, {{"identitytoken", "idt"}, {"auth", "eDp5"}}}}}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->identity_token, "idt");
+  EXPECT_EQ(c->basic, "");
+  // A helper that holds nothing for the registry: no credentials, as Docker reads it.
+  c = creds({{"credsStore", "none"}, {"auths", auths}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->empty());
+}
+
+TEST(OciCredentials, HelperFailuresAreNamedAndBounded) {
+  CredentialHelpers helpers;
+  TempDir dir;
+  const std::string host = "127.0.0.1:5000";
+  struct Case {
+    std::string helper;
+    absl::StatusCode code;
+    std::string why;
+  } cases[] = {
+      {"absent", absl::StatusCode::kFailedPrecondition, "it is not on PATH"},
+      {"fail", absl::StatusCode::kUnauthenticated, "failed (exit status 3)"},
+      {"garbage", absl::StatusCode::kInvalidArgument, "not a JSON object with string Username"},
+      {"nosecret", absl::StatusCode::kInvalidArgument, "not a JSON object with string Username"},
+      {"huge", absl::StatusCode::kResourceExhausted, "printed more than 65536 bytes; killed"},
+      {"hang", absl::StatusCode::kDeadlineExceeded, "no answer within 300 ms; killed"},
+      {"../../bin/sh", absl::StatusCode::kInvalidArgument, "is not a plain name"},
+      {"a b", absl::StatusCode::kInvalidArgument, "is not a plain name"},
+      {"", absl::StatusCode::kInvalidArgument, "is not a plain name"},
+  };
+  for (const Case& c : cases) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string config = ConfigWith(dir, {{"credHelpers", {{host, c.helper}}}});
+    auto got = oci::DockerCredentials(host, config, 300);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << c.helper;
+    EXPECT_EQ(got.status().code(), c.code) << c.helper << ": " << got.status();
+    EXPECT_THAT(got.status().message(), HasSubstr(c.why)) << c.helper;
+    EXPECT_THAT(got.status().message(), HasSubstr(c.helper)) << c.helper;
+    EXPECT_THAT(got.status().message(), HasSubstr("for registry " + host)) << c.helper;
+    // What a failing helper printed is never quoted.
+    EXPECT_THAT(got.status().message(), ::testing::Not(HasSubstr("hunter2")));
+  }
+  // A credsStore is named as such.
+  auto store = oci::DockerCredentials(host, ConfigWith(dir, {{"credsStore", "fail"}}), 300);
+  EXPECT_THAT(store.status().message(), HasSubstr("(credsStore of " + dir.path().string()));
+}
+
+TEST(OciCredentials, HelperCredentialsAndIdentityTokensBuyBearerTokens) {
+  CredentialHelpers helpers;
+  FakeSetup s;
+  s.cfg()["token"] = {{"user", "u"}, {"password", "p"}, {"token", "tok123"},
+                      {"refresh", "refresh123"}};
+  s.Blob(kWeights);
+  std::string digest = s.Manifest(ModelManifest({RawLayer("w.safetensors", kWeights)}, ""));
+  auto reg = s.Start();
+  for (const std::string helper : {"good", "tok", "wrong"}) {
+    oci::ArtifactOptions o;
+    o.client.docker_config = ConfigWith(s.dir(), {{"credHelpers", {{reg->host(), helper}}}});
+    auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + digest, o);
+    if (helper == "wrong") {
+      EXPECT_EQ(a.status().code(), absl::StatusCode::kUnauthenticated);
+      EXPECT_THAT(a.status().message(), HasSubstr("to the Docker config's credentials"));
+      continue;
+    }
+    ASSERT_TRUE(a.ok()) << helper << ": " << a.status();
+    auto bytes = ReadFile(**a, "w.safetensors", kWeights.size());
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_EQ(*bytes, kWeights);
+  }
+  std::string log = s.Log();
+  EXPECT_THAT(log, HasSubstr("GET /token?service=fake&scope=repository%3Am%3Apull auth=Basic"));
+  // The identity token: POSTed as an OAuth2 refresh_token grant, never as Basic.
+  EXPECT_THAT(log, HasSubstr("POST /token form=client_id,grant_type,refresh_token,scope,service"));
+  EXPECT_THAT(log, HasSubstr("auth=Bearer tok123"));
 }
 
 // Pushes `fixture` to `reg` as a ModelPack artifact under `tag`: safetensors as raw layers, the
