@@ -138,7 +138,32 @@ TEST(OciTarLayer, FilesCountAgainstTheWindowBeforeTheyAreKept) {
   auto entries = Unpack(tar, oci::Compression::kNone, 4096);
   EXPECT_EQ(entries.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(entries.status().message(), HasSubstr("--memory-window"));
-  EXPECT_TRUE(Unpack(tar, oci::Compression::kNone, 5000).ok());
+  EXPECT_TRUE(Unpack(tar, oci::Compression::kNone, 5000 + 1024).ok());
+}
+
+// A pax header naming `path` for the entry after it.
+std::string PaxPath(const std::string& path) {
+  std::string record = " path=" + path + "\n";
+  std::string len = std::to_string(record.size() + 1);
+  len = std::to_string(record.size() + len.size());  // the length counts its own digits
+  return TarEntry("pax", 'x', len + record);
+}
+
+TEST(OciTarLayer, NamesOfEmptyFilesCountAgainstTheWindowToo) {
+  // 1000 empty files with 4 KiB names: 4 MiB kept for no contents (a gzip layer of such an
+  // archive is a few KiB; with a million entries and 64 KiB names it would be 64 GiB).
+  std::string tar;
+  for (int i = 0; i < 1000; ++i) {
+    tar += PaxPath(std::to_string(i) + "/" + std::string(4000, 'n')) + TarEntry("x", '0', "");
+  }
+  tar += TarEnd();
+  auto entries = Unpack(Gzip(tar), oci::Compression::kGzip, 1 << 20);
+  EXPECT_EQ(entries.status().code(), absl::StatusCode::kResourceExhausted) << entries.status();
+  EXPECT_THAT(entries.status().message(), HasSubstr("of bookkeeping) do not fit"));
+  auto fits = Unpack(Gzip(tar), oci::Compression::kGzip, 8 << 20);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(fits->size(), 1000u);
+  EXPECT_EQ(fits->back().path, "999/" + std::string(4000, 'n'));
 }
 
 TEST(OciManifest, IndexIsRefusedByName) {
