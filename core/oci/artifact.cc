@@ -1,7 +1,9 @@
 #include "core/oci/artifact.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <mutex>
 #include <set>
 #include <variant>
 
@@ -15,6 +17,9 @@ namespace ckpt::oci {
 namespace {
 
 constexpr uint64_t kDevice = 0x6f6369;  // "oci": no file system's device number
+constexpr uint64_t kFirstReadAhead = 256u << 10;
+constexpr uint64_t kMaxReadAhead = 16u << 20;
+constexpr size_t kMaxAheadRanges = 4096;  // more: reads ahead are no longer remembered
 
 enum class LayerKind { kRaw, kTar };
 
@@ -56,36 +61,144 @@ struct Node {
   io::FileIdentity identity;
 };
 
+// Bytes of raw layers fetched ahead of the engine's reads, shared by every open file of one
+// artifact so that they stay bounded however many files the engine has open at once.
+class ReadAheadPool {
+ public:
+  explicit ReadAheadPool(uint64_t bytes) : left_(bytes) {}
+  // Up to `want` bytes: fewer, or none, when less is left.
+  uint64_t Take(uint64_t want) {
+    uint64_t left = left_.load();
+    uint64_t got = 0;
+    do {
+      got = std::min(want, left);
+    } while (!left_.compare_exchange_weak(left, left - got));
+    return got;
+  }
+  void Give(uint64_t bytes) { left_ += bytes; }
+
+ private:
+  std::atomic<uint64_t> left_;
+};
+
 // Everything the directories of one artifact share.
 struct Tree {
   std::string label;  // oci://REGISTRY/REPO@DIGEST
   std::shared_ptr<const Registry> registry;
+  std::shared_ptr<ReadAheadPool> read_ahead;
   std::map<std::string, Node> files;                  // full path -> file
   std::map<std::string, io::FileIdentity> directories;  // full path ("" the root) -> identity
 };
 
+// A raw layer read by position (docs/interop.md, "Fewer requests"). The engine's cursor reads
+// each file front to back from the end of its header, jumping only over ranges it read ahead
+// earlier; a read that continues the cursor and that the buffer does not hold refills the buffer
+// with one Range request from there, for a span that starts at kFirstReadAhead and doubles with
+// each refill up to kMaxReadAhead (as far as the artifact's pool allows). Any other read outside
+// the buffer (ahead of the cursor, or behind it) is a request of exactly its own range and
+// leaves the buffer as it is. Every byte served was in a Range answer whose status,
+// Content-Range and length ReadBlobRange checked, so the engine hashes the layer's bytes
+// whichever request brought them.
 class RawFile : public io::RandomAccessFile {
  public:
   RawFile(std::shared_ptr<const Tree> tree, std::string path, Descriptor d, io::FileIdentity id)
       : tree_(std::move(tree)), path_(std::move(path)), d_(std::move(d)), id_(id) {}
+  ~RawFile() override { tree_->read_ahead->Give(held_); }
+
   absl::StatusOr<size_t> Read(uint64_t offset, std::span<uint8_t> out) const override {
     if (offset >= d_.size) return 0;
-    size_t n = static_cast<size_t>(std::min<uint64_t>(out.size(), d_.size - offset));
-    absl::Status s = tree_->registry->ReadBlobRange(d_.digest, d_.size, offset, out.first(n));
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(tree_->label, "/", EncodeName(path_), " at ",
-                                                 offset, ": ", s.message()));
+    out = out.first(static_cast<size_t>(std::min<uint64_t>(out.size(), d_.size - offset)));
+    std::unique_lock<std::mutex> lock(mu_);
+    const bool cursor = Continues(offset);
+    if (offset >= begin_ && offset < begin_ + length_) {
+      const size_t head =
+          static_cast<size_t>(std::min<uint64_t>(out.size(), begin_ + length_ - offset));
+      std::memcpy(out.data(), buffer_.get() + (offset - begin_), head);
+      Served(offset, head, cursor);
+      if (head == out.size()) return head;
+      lock.unlock();  // the rest starts where the buffer ends
+      absl::StatusOr<size_t> rest = Read(offset + head, out.subspan(head));
+      if (!rest.ok()) return rest.status();
+      return head + *rest;
     }
-    return n;
+    uint64_t span = 0;
+    if (cursor && out.size() < kMaxReadAhead) {
+      const uint64_t want = std::min(window_, d_.size - offset);
+      window_ = std::min(window_ * 2, kMaxReadAhead);
+      if (want > held_) {
+        const uint64_t more = tree_->read_ahead->Take(want - held_);
+        if (more > 0) {
+          buffer_.reset();  // never two buffers at once
+          length_ = 0;
+          held_ += more;
+          buffer_.reset(new uint8_t[held_]);
+        }
+      }
+      span = std::min(held_, d_.size - offset);
+    }
+    if (span <= out.size()) {  // a request of its own, as asked
+      lock.unlock();
+      if (absl::Status s = Fetch(offset, out); !s.ok()) return s;
+      lock.lock();
+      Served(offset, out.size(), cursor);
+      return out.size();
+    }
+    length_ = 0;
+    if (absl::Status s = Fetch(offset, {buffer_.get(), static_cast<size_t>(span)}); !s.ok()) {
+      return s;
+    }
+    begin_ = offset;
+    length_ = span;
+    std::memcpy(out.data(), buffer_.get(), out.size());
+    Served(offset, out.size(), cursor);
+    return out.size();
   }
   absl::StatusOr<io::FileIdentity> Identity() const override { return id_; }
   void Consumed(uint64_t, uint64_t) const override {}
 
  private:
+  // Whether a read at `offset` continues the cursor: the file's first read (the cursor starts
+  // after the header the engine has already read), one that starts where the cursor ended, or
+  // past it over ranges read ahead of it.
+  bool Continues(uint64_t offset) const {
+    if (!started_) return true;
+    uint64_t at = next_;
+    while (at < offset) {
+      auto it = ahead_.upper_bound(at);
+      if (it == ahead_.begin() || std::prev(it)->second <= at) return false;
+      at = std::prev(it)->second;
+    }
+    return offset >= next_;
+  }
+  void Served(uint64_t offset, uint64_t n, bool cursor) const {
+    if (cursor) {
+      started_ = true;
+      next_ = offset + n;
+      std::erase_if(ahead_, [&](const auto& r) { return r.second <= next_; });
+    } else if (offset + n > next_ && ahead_.size() < kMaxAheadRanges) {
+      uint64_t& end = ahead_[offset];
+      end = std::max(end, offset + n);
+    }
+  }
+  absl::Status Fetch(uint64_t offset, std::span<uint8_t> out) const {
+    absl::Status s = tree_->registry->ReadBlobRange(d_.digest, d_.size, offset, out);
+    if (s.ok()) return s;
+    return absl::Status(s.code(), absl::StrCat(tree_->label, "/", EncodeName(path_), " at ",
+                                               offset, ": ", s.message()));
+  }
+
   std::shared_ptr<const Tree> tree_;
   std::string path_;
   Descriptor d_;
   io::FileIdentity id_;
+  mutable std::mutex mu_;
+  mutable std::unique_ptr<uint8_t[]> buffer_;  // held_ bytes, taken from the pool
+  mutable uint64_t held_ = 0;
+  mutable uint64_t begin_ = 0, length_ = 0;  // the layer's [begin_, begin_ + length_) in buffer_
+  mutable bool started_ = false;
+  mutable uint64_t next_ = 0;  // where the cursor's last read ended
+  mutable std::map<uint64_t, uint64_t> ahead_;  // ranges read ahead of it: begin -> end
+  mutable uint64_t window_ = kFirstReadAhead;
 };
 
 class MemoryFile : public io::RandomAccessFile {
@@ -216,6 +329,7 @@ absl::StatusOr<std::shared_ptr<const Artifact>> Artifact::Open(const std::string
   auto tree = std::make_shared<Tree>();
   tree->label = label;
   tree->registry = *registry;
+  tree->read_ahead = std::make_shared<ReadAheadPool>(options.read_ahead_budget);
   tree->directories[""] = io::FileIdentity{kDevice, 0, 0, 0, 0};
   uint64_t budget = options.tar_budget;
   const auto& layers = artifact->manifest_.layers;

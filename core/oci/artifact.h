@@ -5,9 +5,11 @@
 // - Raw layers (ModelPack `application/vnd.cncf.model.*.v1.raw`) are one file each, named by
 //   the `org.cncf.model.filepath` annotation (else `org.opencontainers.image.title`), and read
 //   by position with HTTP Range requests, so the engine's planner, read-ahead and window work
-//   unchanged. The engine hashes every file front to back from the bytes it read; the audit
-//   then requires that hash to equal the layer's digest (raw_files(), core/audit
-//   ReadBinding), so verdicts and digests are of the manifest's bytes.
+//   unchanged; reads moving forward are served from a buffer that one larger Range request
+//   fills (bounded by ArtifactOptions::read_ahead_budget). The engine hashes every file front
+//   to back from the bytes it read; the audit then requires that hash to equal the layer's
+//   digest (raw_files(), core/audit ReadBinding), so verdicts and digests are of the
+//   manifest's bytes.
 // - Tar layers (ModelPack `...v1.tar`, `+gzip`, `+zstd`, and OCI image layers
 //   `application/vnd.oci.image.layer.v1.tar`, `+gzip`, `+zstd`) are read front to back once,
 //   when the artifact is opened: their digest and length are checked from the bytes read
@@ -37,6 +39,9 @@ inline constexpr char kTitleAnnotation[] = "org.opencontainers.image.title";
 struct ArtifactOptions {
   ClientOptions client;
   uint64_t tar_budget = 1536ull << 20;  // bytes of tar layers' files kept in memory
+  // Bytes of raw layers fetched ahead of the engine's reads, for all open files together (each
+  // holds at most 16 MiB of it); 0: every read is a Range request of its own.
+  uint64_t read_ahead_budget = 64ull << 20;
 };
 
 class Artifact {

@@ -12,8 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "core/evidence/base64.h"
-#include "core/io/small_file.h"
+#include "core/oci/credentials.h"
 #include "core/sha256.h"
 #include "core/text/json_parse.h"
 
@@ -86,6 +85,7 @@ struct Request {
   BlobSink sink;                         // a 2xx answer's body; unset: kept in Response::body
   uint64_t max_body = 0;                 // cap on Response::body
   bool push = false;                     // the token scope asks for push too
+  bool partial = false;                  // a Range request: only a 206 answer's body is taken
 };
 
 struct Response {
@@ -152,6 +152,12 @@ size_t OnBody(char* data, size_t size, size_t n, void* p) {
     }
     return len;
   }
+  if (t.req->partial && t.resp->status != 206) {
+    t.error = absl::FailedPreconditionError(absl::StrCat(
+        t.resp->url, ": answered ", t.resp->status,
+        " to a Range request (the registry ignores Range); raw layers are read by position"));
+    return 0;
+  }
   if (t.req->sink) {
     t.error = t.req->sink(bytes);
     return t.error.ok() ? len : 0;
@@ -208,39 +214,6 @@ std::string DockerConfigPath(const ClientOptions& o) {
   return absl::StrCat(home == nullptr ? "" : home, "/.docker/config.json");
 }
 
-// base64 "user:password" for `registry` from the config's `auths`, or empty.
-absl::StatusOr<std::string> CredentialsFor(const std::string& registry, const ClientOptions& o) {
-  const std::string path = DockerConfigPath(o);
-  io::SmallFileRules rules;
-  rules.what = "Docker config file";
-  rules.follow_link = true;
-  auto text = io::ReadSmallFile(path, rules);
-  if (absl::IsNotFound(text.status())) return std::string();
-  if (!text.ok()) return text.status();
-  auto j = ParseBoundedJson(*text, path);
-  if (!j.ok()) return j.status();
-  if (!j->is_object() || !j->contains("auths")) return std::string();
-  const nlohmann::json& auths = (*j)["auths"];
-  if (!auths.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": `auths` is not an object"));
-  }
-  for (const auto& [key, entry] : auths.items()) {
-    absl::string_view host = key;
-    absl::ConsumePrefix(&host, "https://") || absl::ConsumePrefix(&host, "http://");
-    host = host.substr(0, host.find('/'));
-    if (absl::AsciiStrToLower(host) != registry) continue;
-    if (!entry.is_object() || !entry.contains("auth") || !entry["auth"].is_string()) continue;
-    auto raw = evidence::Base64Decode(entry["auth"].get<std::string>());
-    std::string pair = raw.ok() ? std::string(raw->begin(), raw->end()) : "";
-    if (pair.find(':') == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": auths[\"", key, "\"].auth is not base64 of user:password"));
-    }
-    return evidence::Base64Encode(pair);
-  }
-  return std::string();
-}
-
 }  // namespace
 
 struct Registry::Impl {
@@ -248,7 +221,7 @@ struct Registry::Impl {
   std::string repository;
   std::string registry;
   ClientOptions options;
-  std::string basic;  // base64 user:password, or empty
+  RegistryCredentials creds;
 
   mutable std::mutex mu;
   mutable std::vector<CURL*> idle;
@@ -274,7 +247,9 @@ struct Registry::Impl {
   std::string AuthHeader() const {
     std::lock_guard<std::mutex> lock(mu);
     if (!token.empty()) return absl::StrCat("Authorization: Bearer ", token);
-    if (use_basic && !basic.empty()) return absl::StrCat("Authorization: Basic ", basic);
+    if (use_basic && !creds.basic.empty()) {
+      return absl::StrCat("Authorization: Basic ", creds.basic);
+    }
     return "";
   }
 
@@ -325,7 +300,9 @@ struct Registry::Impl {
     return absl::OkStatus();
   }
 
-  // The token of a Bearer challenge: GET realm?service=&scope= (with the config's credentials).
+  // The token of a Bearer challenge: GET realm?service=&scope= (with the config's credentials),
+  // or with an identity token, POST realm grant_type=refresh_token&... (docs/interop.md,
+  // "Authentication and transport").
   absl::Status FetchToken(const std::string& challenge, const Request& req) const {
     auto params = ChallengeParams(challenge.substr(challenge.find(' ') + 1));
     const std::string& realm = params["realm"];
@@ -343,24 +320,42 @@ struct Registry::Impl {
                             : absl::StrCat("repository:", repository, req.push ? ":pull,push"
                                                                                 : ":pull");
     CURL* c = Take();
-    char* service = curl_easy_escape(c, params["service"].c_str(), 0);
-    char* sc = curl_easy_escape(c, scope.c_str(), 0);
-    Give(c);
-    std::string url = absl::StrCat(realm_url->full, realm.find('?') == std::string::npos ? "?" : "&",
-                                   "service=", service, "&scope=", sc);
-    curl_free(service);
-    curl_free(sc);
+    if (c == nullptr) return absl::InternalError("curl_easy_init failed");
+    auto escape = [c](const std::string& v) {
+      char* e = curl_easy_escape(c, v.c_str(), static_cast<int>(v.size()));
+      std::string out = e == nullptr ? "" : e;
+      curl_free(e);
+      return out;
+    };
+    const std::string query = absl::StrCat("service=", escape(params["service"]), "&scope=",
+                                           escape(scope));
     Request treq;
-    treq.url = url;
     treq.max_body = kMaxTokenAnswer;
+    std::string form;
+    if (!creds.identity_token.empty()) {
+      // An identity token is an OAuth2 refresh token: POSTed as a refresh_token grant.
+      form = absl::StrCat("grant_type=refresh_token&refresh_token=", escape(creds.identity_token),
+                          "&", query, "&client_id=ckpt-audit");
+      treq.method = "POST";
+      treq.url = realm_url->full;
+      treq.headers = {"Content-Type: application/x-www-form-urlencoded"};
+      treq.body = form;
+    } else {
+      treq.url = absl::StrCat(realm_url->full,
+                              realm.find('?') == std::string::npos ? "?" : "&", query);
+    }
+    Give(c);
     Response resp;
-    std::string auth = basic.empty() ? "" : absl::StrCat("Authorization: Basic ", basic);
-    if (absl::Status s = Perform(treq, url, auth, &resp); !s.ok()) return s;
+    std::string auth =
+        creds.basic.empty() ? "" : absl::StrCat("Authorization: Basic ", creds.basic);
+    if (absl::Status s = Perform(treq, treq.url, auth, &resp); !s.ok()) return s;
     if (resp.status == 401 || resp.status == 403) {
       return absl::UnauthenticatedError(absl::StrCat(
           "registry ", registry, ": token endpoint ", realm_url->Origin(), " answered ",
-          resp.status, basic.empty() ? " (no credentials for this registry in the Docker config)"
-                                     : " to the Docker config's credentials"));
+          resp.status,
+          !creds.identity_token.empty() ? " to the identity token"
+          : creds.basic.empty()         ? " (no credentials for this registry in the Docker config)"
+                                        : " to the Docker config's credentials"));
     }
     if (resp.status == 429) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -410,7 +405,7 @@ struct Registry::Impl {
         std::string challenge = resp.Header("www-authenticate");
         if (absl::StartsWithIgnoreCase(challenge, "bearer ")) {
           if (absl::Status t = FetchToken(challenge, req); !t.ok()) return t;
-        } else if (absl::StartsWithIgnoreCase(challenge, "basic") && !basic.empty()) {
+        } else if (absl::StartsWithIgnoreCase(challenge, "basic") && !creds.basic.empty()) {
           std::lock_guard<std::mutex> lock(mu);
           use_basic = true;
         } else {
@@ -418,7 +413,7 @@ struct Registry::Impl {
               "registry ", registry, ": ", what, " answered 401",
               challenge.empty() ? " without a challenge"
                                 : absl::StrCat(" (", challenge.substr(0, 200), ")"),
-              basic.empty() ? " and the Docker config has no credentials for it" : ""));
+              creds.empty() ? " and the Docker config has no credentials for it" : ""));
         }
         authenticated_again = true;
         continue;
@@ -516,9 +511,10 @@ absl::StatusOr<std::shared_ptr<Registry>> Registry::Connect(const Reference& ref
   impl->repository = ref.repository;
   impl->registry = ref.registry;
   impl->options = options;
-  auto creds = CredentialsFor(ref.registry, options);
+  auto creds = DockerCredentials(ref.registry, DockerConfigPath(options),
+                                 options.credential_helper_timeout_ms);
   if (!creds.ok()) return creds.status();
-  impl->basic = *creds;
+  impl->creds = *std::move(creds);
   return std::shared_ptr<Registry>(new Registry(ref, std::move(impl)));
 }
 
@@ -558,6 +554,7 @@ absl::Status Registry::ReadBlobRange(const std::string& digest, uint64_t size, u
   Request req;
   req.url = impl_->Path(absl::StrCat("blobs/", digest));
   req.headers = {absl::StrCat("Range: bytes=", offset, "-", last)};
+  req.partial = true;
   req.sink = [&](std::span<const uint8_t> bytes) {
     if (got + bytes.size() > out.size()) {
       return absl::DataLossError(absl::StrCat(named, ": more bytes than the range [", offset, ", ",

@@ -3,9 +3,10 @@
 // One Registry speaks to one repository of one registry, from any number of threads at once
 // (each request takes an idle curl handle of its own). HTTPS with verified certificates, except
 // for loopback registries (localhost, 127.0.0.1, [::1]), which are spoken to over plain HTTP as
-// Docker does. Credentials come from the Docker config file (`auths`: base64 user:password);
-// a 401 answer with a Bearer challenge is answered by fetching a token from the challenge's
-// realm (with those credentials, when there are any) and retrying once.
+// Docker does. Credentials come from the Docker config file as Docker finds them (a credential
+// helper, else `auths`; core/oci/credentials.h); a 401 answer with a Bearer challenge is
+// answered by fetching a token from the challenge's realm (with those credentials, or an
+// identity token as an OAuth2 refresh token, when there are any) and retrying once.
 //
 // Every answer is bounded: headers (64 KiB a response), error bodies (kept up to 4 KiB for the
 // message), manifests (ClientOptions::max_manifest), tokens (1 MiB); blob bytes go straight to
@@ -50,6 +51,8 @@ struct ClientOptions {
   long connect_timeout_s = 30;
   long low_speed_timeout_s = 60;  // a transfer slower than 1 byte/s for this long fails
   std::string ca_file;            // extra CA bundle (tests); empty: the system's
+  long credential_helper_timeout_ms = 30000;  // a docker-credential-NAME that answers later
+                                              // is killed (DEADLINE_EXCEEDED)
 };
 
 struct FetchedManifest {

@@ -22,6 +22,9 @@ constexpr uint64_t kMaxExtendedHeader = 64u << 10;  // pax and GNU long-name rec
 constexpr uint64_t kMaxEntries = 1u << 20;
 constexpr uint64_t kMaxTrailer = 1u << 20;  // zero bytes after the archive's end
 constexpr size_t kOutChunk = 64u << 10;
+// Bytes counted for each kept file beside its contents and name: its TarEntry, the vector's
+// control block and the artifact's map node (docs/interop.md, "What is read, and how").
+constexpr uint64_t kEntryCost = 256;
 
 uint64_t ParseOctal(const uint8_t* p, size_t n, bool* ok) {
   uint64_t v = 0;
@@ -156,13 +159,17 @@ struct TarLayer::Impl {
     }
     auto path = CleanLayerPath(name, label);
     if (!path.ok()) return path.status();
-    if (size > *budget) {
+    // Its name and bookkeeping are kept too: an archive of a million empty files with 64 KiB
+    // names must not hold 64 GiB beside a budget it never touched.
+    const uint64_t cost = size + path->size() + kEntryCost;
+    if (size > *budget || cost > *budget) {  // size first: a pax size near 2^64 wraps `cost`
       return absl::ResourceExhaustedError(absl::StrCat(
-          entry, ": ", size, " bytes do not fit the ", *budget,
+          entry, ": ", cost, " bytes (", size, " of contents, its name and ", kEntryCost,
+          " of bookkeeping) do not fit the ", *budget,
           " bytes left of the memory window for tar layers' files; raise --memory-window, or "
           "push the weights as raw layers (read by position, never held whole)"));
     }
-    *budget -= size;
+    *budget -= cost;
     file = std::make_shared<std::vector<uint8_t>>();
     file->reserve(size);
     file_path = *std::move(path);

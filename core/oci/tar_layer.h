@@ -2,9 +2,10 @@
 // kept in memory (docs/interop.md, "OCI registries"). Only regular files and directories are
 // accepted: a symbolic or hard link, a device or FIFO, a whiteout (`.wh.`), a name that is
 // absolute, has a `..` component or is empty is INVALID_ARGUMENT naming the layer and the
-// entry. File contents are counted against a byte budget before they are allocated
-// (RESOURCE_EXHAUSTED naming `--memory-window` when one does not fit); decompressed bytes that
-// are not file contents (headers, padding, the archive's end) are bounded too.
+// entry. Each file kept (its contents, its name and a fixed 256 bytes of bookkeeping) is
+// counted against a byte budget before it is allocated (RESOURCE_EXHAUSTED naming
+// `--memory-window` when one does not fit); decompressed bytes that are not file contents
+// (headers, padding, the archive's end) are bounded too.
 #ifndef CKPT_CORE_OCI_TAR_LAYER_H_
 #define CKPT_CORE_OCI_TAR_LAYER_H_
 
@@ -27,8 +28,8 @@ struct TarEntry {
 
 class TarLayer {
  public:
-  // `label` names the layer in messages; `budget` is the bytes of file contents this and later
-  // layers may still keep (decremented as files are kept).
+  // `label` names the layer in messages; `budget` is the bytes of files (contents, names and
+  // bookkeeping) this and later layers may still keep (decremented as files are kept).
   TarLayer(std::string label, Compression compression, uint64_t* budget);
   ~TarLayer();
   TarLayer(const TarLayer&) = delete;

@@ -5,8 +5,9 @@ Serves what a JSON config names, on 127.0.0.1 (an ephemeral port, printed as "PO
 stdout once listening), with behaviours a real registry does not show on demand:
   manifests   {ref: {"path": file, "media_type": type}}   by tag or digest
   blobs       {digest: file}                               served under that digest as they are
-  token       {"user", "password", "token"}: /v2/ answers 401 with a Bearer challenge whose
-              realm is this server's /token, which issues `token` for Basic user:password
+  token       {"user", "password", "token", "refresh"}: /v2/ answers 401 with a Bearer challenge
+              whose realm is this server's /token, which issues `token` for Basic user:password
+              (GET), or for the OAuth2 grant_type=refresh_token with `refresh` (POST)
   reject_token  true: 401 even with the issued token
   redirect_blobs  true: blob GETs answer 307 to a second listener (a different origin), which
               answers 400 when the request carries an Authorization header
@@ -18,7 +19,11 @@ stdout once listening), with behaviours a real registry does not show on demand:
   referrers_api  true (with writable): the OCI 1.1 referrers API: a manifest PUT with a
               `subject` answers OCI-Subject, and GET /v2/REPO/referrers/DIGEST answers an image
               index of the manifests whose subject is DIGEST; without it that path is 404
-Every request line and whether it carried Authorization is appended to `log` (a file).
+  range_answer  how blob Range requests are answered instead of as asked: "ignore" (200 and the
+              whole blob), "other_range" (206 with the range one byte later, labelled so),
+              "short" (206 with one byte less than asked, labelled so)
+Every request line, whether it carried Authorization and its Range header are appended to `log`
+(a file).
 """
 import base64
 import hashlib
@@ -26,6 +31,7 @@ import json
 import re
 import sys
 import threading
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 cfg = json.load(open(sys.argv[1]))
@@ -56,9 +62,15 @@ def send_bytes(h, data, content_type="application/octet-stream", extra=None):
             h.end_headers()
             return
         b = min(b, total - 1)
-        data = data[a:b + 1]
-        status = 206
-        headers["Content-Range"] = "bytes %d-%d/%d" % (a, b, total)
+        how = cfg.get("range_answer")
+        if how == "other_range" and b + 1 < total:
+            a, b = a + 1, b + 1
+        elif how == "short" and b > a:
+            b -= 1
+        if how != "ignore":
+            data = data[a:b + 1]
+            status = 206
+            headers["Content-Range"] = "bytes %d-%d/%d" % (a, b, total)
     h.send_response(status)
     for k, v in {**headers, **(extra or {})}.items():
         h.send_header(k, v)
@@ -107,7 +119,9 @@ class Registry(BaseHTTPRequestHandler):
 
     def do_GET(self):
         auth = self.headers.get("Authorization")
-        log("registry %s %s auth=%s" % (self.command, self.path, auth or "no"))
+        rng = self.headers.get("Range")
+        log("registry %s %s auth=%s%s" % (self.command, self.path, auth or "no",
+                                          " range=" + rng if rng else ""))
         if self.path.startswith("/token"):
             tok = cfg["token"]
             want = "Basic " + base64.b64encode(
@@ -180,6 +194,20 @@ class Registry(BaseHTTPRequestHandler):
                            "application/vnd.oci.image.index.v1+json", "manifests": entries})
         send_bytes(self, body.encode(), "application/vnd.oci.image.index.v1+json")
 
+    def oauth_token(self, data):
+        """The OAuth2 refresh-token grant: `token.refresh` buys `token.token`."""
+        form = urllib.parse.parse_qs(data.decode())
+        tok = cfg.get("token", {})
+        log("registry POST /token form=%s" % ",".join(sorted(form)))
+        ok = (form.get("grant_type") == ["refresh_token"] and tok.get("refresh") and
+              form.get("refresh_token") == [tok["refresh"]] and form.get("client_id") and
+              form.get("service") == ["fake"])
+        if not ok:
+            return self.answer(401)
+        send_bytes(self, json.dumps({"access_token": tok["token"], "expires_in": 60,
+                                     "scope": form.get("scope", [""])[0]}).encode(),
+                   "application/json")
+
     def body(self):
         return self.rfile.read(int(self.headers.get("Content-Length", "0")))
 
@@ -193,6 +221,8 @@ class Registry(BaseHTTPRequestHandler):
     def do_POST(self):
         log("registry POST %s" % self.path)
         data = self.body()
+        if self.path.startswith("/token"):
+            return self.oauth_token(data)
         if not cfg.get("writable"):
             return self.answer(405)
         if not self.authorized():

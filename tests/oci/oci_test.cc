@@ -8,14 +8,18 @@
 
 #include <algorithm>
 #include <fstream>
+#include <random>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "core/audit/audit_checks.h"
 #include "core/evidence/base64.h"
 #include "core/interop/tree_subjects.h"
 #include "core/oci/artifact.h"
 #include "core/oci/audit_trees.h"
+#include "core/oci/credentials.h"
 #include "core/oci/referrers.h"
 #include "core/oci/tar_layer.h"
 #include "nlohmann/json.hpp"
@@ -131,7 +135,32 @@ TEST(OciTarLayer, FilesCountAgainstTheWindowBeforeTheyAreKept) {
   auto entries = Unpack(tar, oci::Compression::kNone, 4096);
   EXPECT_EQ(entries.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(entries.status().message(), HasSubstr("--memory-window"));
-  EXPECT_TRUE(Unpack(tar, oci::Compression::kNone, 5000).ok());
+  EXPECT_TRUE(Unpack(tar, oci::Compression::kNone, 5000 + 1024).ok());
+}
+
+// A pax header naming `path` for the entry after it.
+std::string PaxPath(const std::string& path) {
+  std::string record = " path=" + path + "\n";
+  std::string len = std::to_string(record.size() + 1);
+  len = std::to_string(record.size() + len.size());  // the length counts its own digits
+  return TarEntry("pax", 'x', len + record);
+}
+
+TEST(OciTarLayer, NamesOfEmptyFilesCountAgainstTheWindowToo) {
+  // 1000 empty files with 4 KiB names: 4 MiB kept for no contents (a gzip layer of such an
+  // archive is a few KiB; with a million entries and 64 KiB names it would be 64 GiB).
+  std::string tar;
+  for (int i = 0; i < 1000; ++i) {
+    tar += PaxPath(std::to_string(i) + "/" + std::string(4000, 'n')) + TarEntry("x", '0', "");
+  }
+  tar += TarEnd();
+  auto entries = Unpack(Gzip(tar), oci::Compression::kGzip, 1 << 20);
+  EXPECT_EQ(entries.status().code(), absl::StatusCode::kResourceExhausted) << entries.status();
+  EXPECT_THAT(entries.status().message(), HasSubstr("of bookkeeping) do not fit"));
+  auto fits = Unpack(Gzip(tar), oci::Compression::kGzip, 8 << 20);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(fits->size(), 1000u);
+  EXPECT_EQ(fits->back().path, "999/" + std::string(4000, 'n'));
 }
 
 TEST(OciManifest, IndexIsRefusedByName) {
@@ -304,6 +333,15 @@ TEST(OciFakeRegistry, TamperedTarLayerAndDuplicateNamesAreRefused) {
   }
 }
 
+// The fake registry's log lines of GETs of blob `digest`.
+std::vector<std::string> BlobRequests(const std::string& log, const std::string& digest) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StrContains(line, "GET /v2/m/blobs/" + digest)) out.emplace_back(line);
+  }
+  return out;
+}
+
 TEST(OciFakeRegistry, TamperedRawLayerFailsTheAuditAndSignsNothing) {
   for (const std::string tamper : {"", "model-00002-of-00002.safetensors"}) {
     FakeSetup s;
@@ -316,12 +354,320 @@ TEST(OciFakeRegistry, TamperedRawLayerFailsTheAuditAndSignsNothing) {
     auto rec = audit::RunAudit(o, NoProgress());
     if (tamper.empty()) {
       EXPECT_TRUE(rec.ok()) << rec.status();
+      // One Range request a read before the read-ahead buffer (docs/interop.md, "Fewer
+      // requests"): 296 for this tree. Now a few for each file's header and stream.
+      EXPECT_LE(BlobRequests(s.Log(), "").size(), 16u) << s.Log();
       continue;
     }
     EXPECT_EQ(rec.status().code(), absl::StatusCode::kDataLoss);
     EXPECT_THAT(rec.status().message(), HasSubstr("model-00002-of-00002.safetensors"));
     EXPECT_THAT(rec.status().message(), HasSubstr("a tampered layer"));
   }
+}
+
+// --- fewer, larger requests for raw layers (docs/interop.md, "Fewer requests") ---
+
+std::string RandomBytes(size_t n) {
+  std::mt19937 rng(7);
+  std::string out(n, '\0');
+  for (char& c : out) c = static_cast<char>(rng());
+  return out;
+}
+
+TEST(OciReadAhead, ForwardReadsShareRequestsAndReadsBehindGetTheirOwn) {
+  FakeSetup s;
+  const std::string bytes = RandomBytes((3u << 20) + 123);
+  const std::string blob = s.Blob(bytes);
+  std::string digest = s.Manifest(ModelManifest({RawLayer("w.safetensors", bytes)}, ""));
+  auto reg = s.Start();
+  auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + digest, NoCredentials(s));
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto f = (*a)->root()->OpenFile("w.safetensors");
+  ASSERT_TRUE(f.ok()) << f.status();
+  // The engine's pattern: a cursor front to back in small reads from the end of the header,
+  // jumping over tensors it read ahead (in two reads each, 600 KiB ahead of it), with reads far
+  // ahead (the end of the file) and behind it (a tensor read again).
+  std::vector<std::pair<uint64_t, size_t>> reads;
+  std::map<uint64_t, uint64_t> kept;  // read ahead: begin -> end
+  size_t positioned = 0;
+  uint64_t behind = 0;
+  for (uint64_t at = 1000, i = 0; at < bytes.size(); ++i) {
+    if (auto k = kept.find(at); k != kept.end()) {
+      at = k->second;  // hashed from what was read ahead: no read
+      continue;
+    }
+    reads.emplace_back(at, 4096);
+    if (i % 64 == 63 && at > (1u << 20)) {
+      reads.emplace_back(bytes.size() - 3000 - at / 1000, 1000);  // ahead
+      behind = at / 4 + 17;
+      reads.emplace_back(behind, 5000);
+      positioned += 2;
+    }
+    if (i % 128 == 1 && at + (600u << 10) + 20000 < bytes.size()) {
+      const uint64_t tensor = at + (600u << 10);
+      reads.emplace_back(tensor, 10000);
+      reads.emplace_back(tensor + 10000, 10000);
+      kept[tensor] = tensor + 20000;
+      positioned += 2;
+    }
+    at += 4096;
+  }
+  for (auto [at, n] : reads) {
+    std::string out(n, '\0');
+    auto got = (*f)->Read(at, {reinterpret_cast<uint8_t*>(out.data()), n});
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(*got, std::min<uint64_t>(n, bytes.size() - at)) << at;
+    ASSERT_EQ(out.substr(0, *got), bytes.substr(at, *got)) << "wrong bytes at " << at;
+  }
+  // At end of file: nothing, and no request.
+  uint8_t extra;
+  auto end = (*f)->Read(bytes.size(), {&extra, 1});
+  ASSERT_TRUE(end.ok());
+  EXPECT_EQ(*end, 0u);
+  std::vector<std::string> requests = BlobRequests(s.Log(), blob);
+  // One request a read before: 780. Now 256 KiB, 512 KiB, 1 MiB, 2 MiB for the cursor, and the
+  // reads ahead of it or behind it outside the buffer: at most one each, of what was asked.
+  EXPECT_LE(requests.size(), 4 + positioned) << absl::StrJoin(requests, "\n");
+  EXPECT_THAT(requests[0], HasSubstr("range=bytes=1000-263143"));
+  EXPECT_THAT(absl::StrJoin(requests, "\n"),
+              HasSubstr(absl::StrCat("range=bytes=", behind, "-", behind + 4999)));
+}
+
+TEST(OciReadAhead, BuffersStayWithinTheArtifactsBudget) {
+  FakeSetup s;
+  const std::string bytes = RandomBytes(1u << 20);
+  const std::string blob = s.Blob(bytes);
+  std::string digest = s.Manifest(ModelManifest({RawLayer("w.safetensors", bytes)}, ""));
+  auto reg = s.Start();
+  auto read = [&](const oci::Artifact& a, int count) {
+    auto f = a.root()->OpenFile("w.safetensors");
+    ASSERT_TRUE(f.ok()) << f.status();
+    for (int i = 0; i < count; ++i) {
+      std::string out(1000, '\0');
+      auto got = (*f)->Read(i * 1000, {reinterpret_cast<uint8_t*>(out.data()), out.size()});
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ(out, bytes.substr(i * 1000, 1000));
+    }
+  };
+  oci::ArtifactOptions none = NoCredentials(s);
+  none.read_ahead_budget = 0;  // no buffer at all: a request for each read, as asked
+  auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + digest, none);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_NO_FATAL_FAILURE(read(**a, 10));
+  std::vector<std::string> requests = BlobRequests(s.Log(), blob);
+  ASSERT_EQ(requests.size(), 10u);
+  EXPECT_THAT(requests[9], HasSubstr("range=bytes=9000-9999"));
+
+  // A budget of one first buffer: a second file open at once gets none, and a file closed
+  // gives its buffer back.
+  oci::ArtifactOptions one = NoCredentials(s);
+  one.read_ahead_budget = 256u << 10;
+  auto b = oci::Artifact::Open("oci://" + reg->host() + "/m@" + digest, one);
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto first = (*b)->root()->OpenFile("w.safetensors");
+  ASSERT_TRUE(first.ok());
+  uint8_t byte;
+  ASSERT_TRUE((*first)->Read(0, {&byte, 1}).ok());
+  const size_t before = BlobRequests(s.Log(), blob).size();
+  ASSERT_NO_FATAL_FAILURE(read(**b, 10));
+  EXPECT_EQ(BlobRequests(s.Log(), blob).size(), before + 10);
+  first->reset();
+  ASSERT_NO_FATAL_FAILURE(read(**b, 10));
+  EXPECT_EQ(BlobRequests(s.Log(), blob).size(), before + 11);
+}
+
+// An input, the error it must give and a part of that error's message.
+struct NamedError {
+  std::string input;
+  absl::StatusCode code;
+  std::string why;
+};
+
+TEST(OciReadAhead, RangeAnswersThatAreNotTheRangeAskedForAreNamed) {
+  const NamedError cases[] = {
+      {"ignore", absl::StatusCode::kFailedPrecondition, "answered 200 to a Range request"},
+      {"other_range", absl::StatusCode::kDataLoss, "asked for [0, 262144), got 262144 bytes as "
+                                                   "'bytes 1-262144/1048576'"},
+      {"short", absl::StatusCode::kDataLoss, "asked for [0, 262144), got 262143 bytes"},
+  };
+  for (const NamedError& c : cases) {
+    FakeSetup s;
+    const std::string bytes = RandomBytes(1u << 20);
+    s.Blob(bytes);
+    std::string digest = s.Manifest(ModelManifest({RawLayer("w.safetensors", bytes)}, ""));
+    s.cfg()["range_answer"] = c.input;
+    auto reg = s.Start();
+    auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + digest, NoCredentials(s));
+    ASSERT_TRUE(a.ok()) << a.status();
+    auto got = ReadFile(**a, "w.safetensors", 100);
+    EXPECT_EQ(got.status().code(), c.code) << c.input << ": " << got.status();
+    EXPECT_THAT(got.status().message(), HasSubstr(c.why)) << c.input;
+    EXPECT_THAT(got.status().message(), HasSubstr("/w.safetensors at 0: ")) << c.input;
+  }
+}
+
+// --- Docker credential helpers (docs/interop.md, "Authentication and transport") ---
+
+// Fake `docker-credential-NAME` programs in a directory put first on PATH for the test's life.
+class CredentialHelpers {
+ public:
+  CredentialHelpers() : path_(std::getenv("PATH") == nullptr ? "" : std::getenv("PATH")) {
+    const std::string stdin_copy = "cat > '" + (dir_ / "stdin-of-").string() + "'\"$1\"\n";
+    Add("good", stdin_copy + "printf '{\"Username\":\"u\",\"Secret\":\"p\"}'\n");
+    Add("wrong", "cat >/dev/null\nprintf '{\"Username\":\"u\",\"Secret\":\"wrong\"}'\n");
+    Add("tok", stdin_copy + "printf '{\"Username\":\"<token>\",\"Secret\":\"refresh123\"}'\n");
+    Add("none", "printf 'credentials not found in native keychain\\n'\nexit 1\n");
+    Add("fail", "printf 'hunter2-secret'\nexit 3\n");
+    Add("garbage", "printf 'Username: u'\n");
+    Add("nosecret", "printf '{\"Username\":\"u\"}'\n");
+    Add("huge", "exec head -c 1000000 /dev/zero\n");
+    Add("hang", "exec sleep 30\n");
+    setenv("PATH", (dir_.path().string() + ":" + path_).c_str(), 1);
+  }
+  ~CredentialHelpers() { setenv("PATH", path_.c_str(), 1); }
+  // What the helper `name` read on its standard input.
+  std::string StdinOf(const std::string& name) {
+    return Text(ReadAll(dir_ / ("stdin-of-" + name)));
+  }
+
+ private:
+  void Add(const std::string& name, const std::string& body) {
+    std::filesystem::path p = dir_ / ("docker-credential-" + name);
+    // "$1" is "get"; the copy of stdin is named by the helper.
+    std::string script = "#!/bin/sh\nset -- " + name + "\n" + body;
+    WriteAll(p, script);
+    std::filesystem::permissions(p, std::filesystem::perms::owner_all);
+  }
+  TempDir dir_;
+  std::string path_;
+};
+
+std::string ConfigWith(const TempDir& dir, const nlohmann::json& j) {
+  std::filesystem::path p = dir / "config.json";
+  WriteAll(p, j.dump());
+  return p.string();
+}
+
+TEST(OciCredentials, HelpersComeBeforeTheStoreWhichComesBeforeAuths) {
+  CredentialHelpers helpers;
+  TempDir dir;
+  const std::string host = "127.0.0.1:5000";
+  const nlohmann::json auths = {{host, {{"auth", evidence::Base64Encode("a:b")}}}};
+  auto creds = [&](const nlohmann::json& j) {
+    return oci::DockerCredentials(host, ConfigWith(dir, j), 5000);
+  };
+  auto c = creds({{"credHelpers", {{"https://" + host, "good"}}}, {"credsStore", "wrong"},
+                  {"auths", auths}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->basic, evidence::Base64Encode("u:p"));
+  EXPECT_EQ(helpers.StdinOf("good"), host);  // the registry, on standard input
+  c = creds({{"credHelpers", {{"other.example", "wrong"}}}, {"credsStore", "tok"},
+             {"auths", auths}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->basic, "");
+  EXPECT_EQ(c->identity_token, "refresh123");
+  c = creds({{"credsStore", ""}, {"auths", auths}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->basic, evidence::Base64Encode("a:b"));
+  c = creds({{"auths", {{host, {{"identitytoken", "idt"}, {"auth", "eDp5"}}}}}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->identity_token, "idt");
+  EXPECT_EQ(c->basic, "");
+  // A helper that holds nothing for the registry: no credentials, as Docker reads it.
+  c = creds({{"credsStore", "none"}, {"auths", auths}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->empty());
+}
+
+TEST(OciCredentials, HelperFailuresAreNamedAndBounded) {
+  CredentialHelpers helpers;
+  TempDir dir;
+  const std::string host = "127.0.0.1:5000";
+  const NamedError cases[] = {
+      {"absent", absl::StatusCode::kFailedPrecondition, "it is not on PATH"},
+      {"fail", absl::StatusCode::kUnauthenticated, "failed (exit status 3)"},
+      {"garbage", absl::StatusCode::kInvalidArgument, "not a JSON object with string Username"},
+      {"nosecret", absl::StatusCode::kInvalidArgument, "not a JSON object with string Username"},
+      {"huge", absl::StatusCode::kResourceExhausted, "printed more than 65536 bytes; killed"},
+      {"hang", absl::StatusCode::kDeadlineExceeded, "no answer within 300 ms; killed"},
+      {"../../bin/sh", absl::StatusCode::kInvalidArgument, "is not a plain name"},
+      {"a b", absl::StatusCode::kInvalidArgument, "is not a plain name"},
+      {"", absl::StatusCode::kInvalidArgument, "is not a plain name"},
+  };
+  for (const NamedError& c : cases) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string config = ConfigWith(dir, {{"credHelpers", {{host, c.input}}}});
+    auto got = oci::DockerCredentials(host, config, 300);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << c.input;
+    EXPECT_EQ(got.status().code(), c.code) << c.input << ": " << got.status();
+    EXPECT_THAT(got.status().message(), HasSubstr(c.why)) << c.input;
+    EXPECT_THAT(got.status().message(), HasSubstr(c.input)) << c.input;
+    EXPECT_THAT(got.status().message(), HasSubstr("for registry " + host)) << c.input;
+    // What a failing helper printed is never quoted.
+    EXPECT_THAT(got.status().message(), ::testing::Not(HasSubstr("hunter2")));
+  }
+  // A credsStore is named as such.
+  auto store = oci::DockerCredentials(host, ConfigWith(dir, {{"credsStore", "fail"}}), 300);
+  EXPECT_THAT(store.status().message(), HasSubstr("(credsStore of " + dir.path().string()));
+}
+
+TEST(OciCredentials, HelperCredentialsAndIdentityTokensBuyBearerTokens) {
+  CredentialHelpers helpers;
+  FakeSetup s;
+  s.cfg()["token"] = {{"user", "u"}, {"password", "p"}, {"token", "tok123"},
+                      {"refresh", "refresh123"}};
+  s.Blob(kWeights);
+  std::string digest = s.Manifest(ModelManifest({RawLayer("w.safetensors", kWeights)}, ""));
+  auto reg = s.Start();
+  for (const std::string helper : {"good", "tok", "wrong"}) {
+    oci::ArtifactOptions o;
+    o.client.docker_config = ConfigWith(s.dir(), {{"credHelpers", {{reg->host(), helper}}}});
+    auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + digest, o);
+    if (helper == "wrong") {
+      EXPECT_EQ(a.status().code(), absl::StatusCode::kUnauthenticated);
+      EXPECT_THAT(a.status().message(), HasSubstr("to the Docker config's credentials"));
+      continue;
+    }
+    ASSERT_TRUE(a.ok()) << helper << ": " << a.status();
+    auto bytes = ReadFile(**a, "w.safetensors", kWeights.size());
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_EQ(*bytes, kWeights);
+  }
+  std::string log = s.Log();
+  EXPECT_THAT(log, HasSubstr("GET /token?service=fake&scope=repository%3Am%3Apull auth=Basic"));
+  // The identity token: POSTed as an OAuth2 refresh_token grant, never as Basic.
+  EXPECT_THAT(log, HasSubstr("POST /token form=client_id,grant_type,refresh_token,scope,service"));
+  EXPECT_THAT(log, HasSubstr("auth=Bearer tok123"));
+}
+
+// Pushes `fixture` to `reg` as a ModelPack artifact under `tag`: safetensors as raw layers, the
+// other files as raw layers too or (tar_configs) as one tar+gzip config layer.
+std::string Push(const oci::Registry& reg, const std::string& fixture, const std::string& tag,
+                 bool tar_configs) {
+  std::vector<oci::Descriptor> layers;
+  std::string tar;
+  for (const auto& e : std::filesystem::directory_iterator(Fixture(fixture))) {
+    std::string bytes = Text(ReadAll(e.path()));
+    std::string name = e.path().filename().string();
+    if (tar_configs && !name.ends_with(".safetensors")) {
+      tar += TarEntry(name, '0', bytes);
+      continue;
+    }
+    EXPECT_TRUE(reg.PushBlob(bytes).ok());
+    layers.push_back(RawLayer(name, bytes));
+  }
+  if (tar_configs) {
+    std::string gz = Gzip(tar + TarEnd());
+    EXPECT_TRUE(reg.PushBlob(gz).ok());
+    layers.push_back({"application/vnd.cncf.model.weight.config.v1.tar+gzip", oci::DigestOf(gz),
+                      gz.size()});
+  }
+  const std::string config = R"({"descriptor":{"name":")" + fixture + R"("}})";
+  EXPECT_TRUE(reg.PushBlob(config).ok());
+  auto pushed = reg.PushManifest(tag, oci::kOciManifest,
+                                 oci::ManifestBytes(ModelManifest(layers, config)));
+  EXPECT_TRUE(pushed.ok()) << pushed.status();
+  return pushed.ok() ? *pushed : "";
 }
 
 TEST(OciDockerRegistry, PairOverOciAuditsLikeTheSameFilesOnDisk) {
