@@ -640,36 +640,6 @@ TEST(OciCredentials, HelperCredentialsAndIdentityTokensBuyBearerTokens) {
   EXPECT_THAT(log, HasSubstr("auth=Bearer tok123"));
 }
 
-// Pushes `fixture` to `reg` as a ModelPack artifact under `tag`: safetensors as raw layers, the
-// other files as raw layers too or (tar_configs) as one tar+gzip config layer.
-std::string Push(const oci::Registry& reg, const std::string& fixture, const std::string& tag,
-                 bool tar_configs) {
-  std::vector<oci::Descriptor> layers;
-  std::string tar;
-  for (const auto& e : std::filesystem::directory_iterator(Fixture(fixture))) {
-    std::string bytes = Text(ReadAll(e.path()));
-    std::string name = e.path().filename().string();
-    if (tar_configs && !name.ends_with(".safetensors")) {
-      tar += TarEntry(name, '0', bytes);
-      continue;
-    }
-    EXPECT_TRUE(reg.PushBlob(bytes).ok());
-    layers.push_back(RawLayer(name, bytes));
-  }
-  if (tar_configs) {
-    std::string gz = Gzip(tar + TarEnd());
-    EXPECT_TRUE(reg.PushBlob(gz).ok());
-    layers.push_back({"application/vnd.cncf.model.weight.config.v1.tar+gzip", oci::DigestOf(gz),
-                      gz.size()});
-  }
-  const std::string config = R"({"descriptor":{"name":")" + fixture + R"("}})";
-  EXPECT_TRUE(reg.PushBlob(config).ok());
-  auto pushed = reg.PushManifest(tag, oci::kOciManifest,
-                                 oci::ManifestBytes(ModelManifest(layers, config)));
-  EXPECT_TRUE(pushed.ok()) << pushed.status();
-  return pushed.ok() ? *pushed : "";
-}
-
 TEST(OciDockerRegistry, PairOverOciAuditsLikeTheSameFilesOnDisk) {
   CKPT_SKIP_WITHOUT_DOCKER_REGISTRY();
   TempDir dir;
