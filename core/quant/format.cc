@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/quant/gpt_oss_layout.h"
 #include "core/quant/quant_weight.h"
 #include "core/quant/scale_window.h"
 #include "core/quant/x4t_codec.h"
@@ -421,6 +422,52 @@ void CheckModelOptModule(const Checkpoint& ckpt, const std::string& m, const std
   }
 }
 
+// gpt-oss's stacked experts in ModelOpt's export (docs/formats.md §10): each layer's
+// `experts.gate_up_proj` and `experts.down_proj` with their companions, by name, dtype and
+// shape from the config's geometry. Returns how many fused tensors it found.
+size_t CheckModelOptGptOss(const Checkpoint& ckpt, bool w4a4, FormatReport* r) {
+  const absl::StatusOr<gptoss::Dims> d = gptoss::DimsFromConfig(ckpt.text_config());
+  if (!d.ok()) return 0;
+  size_t found = 0;
+  for (const std::string& name : ckpt.TensorNames()) {
+    for (const gptoss::Fused f : {gptoss::Fused::kGateUp, gptoss::Fused::kDown}) {
+      if (!absl::EndsWith(name, "mlp.experts." + gptoss::FusedName(f))) continue;
+      ++found;
+      const std::string prefix = name.substr(0, name.size() - gptoss::FusedName(f).size());
+      const std::optional<TensorRef> bias = ckpt.Find(name + "_bias");
+      for (const gptoss::TensorSpec& want : gptoss::ModelOptTensors(
+               prefix, *d, f, w4a4, bias ? bias->info->dtype : DType::kBF16)) {
+        const std::string part = want.name.substr(name.size());
+        const auto [missing, wrong] =
+            part.empty()                ? std::pair{"missing-tensor", "packed-shape"}
+            : part == "_weight_scale"   ? std::pair{"missing-scale", "group-size"}
+            : part == "_weight_scale_2" ? std::pair{"missing-global-scale", "global-scale-shape"}
+            : part == "_input_scale"    ? std::pair{"missing-input-scale", "global-scale-shape"}
+                                        : std::pair{"missing-tensor", "tensor-contract"};
+        const std::string expected = absl::StrCat(", ModelOpt's gpt-oss export stores ",
+                                                  DTypeName(want.dtype), " ",
+                                                  ShapeString(want.shape));
+        const std::optional<TensorRef> t = ckpt.Find(want.name);
+        if (!t) {
+          Add(r, missing, want.name, "absent" + expected);
+          continue;
+        }
+        const TensorInfo& i = *t->info;
+        const bool fits = i.dtype == want.dtype &&
+                          (want.shape.empty() ? i.shape.size() <= 1 && i.num_elements() == 1
+                                              : i.shape == want.shape);
+        if (!fits) {
+          Add(r, wrong, want.name, DTypeName(i.dtype) + " " + ShapeString(i.shape) + expected);
+        }
+      }
+      if (!w4a4 && ckpt.Find(name + "_input_scale")) {
+        Add(r, "extra-tensor", name + "_input_scale", "W4A16_NVFP4 module has an input_scale");
+      }
+    }
+  }
+  return found;
+}
+
 void CheckModelOpt(const Checkpoint& ckpt, const std::optional<ModelOptDecl>& hf,
                    const std::optional<ModelOptDecl>& cfg, FormatReport* r) {
   r->group_size = 16;
@@ -445,6 +492,7 @@ void CheckModelOpt(const Checkpoint& ckpt, const std::optional<ModelOptDecl>& hf
   const std::vector<std::string> modules = PackedModules(ckpt);
   const std::set<std::string> quantized(modules.begin(), modules.end());
   r->quantized_modules = modules.size();
+  r->quantized_modules += CheckModelOptGptOss(ckpt, d.algo == "NVFP4", r);
 
   // Per-module algorithm: the checkpoint's, or MIXED_PRECISION's quantized_layers entry.
   std::map<std::string, std::string> algo_of;
