@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <future>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -31,6 +31,83 @@ uint64_t ChunkFor(uint64_t window) {
 
 // A cursor's step is read in pieces of this size, each hashed while the next one is read.
 constexpr uint64_t kHashPiece = 1ull << 20;
+
+// Tensor buffers are mapped from 64 KiB, or window / 8192: at most 8192 mappings at once.
+uint64_t MapFrom(uint64_t window) { return std::max<uint64_t>(64ull << 10, window / 8192); }
+
+// Freed tensor buffers kept for the next tensor of the same size: window / 8, at most 128 MiB.
+uint64_t SpareFor(uint64_t window) { return std::min<uint64_t>(window / 8, 128ull << 20); }
+
+// One thread that runs one task at a time for the thread that owns it, which waits for each
+// task before it starts the next: a piece's hash while the next piece is read, without
+// starting a thread per piece. Where no thread can be started, the task runs at once.
+class Relay {
+ public:
+  Relay() = default;
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+  ~Relay() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void Start(std::function<absl::Status()> task) {
+    if (!thread_.joinable()) {
+      try {
+        thread_ = std::thread([this] { Loop(); });
+      } catch (const std::system_error&) {
+        result_ = task();
+        return;
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      task_ = std::move(task);
+    }
+    cv_.notify_all();
+  }
+
+  // The last task's status once it has finished (OK when none was started since).
+  absl::Status Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return task_ == nullptr; });
+    return std::exchange(result_, absl::OkStatus());
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return stop_ || task_ != nullptr; });
+      if (task_ == nullptr) return;  // stopped, nothing left to run
+      lock.unlock();
+      absl::Status s = task_();  // Start is not called again before Wait has seen it finish
+      lock.lock();
+      result_ = std::move(s);
+      task_ = nullptr;
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<absl::Status()> task_;  // set while a task waits or runs
+  bool stop_ = false;
+  absl::Status result_;
+  std::thread thread_;
+};
+
+// What each worker thread keeps between steps: its read chunk and the threads that hash beside
+// its reads.
+struct WorkerTools {
+  std::unique_ptr<uint8_t[]> scratch;
+  Relay hash;  // a piece's file hash, while the next piece is read
+  Relay pass;  // a tensor's own hash, beside the file's (a tensor read again later)
+};
 
 // One tensor some work needs, from its admission to when its buffer is freed.
 struct Slot {
@@ -120,7 +197,10 @@ struct Step {
 class Streamer {
  public:
   Streamer(const ReadOptions& options, Progress& progress)
-      : options_(options), progress_(progress), chunk_(ChunkFor(options.memory_window)) {}
+      : options_(options),
+        progress_(progress),
+        chunk_(ChunkFor(options.memory_window)),
+        pool_(SpareFor(options.memory_window), MapFrom(options.memory_window)) {}
 
   ~Streamer() {
     for (Slot& s : slots_) {
@@ -487,9 +567,7 @@ class Streamer {
 
   void Grant(Slot& slot) {
     slot.granted = true;
-    // Mapped from 64 KiB, or window / 8192: at most 8192 mappings at once.
-    slot.bytes =
-        io::PageBuffer(slot.size(), std::max<uint64_t>(64ull << 10, options_.memory_window / 8192));
+    slot.bytes = pool_.Take(slot.size());
     need_ -= slot.size();
     kept_ += slot.size();
     peak_ = std::max(peak_, kept_);
@@ -497,7 +575,7 @@ class Streamer {
 
   void Free(Slot& slot) {
     kept_ -= slot.size();
-    slot.bytes.reset();
+    pool_.Give(std::move(slot.bytes));
   }
 
   void Lend(Slot& slot) {
@@ -687,7 +765,7 @@ class Streamer {
 
   // The I/O and hashing of one step, outside the lock (the stream is busy: only this thread
   // touches its file and hashers).
-  absl::Status DoStep(const Step& step, std::unique_ptr<uint8_t[]>& scratch) {
+  absl::Status DoStep(const Step& step, WorkerTools& tools) {
     FileStream& s = streams_[step.stream];
     const ImageFile& f = *s.out;
     if (s.file == nullptr) {
@@ -712,8 +790,8 @@ class Streamer {
     } else if (step.length > 0) {
       uint8_t* dst = step.into;
       if (dst == nullptr) {
-        if (!scratch) scratch.reset(new uint8_t[chunk_]);
-        dst = scratch.get();
+        if (!tools.scratch) tools.scratch.reset(new uint8_t[chunk_]);
+        dst = tools.scratch.get();
       }
       std::span<uint8_t> bytes(dst, step.length);
       const bool revisit = step.slot != kNone && slots_[step.slot].revisit;
@@ -723,17 +801,19 @@ class Streamer {
       // hashed twice as the cursor passes it (the file's digest and its own), on two threads.
       const bool hash = step.kind != Step::Kind::kReadAhead && !s.skim;
       const bool pass = revisit && step.kind == Step::Kind::kRead;
-      auto digest = [&](uint64_t at, std::span<const uint8_t> piece) -> absl::Status {
-        std::future<void> passing;
+      auto digest = [&, pass, hash](uint64_t at, std::span<const uint8_t> piece) -> absl::Status {
         if (pass) {
-          passing = std::async(std::launch::async, [&] { Pass(slots_[step.slot], at, piece); });
+          tools.pass.Start([&, at, piece] {
+            Pass(slots_[step.slot], at, piece);
+            return absl::OkStatus();
+          });
         }
         absl::Status st;
         if (hash) {
           s.hashers->Update(at, piece);
           st = Feed(s, at, piece);
         }
-        if (passing.valid()) passing.get();
+        if (pass) tools.pass.Wait().IgnoreError();  // Pass cannot fail
         return st;
       };
       if (step.kind == Step::Kind::kHashKept) {
@@ -741,15 +821,11 @@ class Streamer {
       } else {
         // Read in pieces, each hashed on another thread while the next one is read ("Keeping
         // storage busy"): the copy from storage and the hash overlap.
-        std::future<absl::Status> hashing;
-        auto settle = [&]() -> absl::Status {
-          return hashing.valid() ? hashing.get() : absl::OkStatus();
-        };
         for (uint64_t done = 0; done < step.length;) {
           const uint64_t n = std::min<uint64_t>(kHashPiece, step.length - done);
           const std::span<uint8_t> piece = bytes.subspan(done, n);
           absl::Status st = io::ReadExactly(*s.file, step.offset + done, piece, s.label);
-          if (absl::Status prior = settle(); st.ok()) st = prior;
+          if (absl::Status prior = tools.hash.Wait(); st.ok()) st = prior;
           if (!st.ok()) return st;
           // Progress counts each byte of the files once: not a second read behind the cursor.
           if (!(revisit && step.kind == Step::Kind::kReadAhead)) progress_.Advance(n);
@@ -757,12 +833,13 @@ class Streamer {
             if (done + n == step.length && done == 0) {  // one piece: nothing to overlap
               if (absl::Status d = digest(step.offset, piece); !d.ok()) return d;
             } else {
-              hashing = std::async(std::launch::async, digest, step.offset + done, piece);
+              const uint64_t at = step.offset + done;
+              tools.hash.Start([&digest, at, piece] { return digest(at, piece); });
             }
           }
           done += n;
         }
-        if (absl::Status st = settle(); !st.ok()) return st;
+        if (absl::Status st = tools.hash.Wait(); !st.ok()) return st;
       }
       if (s.skim && step.slot != kNone && step.into != nullptr) Skimmed(slots_[step.slot], step);
       if (revisit && step.kind == Step::Kind::kReadAhead) {
@@ -880,7 +957,7 @@ class Streamer {
   }
 
   void Worker() {
-    std::unique_ptr<uint8_t[]> scratch;
+    WorkerTools tools;
     std::unique_lock<std::mutex> lock(mu_);
     while (error_.ok()) {
       if (progress_.Cancelled()) {
@@ -922,7 +999,7 @@ class Streamer {
       if (alone) stream.busy = stream.ahead_busy = true;
       ++busy_;
       lock.unlock();
-      absl::Status s = DoStep(step, scratch);
+      absl::Status s = DoStep(step, tools);
       lock.lock();
       --busy_;
       flag = false;
@@ -940,6 +1017,7 @@ class Streamer {
   const ReadOptions& options_;
   Progress& progress_;
   const uint64_t chunk_;
+  io::PageBufferPool pool_;  // under mu_
   std::vector<StreamWork> work_;
   std::vector<std::shared_ptr<TreeImage>> out_;
   std::map<const SafetensorsFile*, size_t> by_file_;
