@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
@@ -38,9 +39,12 @@ uint64_t MapFrom(uint64_t window) { return std::max<uint64_t>(64ull << 10, windo
 // Freed tensor buffers kept for the next tensor of the same size: window / 8, at most 128 MiB.
 uint64_t SpareFor(uint64_t window) { return std::min<uint64_t>(window / 8, 128ull << 20); }
 
-// One thread that runs one task at a time for the thread that owns it, which waits for each
-// task before it starts the next: a piece's hash while the next piece is read, without
-// starting a thread per piece. Where no thread can be started, the task runs at once.
+// One thread that runs the tasks its owner posts, in order, while the owner goes on: a step's
+// pieces are hashed one after another while the next ones are read. The owner waits for them
+// all (Wait) before it posts the next step's. The thread sleeps only when it has nothing to
+// run: waking it for every piece cost about as much as hashing the piece on the device host
+// (docs/audit-engine.md, "Keeping storage busy"). Where no thread can be started, a task runs
+// when it is posted.
 class Relay {
  public:
   Relay() = default;
@@ -55,26 +59,28 @@ class Relay {
     if (thread_.joinable()) thread_.join();
   }
 
-  void Start(std::function<absl::Status()> task) {
+  void Post(std::function<absl::Status()> task) {
     if (!thread_.joinable()) {
       try {
         thread_ = std::thread([this] { Loop(); });
       } catch (const std::system_error&) {
-        result_ = task();
+        absl::Status s = task();
+        if (result_.ok()) result_ = std::move(s);
         return;
       }
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      task_ = std::move(task);
+      queue_.push_back(std::move(task));
+      ++outstanding_;
     }
     cv_.notify_all();
   }
 
-  // The last task's status once it has finished (OK when none was started since).
+  // Once every posted task has run: the first failure among them (OK when none failed).
   absl::Status Wait() {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return task_ == nullptr; });
+    cv_.wait(lock, [this] { return outstanding_ == 0; });
     return std::exchange(result_, absl::OkStatus());
   }
 
@@ -82,20 +88,22 @@ class Relay {
   void Loop() {
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
-      cv_.wait(lock, [this] { return stop_ || task_ != nullptr; });
-      if (task_ == nullptr) return;  // stopped, nothing left to run
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopped, nothing left to run
+      std::function<absl::Status()> task = std::move(queue_.front());
+      queue_.pop_front();
       lock.unlock();
-      absl::Status s = task_();  // Start is not called again before Wait has seen it finish
+      absl::Status s = task();
       lock.lock();
-      result_ = std::move(s);
-      task_ = nullptr;
-      cv_.notify_all();
+      if (result_.ok()) result_ = std::move(s);
+      if (--outstanding_ == 0) cv_.notify_all();
     }
   }
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::function<absl::Status()> task_;  // set while a task waits or runs
+  std::deque<std::function<absl::Status()>> queue_;
+  size_t outstanding_ = 0;  // posted, not yet finished
   bool stop_ = false;
   absl::Status result_;
   std::thread thread_;
@@ -803,7 +811,7 @@ class Streamer {
       const bool pass = revisit && step.kind == Step::Kind::kRead;
       auto digest = [&, pass, hash](uint64_t at, std::span<const uint8_t> piece) -> absl::Status {
         if (pass) {
-          tools.pass.Start([&, at, piece] {
+          tools.pass.Post([&, at, piece] {
             Pass(slots_[step.slot], at, piece);
             return absl::OkStatus();
           });
@@ -819,14 +827,16 @@ class Streamer {
       if (step.kind == Step::Kind::kHashKept) {
         if (absl::Status st = digest(step.offset, bytes); !st.ok()) return st;
       } else {
-        // Read in pieces, each hashed on another thread while the next one is read ("Keeping
-        // storage busy"): the copy from storage and the hash overlap.
+        // Read in pieces, hashed in order on another thread while the next ones are read
+        // ("Keeping storage busy"): the copy from storage and the hash overlap.
         for (uint64_t done = 0; done < step.length;) {
           const uint64_t n = std::min<uint64_t>(kHashPiece, step.length - done);
           const std::span<uint8_t> piece = bytes.subspan(done, n);
-          absl::Status st = io::ReadExactly(*s.file, step.offset + done, piece, s.label);
-          if (absl::Status prior = tools.hash.Wait(); st.ok()) st = prior;
-          if (!st.ok()) return st;
+          if (absl::Status st = io::ReadExactly(*s.file, step.offset + done, piece, s.label);
+              !st.ok()) {
+            tools.hash.Wait().IgnoreError();  // its tasks read this step's bytes
+            return st;
+          }
           // Progress counts each byte of the files once: not a second read behind the cursor.
           if (!(revisit && step.kind == Step::Kind::kReadAhead)) progress_.Advance(n);
           if (hash || pass) {
@@ -834,7 +844,7 @@ class Streamer {
               if (absl::Status d = digest(step.offset, piece); !d.ok()) return d;
             } else {
               const uint64_t at = step.offset + done;
-              tools.hash.Start([&digest, at, piece] { return digest(at, piece); });
+              tools.hash.Post([&digest, at, piece] { return digest(at, piece); });
             }
           }
           done += n;
