@@ -41,8 +41,8 @@ uint64_t SpareFor(uint64_t window) { return std::min<uint64_t>(window / 8, 128ul
 
 // One thread that runs the tasks its owner posts, in order, while the owner goes on: a step's
 // pieces are hashed one after another while the next ones are read. The owner waits for them
-// all (Wait) before it posts the next step's. The thread sleeps only when it has nothing to
-// run: waking it for every piece cost about as much as hashing the piece on the device host
+// all (Wait) before it posts the next step's, and not after every piece: that left each cursor
+// waiting 10 of its 25 s on the device host
 // (docs/audit-engine.md, "Keeping storage busy"). Where no thread can be started, a task runs
 // when it is posted.
 class Relay {
