@@ -113,7 +113,7 @@ class Relay {
 // its reads.
 struct WorkerTools {
   std::unique_ptr<uint8_t[]> scratch;
-  Relay hash;  // a piece's file hash, while the next piece is read
+  Relay hash;  // the pieces' file hashes and sinks, while the next pieces are read
   Relay pass;  // a tensor's own hash, beside the file's (a tensor read again later)
 };
 
@@ -809,47 +809,47 @@ class Streamer {
       // hashed twice as the cursor passes it (the file's digest and its own), on two threads.
       const bool hash = step.kind != Step::Kind::kReadAhead && !s.skim;
       const bool pass = revisit && step.kind == Step::Kind::kRead;
-      auto digest = [&, pass, hash](uint64_t at, std::span<const uint8_t> piece) -> absl::Status {
-        if (pass) {
-          tools.pass.Post([&, at, piece] {
-            Pass(slots_[step.slot], at, piece);
-            return absl::OkStatus();
-          });
-        }
-        absl::Status st;
-        if (hash) {
-          s.hashers->Update(at, piece);
-          st = Feed(s, at, piece);
-        }
-        if (pass) tools.pass.Wait().IgnoreError();  // Pass cannot fail
-        return st;
+      auto digest = [&](uint64_t at, std::span<const uint8_t> piece) -> absl::Status {
+        s.hashers->Update(at, piece);
+        return Feed(s, at, piece);
       };
       if (step.kind == Step::Kind::kHashKept) {
         if (absl::Status st = digest(step.offset, bytes); !st.ok()) return st;
       } else {
-        // Read in pieces, hashed in order on another thread while the next ones are read
-        // ("Keeping storage busy"): the copy from storage and the hash overlap.
+        // Read in pieces, hashed in order on other threads while the next ones are read
+        // ("Keeping storage busy"): the copy from storage and the hashes overlap.
+        auto settle = [&tools]() -> absl::Status {
+          absl::Status st = tools.hash.Wait();
+          tools.pass.Wait().IgnoreError();  // Pass cannot fail
+          return st;
+        };
         for (uint64_t done = 0; done < step.length;) {
           const uint64_t n = std::min<uint64_t>(kHashPiece, step.length - done);
           const std::span<uint8_t> piece = bytes.subspan(done, n);
-          if (absl::Status st = io::ReadExactly(*s.file, step.offset + done, piece, s.label);
-              !st.ok()) {
-            tools.hash.Wait().IgnoreError();  // its tasks read this step's bytes
+          const uint64_t at = step.offset + done;
+          if (absl::Status st = io::ReadExactly(*s.file, at, piece, s.label); !st.ok()) {
+            settle().IgnoreError();  // their tasks read this step's bytes
             return st;
           }
           // Progress counts each byte of the files once: not a second read behind the cursor.
           if (!(revisit && step.kind == Step::Kind::kReadAhead)) progress_.Advance(n);
-          if (hash || pass) {
-            if (done + n == step.length && done == 0) {  // one piece: nothing to overlap
-              if (absl::Status d = digest(step.offset, piece); !d.ok()) return d;
-            } else {
-              const uint64_t at = step.offset + done;
-              tools.hash.Post([&digest, at, piece] { return digest(at, piece); });
+          if (pass) {
+            tools.pass.Post([this, &step, at, piece] {
+              Pass(slots_[step.slot], at, piece);
+              return absl::OkStatus();
+            });
+          }
+          if (hash && done + n == step.length && done == 0) {  // one piece: nothing to overlap
+            if (absl::Status d = digest(at, piece); !d.ok()) {
+              settle().IgnoreError();
+              return d;
             }
+          } else if (hash) {
+            tools.hash.Post([&digest, at, piece] { return digest(at, piece); });
           }
           done += n;
         }
-        if (absl::Status st = tools.hash.Wait(); !st.ok()) return st;
+        if (absl::Status st = settle(); !st.ok()) return st;
       }
       if (s.skim && step.slot != kNone && step.into != nullptr) Skimmed(slots_[step.slot], step);
       if (revisit && step.kind == Step::Kind::kReadAhead) {
