@@ -3,8 +3,8 @@
 // whole trees, holds at most the window, reads each byte once; a layout whose partner tensors
 // lie far apart is RESOURCE_EXHAUSTED instead of growth; shards that store packed weights far
 // from their scales audit in a small window by reading the scales ahead, with the digests of
-// the stored files, and a rewrite between a read-ahead and the cursor's hash is DATA_LOSS; a
-// cancelled audit stops.
+// the stored files, and a rewrite between a read-ahead and the cursor's hash is DATA_LOSS, as
+// is a file that shrinks in the middle of a step; a cancelled audit stops.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +19,8 @@
 #include "core/audit/pair_check.h"
 #include "core/checkpoint.h"
 #include "core/fingerprint/fingerprint.h"
+#include "core/io/tree_stream.h"
+#include "core/io/tree_walk.h"
 #include "core/quant/pair_verify.h"
 #include "core/quant/scale_window.h"
 #include "core/text/json_dump.h"
@@ -354,6 +356,41 @@ TEST_F(AuditStreamTest, FileRewrittenBetweenReadAheadAndHashIsDataLoss) {
   ASSERT_FALSE(rec.ok());
   EXPECT_EQ(rec.status().code(), absl::StatusCode::kDataLoss) << rec.status();
   EXPECT_THAT(std::string(rec.status().message()), HasSubstr(kShard));
+}
+
+// A step is read in 1 MiB pieces whose hashes run on the worker's hashing thread while the next
+// piece is read (docs/audit-engine.md, "Keeping storage busy"). A file cut short after the
+// first piece of a step, while that piece's hash may still run: the next read comes back short
+// and the stream ends with DATA_LOSS naming the file and the offset where it now ends.
+TEST(StreamFaults, AFileCutShortInTheMiddleOfAStepIsDataLossNamingFileAndOffset) {
+  TempDir tmp;
+  const fs::path root = CopyFixture("mini-kimi-mxfp4", tmp);
+  const fs::path shard = root / kShard;
+  ASSERT_GT(fs::file_size(shard), 2u << 20);  // the stream reads it in one step of 3 pieces
+  std::atomic<uint64_t> cut_at = 0;
+  ReadHook hook{kShard, [](int) {}};
+  hook.after_read_at = [&](uint64_t offset, size_t length) {
+    if (cut_at != 0 || length != (1u << 20)) return;  // the first piece of the step
+    cut_at = offset + length + 4096;
+    ASSERT_EQ(::truncate(shard.c_str(), static_cast<off_t>(cut_at.load())), 0);
+  };
+  absl::StatusOr<TreeListing> listing =
+      ListTree(FaultDirectory::Open(root.string(), std::move(hook)));
+  ASSERT_TRUE(listing.ok()) << listing.status();
+  ReadOptions read = Checkpoint::ReadOnly();
+  read.keep = ReadOptions::Keep::kStreamTensorData;
+  read.memory_window = 64ull << 20;  // read chunk 4 MiB: the whole shard is one step
+  read.threads = 2;
+  absl::StatusOr<std::shared_ptr<const TreeImage>> image =
+      ReadTree(*std::move(listing), read, NoProgress());
+  ASSERT_TRUE(image.ok()) << image.status();
+  absl::StatusOr<StreamResult> streamed = StreamTrees({*image}, {}, read, NoProgress());
+  ASSERT_NE(cut_at, 0u) << "no 1 MiB piece was read";
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
+  EXPECT_THAT(std::string(streamed.status().message()), HasSubstr(kShard));
+  EXPECT_THAT(std::string(streamed.status().message()),
+              HasSubstr(absl::StrCat("file ends at offset ", cut_at.load())));
 }
 
 // Cancels once `after` bytes were reported read.
