@@ -44,7 +44,8 @@ uint64_t SpareFor(uint64_t window) { return std::min<uint64_t>(window / 8, 128ul
 // all (Wait) before it posts the next step's, and not after every piece: that left each cursor
 // waiting 10 of its 25 s on the device host
 // (docs/audit-engine.md, "Keeping storage busy"). Where no thread can be started, a task runs
-// when it is posted.
+// when it is posted. Once a task has failed, the tasks posted after it until Wait do not run: a
+// sink that failed is handed no more bytes.
 class Relay {
  public:
   Relay() = default;
@@ -64,8 +65,7 @@ class Relay {
       try {
         thread_ = std::thread([this] { Loop(); });
       } catch (const std::system_error&) {
-        absl::Status s = task();
-        if (result_.ok()) result_ = std::move(s);
+        if (result_.ok()) result_ = task();
         return;
       }
     }
@@ -92,8 +92,9 @@ class Relay {
       if (queue_.empty()) return;  // stopped, nothing left to run
       std::function<absl::Status()> task = std::move(queue_.front());
       queue_.pop_front();
+      const bool failed = !result_.ok();  // only this thread sets it while tasks are queued
       lock.unlock();
-      absl::Status s = task();
+      absl::Status s = failed ? absl::OkStatus() : task();
       lock.lock();
       if (result_.ok()) result_ = std::move(s);
       if (--outstanding_ == 0) cv_.notify_all();

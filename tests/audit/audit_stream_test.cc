@@ -19,10 +19,12 @@
 #include "core/audit/pair_check.h"
 #include "core/checkpoint.h"
 #include "core/fingerprint/fingerprint.h"
+#include "core/git_blob_sha1.h"
 #include "core/io/tree_stream.h"
 #include "core/io/tree_walk.h"
 #include "core/quant/pair_verify.h"
 #include "core/quant/scale_window.h"
+#include "core/sha256.h"
 #include "core/text/json_dump.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -391,6 +393,103 @@ TEST(StreamFaults, AFileCutShortInTheMiddleOfAStepIsDataLossNamingFileAndOffset)
   EXPECT_THAT(std::string(streamed.status().message()), HasSubstr(kShard));
   EXPECT_THAT(std::string(streamed.status().message()),
               HasSubstr(absl::StrCat("file ends at offset ", cut_at.load())));
+}
+
+// The shard of the mini checkpoint read for a stream: the listing through `hook`, the image
+// with tensor data deferred to StreamTrees.
+std::shared_ptr<const TreeImage> DeferredImage(const fs::path& root, ReadHook hook,
+                                               const ReadOptions& read) {
+  absl::StatusOr<TreeListing> listing =
+      ListTree(FaultDirectory::Open(root.string(), std::move(hook)));
+  EXPECT_TRUE(listing.ok()) << listing.status();
+  if (!listing.ok()) return nullptr;
+  for (TreeFile& f : listing->files) f.git_blob_id = f.path == kShard;
+  absl::StatusOr<std::shared_ptr<const TreeImage>> image =
+      ReadTree(*std::move(listing), read, NoProgress());
+  EXPECT_TRUE(image.ok()) << image.status();
+  return image.ok() ? *image : nullptr;
+}
+
+const ImageFile& ShardOf(const TreeImage& image) {
+  return *std::find_if(image.files.begin(), image.files.end(),
+                       [](const ImageFile& f) { return f.path == kShard; });
+}
+
+// Steps of 3 pieces hashed on the workers' hashing threads (docs/audit-engine.md, "Keeping
+// storage busy") give the digests of the bytes on disk, each computed here in one call: the
+// file's SHA-256, its git blob id, its range digests (a range size that is no divisor of the
+// piece), every tensor's SHA-256, and a sink over all of the tensor data gets those bytes.
+TEST(StreamFaults, DigestsAndSinksOfStepsHashedInPiecesAreThoseOfTheFile) {
+  TempDir tmp;
+  const fs::path root = CopyFixture("mini-kimi-mxfp4", tmp);
+  const std::vector<uint8_t> disk = ::ckpt::testing::ReadAll(root / kShard);
+  ASSERT_GT(disk.size(), 2u << 20);
+  ReadOptions read = Checkpoint::ReadOnly();
+  read.keep = ReadOptions::Keep::kStreamTensorData;
+  read.memory_window = 64ull << 20;  // read chunk 4 MiB: the whole shard is one step
+  read.threads = 2;
+  read.tensor_digests = true;
+  read.range_size = 300007;
+  read.file_digests = true;
+  std::shared_ptr<const TreeImage> image = DeferredImage(root, ReadHook{kShard, [](int) {}}, read);
+  ASSERT_NE(image, nullptr);
+  const SafetensorsFile& st = *ShardOf(*image).safetensors;
+  std::vector<uint8_t> sunk;
+  std::vector<StreamSink> sinks;
+  sinks.push_back({&st, st.data_start(), disk.size(),
+                   [&sunk](uint64_t offset, std::span<const uint8_t> bytes) {
+                     EXPECT_EQ(offset, sunk.size());
+                     sunk.insert(sunk.end(), bytes.begin(), bytes.end());
+                     return absl::OkStatus();
+                   }});
+  absl::StatusOr<StreamResult> streamed =
+      StreamTrees({image}, {}, read, NoProgress(), std::move(sinks));
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  const ImageFile& f = ShardOf(*streamed->images[0]);
+  EXPECT_EQ(f.sha256, Sha256Of(disk));
+  EXPECT_EQ(f.git_blob_id, GitBlobIdOf(disk));
+  std::vector<Digest> ranges;
+  for (uint64_t at = 0; at < disk.size(); at += read.range_size) {
+    ranges.push_back(Sha256Of(std::span<const uint8_t>(disk).subspan(
+        at, std::min<uint64_t>(read.range_size, disk.size() - at))));
+  }
+  EXPECT_EQ(f.range_digests, ranges);
+  ASSERT_EQ(f.tensor_digests.size(), st.tensors().size());
+  for (size_t i = 0; i < st.tensors().size(); ++i) {
+    const TensorInfo& t = st.tensors()[i];
+    EXPECT_EQ(f.tensor_digests[i], Sha256Of(std::span<const uint8_t>(disk).subspan(
+                                       st.data_start() + t.begin, t.end - t.begin)))
+        << t.name;
+  }
+  EXPECT_TRUE(sunk == std::vector<uint8_t>(disk.begin() + st.data_start(), disk.end()));
+}
+
+// A sink that fails is not handed the pieces after its failure: the stream stops with its
+// error, though the pieces of the step are hashed on another thread while the next are read.
+TEST(StreamFaults, ASinkThatFailsGetsNoMoreBytesAndItsErrorEndsTheStream) {
+  TempDir tmp;
+  const fs::path root = CopyFixture("mini-kimi-mxfp4", tmp);
+  ASSERT_GT(fs::file_size(root / kShard), 2u << 20);  // one step of 3 pieces
+  ReadOptions read = Checkpoint::ReadOnly();
+  read.keep = ReadOptions::Keep::kStreamTensorData;
+  read.memory_window = 64ull << 20;
+  read.threads = 2;
+  std::shared_ptr<const TreeImage> image = DeferredImage(root, ReadHook{kShard, [](int) {}}, read);
+  ASSERT_NE(image, nullptr);
+  const SafetensorsFile& st = *ShardOf(*image).safetensors;
+  std::atomic<int> calls = 0;
+  std::vector<StreamSink> sinks;
+  sinks.push_back({&st, st.data_start(), fs::file_size(root / kShard),
+                   [&calls](uint64_t, std::span<const uint8_t>) {
+                     ++calls;
+                     return absl::ResourceExhaustedError("the copy's disk is full");
+                   }});
+  absl::StatusOr<StreamResult> streamed =
+      StreamTrees({image}, {}, read, NoProgress(), std::move(sinks));
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_EQ(streamed.status().code(), absl::StatusCode::kResourceExhausted) << streamed.status();
+  EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("disk is full"));
+  EXPECT_EQ(calls.load(), 1);
 }
 
 // Cancels once `after` bytes were reported read.
