@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <random>
 
 #include "core/audit/audit_checks.h"
 #include "core/audit/pair_check.h"
@@ -23,6 +24,7 @@
 #include "core/io/tree_stream.h"
 #include "core/io/tree_walk.h"
 #include "core/quant/pair_verify.h"
+#include "core/quant/safetensors_writer.h"
 #include "core/quant/scale_window.h"
 #include "core/sha256.h"
 #include "core/text/json_dump.h"
@@ -490,6 +492,165 @@ TEST(StreamFaults, ASinkThatFailsGetsNoMoreBytesAndItsErrorEndsTheStream) {
   EXPECT_EQ(streamed.status().code(), absl::StatusCode::kResourceExhausted) << streamed.status();
   EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("disk is full"));
   EXPECT_EQ(calls.load(), 1);
+}
+
+// A file whose tensors are read behind the cursor in steps of 2 pieces, into reused buffers
+// (docs/audit-engine.md, "Memory", "Reading behind the cursor", "Keeping storage busy"): six
+// 3 MiB partners p<i> stored before their 4 MiB anchors w<i>, each tensor of distinct random
+// bytes. Together the partners take more than half of a 32 MiB window (read chunk 2 MiB), so
+// the cursor hashes them as it passes and each is read again when its anchor arrives. Work
+// item i needs p<i> and w<i>; item 6 + i needs the same and waits for item i, which says it is
+// wanted for even i only.
+class ReadBehindStream : public ::testing::Test {
+ protected:
+  static constexpr int kPairs = 6;
+  static constexpr uint64_t kWindow = 32ull << 20;
+  static constexpr char kFile[] = "model.safetensors";
+
+  void SetUp() override {
+    root_ = tmp_.path() / "tree";
+    fs::create_directories(root_);
+    std::vector<quant::TensorToWrite> tensors;
+    for (const char* kind : {"p", "w"}) {  // the writer orders tensors by name
+      const uint64_t size = kind[0] == 'p' ? 3ull << 20 : 4ull << 20;
+      for (int i = 0; i < kPairs; ++i) {
+        std::mt19937_64 rng(tensors.size() + 1);
+        std::vector<uint8_t> bytes(size);
+        for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+        tensors.push_back(quant::TensorToWrite::Owned(absl::StrCat(kind, i), DType::kU8, {size},
+                                                      std::move(bytes)));
+      }
+    }
+    ASSERT_TRUE(quant::WriteSafetensors((root_ / kFile).string(), std::move(tensors), {}).ok());
+    disk_ = ::ckpt::testing::ReadAll(root_ / kFile);
+  }
+
+  ReadOptions Read() const {
+    ReadOptions read = Checkpoint::ReadOnly();
+    read.keep = ReadOptions::Keep::kStreamTensorData;
+    read.memory_window = kWindow;
+    read.threads = 3;
+    read.file_digests = true;
+    read.tensor_digests = true;
+    return read;
+  }
+
+  // The stream of the file read through `hook`, with the work above; each item checks that the
+  // bytes lent to it are those on disk (a failure names the tensor).
+  absl::StatusOr<StreamResult> Stream(ReadHook hook, std::atomic<int>* ran) {
+    hook.name = kFile;
+    absl::StatusOr<TreeListing> listing =
+        ListTree(FaultDirectory::Open(root_.string(), std::move(hook)));
+    if (!listing.ok()) return listing.status();
+    const ReadOptions read = Read();
+    absl::StatusOr<std::shared_ptr<const TreeImage>> image =
+        ReadTree(*std::move(listing), read, NoProgress());
+    if (!image.ok()) return image.status();
+    const SafetensorsFile& st = *(*image)->files.back().safetensors;
+    std::vector<StreamWork> work;
+    for (int dependent = 0; dependent < 2; ++dependent) {
+      for (int i = 0; i < kPairs; ++i) {
+        StreamWork w;
+        w.label = absl::StrCat("item ", dependent * kPairs + i);
+        for (const std::string name : {absl::StrCat("p", i), absl::StrCat("w", i)}) {
+          w.tensors.push_back({&st, st.Find(name)});
+        }
+        w.run = [this, &st, tensors = w.tensors, ran]() -> absl::Status {
+          for (const auto& [file, t] : tensors) {
+            const std::span<const uint8_t> lent = st.Bytes(*t);
+            const std::span<const uint8_t> want(disk_.data() + st.data_start() + t->begin,
+                                                t->end - t->begin);
+            if (lent.size() != want.size() || Sha256Of(lent) != Sha256Of(want)) {
+              return absl::InternalError(absl::StrCat(t->name, ": not the bytes on disk"));
+            }
+          }
+          ++*ran;
+          return absl::OkStatus();
+        };
+        if (dependent) {
+          w.after = {static_cast<size_t>(i)};
+          w.wanted = [i] { return i % 2 == 0; };
+        }
+        work.push_back(std::move(w));
+      }
+    }
+    return StreamTrees({*image}, std::move(work), read, NoProgress());
+  }
+
+  TempDir tmp_;
+  fs::path root_;
+  std::vector<uint8_t> disk_;
+};
+
+TEST_F(ReadBehindStream, TensorsReadAgainIntoReusedBuffersHoldTheBytesOnDiskAndTheirDigests) {
+  std::atomic<int> ran = 0;
+  absl::StatusOr<StreamResult> streamed = Stream(ReadHook{"", [](int) {}}, &ran);
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  EXPECT_EQ(ran.load(), kPairs + kPairs / 2);
+  EXPECT_EQ(streamed->bytes_read, kPairs * (7ull << 20) + kPairs * (3ull << 20));  // p<i> twice
+  EXPECT_LE(streamed->peak_kept_bytes, kWindow);
+  const ImageFile& f = streamed->images[0]->files.back();
+  EXPECT_EQ(f.sha256, Sha256Of(disk_));
+  const SafetensorsFile& st = *f.safetensors;
+  ASSERT_EQ(f.tensor_digests.size(), st.tensors().size());
+  for (size_t i = 0; i < st.tensors().size(); ++i) {
+    const TensorInfo& t = st.tensors()[i];
+    EXPECT_EQ(f.tensor_digests[i], Sha256Of(std::span<const uint8_t>(disk_).subspan(
+                                       st.data_start() + t.begin, t.end - t.begin)))
+        << t.name;
+  }
+}
+
+// A partner rewritten (one byte, in its second piece) once the cursor has hashed past it and
+// before it is read again: DATA_LOSS naming it, and no work sees the new byte.
+TEST_F(ReadBehindStream, APartnerChangedBeforeItsSecondReadIsDataLoss) {
+  const uint64_t data = disk_.size() - kPairs * (7ull << 20);
+  const uint64_t flip_at = data + 3 * (3ull << 20) + (1ull << 20) + 5;  // in p3
+  std::atomic<bool> flipped = false;
+  ReadHook hook{"", [](int) {}};
+  hook.after_read_at = [&](uint64_t offset, size_t) {
+    if (offset < data + kPairs * (3ull << 20) || flipped.exchange(true)) return;
+    const uint8_t b = disk_[flip_at] ^ 0x40;  // the cursor is among the anchors
+    int fd = ::open((root_ / kFile).c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(flip_at)), 1);
+    ::close(fd);
+  };
+  std::atomic<int> ran = 0;
+  absl::StatusOr<StreamResult> streamed = Stream(std::move(hook), &ran);
+  EXPECT_TRUE(flipped.load());
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
+  EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("tensor 'p3'"));
+  EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("second read"));
+}
+
+// An I/O error on a second read behind the cursor, and one on the cursor's second piece of a
+// step (its first piece's hash still running): the stream ends with that error, naming where.
+TEST_F(ReadBehindStream, AReadErrorBehindOrAtTheCursorEndsTheStreamWithThatError) {
+  const uint64_t data = disk_.size() - kPairs * (7ull << 20);
+  for (const bool behind : {true, false}) {
+    std::atomic<uint64_t> furthest = 0;
+    std::atomic<bool> failed = false;
+    ReadHook hook{"", [](int) {}};
+    hook.after_read_at = [&](uint64_t offset, size_t length) {
+      uint64_t seen = furthest.load();
+      while (offset + length > seen && !furthest.compare_exchange_weak(seen, offset + length)) {
+      }
+    };
+    hook.fail_read = [&](uint64_t offset, size_t length) {
+      const bool hit = behind ? offset + length <= furthest.load() && offset >= data
+                              : offset == data + kPairs * (3ull << 20) + (1ull << 20);
+      if (!hit || failed.exchange(true)) return absl::OkStatus();
+      return absl::DataLossError(absl::StrCat("model.safetensors: Input/output error at ", offset));
+    };
+    std::atomic<int> ran = 0;
+    absl::StatusOr<StreamResult> streamed = Stream(std::move(hook), &ran);
+    EXPECT_TRUE(failed.load()) << behind;
+    ASSERT_FALSE(streamed.ok()) << behind;
+    EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
+    EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("Input/output error"));
+  }
 }
 
 // Cancels once `after` bytes were reported read.

@@ -30,6 +30,9 @@ struct ReadHook {
   // When set, the identity reported for the file (by StatAt and by its open file's Identity),
   // given the real one: a test can make a file whose bytes changed look unchanged.
   std::function<io::FileIdentity(const io::FileIdentity& real)> identity = nullptr;
+  // When set, called before each Read with its offset and length: an error it returns is the
+  // Read's (an I/O error of the device), and the read does not happen.
+  std::function<absl::Status(uint64_t offset, size_t length)> fail_read = nullptr;
 };
 
 class FaultFile final : public io::RandomAccessFile {
@@ -37,6 +40,9 @@ class FaultFile final : public io::RandomAccessFile {
   FaultFile(std::unique_ptr<io::RandomAccessFile> inner, const ReadHook* hook)
       : inner_(std::move(inner)), hook_(hook) {}
   absl::StatusOr<size_t> Read(uint64_t offset, std::span<uint8_t> out) const override {
+    if (hook_ != nullptr && hook_->fail_read) {
+      if (absl::Status st = hook_->fail_read(offset, out.size()); !st.ok()) return st;
+    }
     absl::StatusOr<size_t> n = inner_->Read(offset, out);
     if (n.ok() && hook_ != nullptr) {
       hook_->after_read(++reads_);

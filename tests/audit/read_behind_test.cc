@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <limits>
@@ -131,11 +132,10 @@ TEST_F(ReadBehindTest, ScaleChangedBeforeItsSecondReadIsDataLoss) {
   ASSERT_GT(scales_end, scale_at);
   // The first read past the last scale is the cursor's, among the packed weights: every scale
   // has been hashed, and each is read again only once the cursor has reached its packed weight.
-  bool rewritten = false;
+  std::atomic<bool> rewritten = false;
   ReadHook hook{shard_.filename().string(), [](int) {}};
   hook.after_read_at = [&](uint64_t offset, size_t) {
-    if (rewritten || offset < scales_end) return;
-    rewritten = true;
+    if (offset < scales_end || rewritten.exchange(true)) return;
     // One byte in place: the cursor and a second read may be reading the file meanwhile.
     const uint8_t flipped = original[scale_at] ^ 0x01;
     int fd = ::open(shard_.c_str(), O_WRONLY);
