@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 
@@ -537,7 +538,8 @@ class ReadBehindStream : public ::testing::Test {
 
   // The stream of the file read through `hook`, with the work above; each item checks that the
   // bytes lent to it are those on disk (a failure names the tensor).
-  absl::StatusOr<StreamResult> Stream(ReadHook hook, std::atomic<int>* ran) {
+  absl::StatusOr<StreamResult> Stream(ReadHook hook, std::atomic<int>* ran,
+                                      Progress& progress = NoProgress()) {
     hook.name = kFile;
     absl::StatusOr<TreeListing> listing =
         ListTree(FaultDirectory::Open(root_.string(), std::move(hook)));
@@ -574,7 +576,7 @@ class ReadBehindStream : public ::testing::Test {
         work.push_back(std::move(w));
       }
     }
-    return StreamTrees({*image}, std::move(work), read, NoProgress());
+    return StreamTrees({*image}, std::move(work), read, progress);
   }
 
   TempDir tmp_;
@@ -675,6 +677,34 @@ TEST_F(AuditStreamTest, CancelledAuditStopsWithoutARecord) {
   ASSERT_FALSE(rec.ok());
   EXPECT_EQ(rec.status().code(), absl::StatusCode::kCancelled) << rec.status();
   EXPECT_LT(progress.done(), tree_bytes);  // it stopped reading
+}
+
+// A file that grows while the cursor is among the anchors: DATA_LOSS, and no work item was lent
+// bytes other than those on disk before (each checks).
+TEST_F(ReadBehindStream, AFileThatGrowsWhileStreamedIsDataLoss) {
+  std::atomic<bool> grown = false;
+  ReadHook hook{"", [](int) {}};
+  hook.after_read_at = [&](uint64_t offset, size_t) {
+    if (offset < disk_.size() - (8ull << 20) || grown.exchange(true)) return;
+    std::ofstream((root_ / kFile).string(), std::ios::binary | std::ios::app) << "more bytes";
+  };
+  std::atomic<int> ran = 0;
+  absl::StatusOr<StreamResult> streamed = Stream(std::move(hook), &ran);
+  EXPECT_TRUE(grown.load());
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
+  EXPECT_THAT(std::string(streamed.status().message()), HasSubstr(kFile));
+}
+
+// Cancelled in the middle of the partners' second reads: CANCELLED, the stream stops reading.
+TEST_F(ReadBehindStream, CancelledWhileReadingBehindTheCursorStops) {
+  CancelAfter progress(30ull << 20);
+  std::atomic<int> ran = 0;
+  absl::StatusOr<StreamResult> streamed = Stream(ReadHook{"", [](int) {}}, &ran, progress);
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_EQ(streamed.status().code(), absl::StatusCode::kCancelled) << streamed.status();
+  EXPECT_LT(progress.done(), kPairs * (7ull << 20));
+  EXPECT_LT(ran.load(), kPairs + kPairs / 2);
 }
 
 }  // namespace
