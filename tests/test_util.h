@@ -5,11 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,20 @@ namespace ckpt::testing {
 
 inline std::filesystem::path Fixture(const std::string& relative) {
   return std::filesystem::path(CKPT_TEST_DATA) / relative;
+}
+
+// Whether some mapping of this process holds `p` (/proc/self/maps).
+inline bool IsMapped(const void* p) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream range(line);
+    uintptr_t begin = 0, end = 0;
+    char dash = 0;
+    range >> std::hex >> begin >> dash >> end;
+    if (begin <= at && at < end) return true;
+  }
+  return false;
 }
 
 // A fresh directory under $TMPDIR, removed with everything in it on destruction.

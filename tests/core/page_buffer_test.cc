@@ -3,28 +3,13 @@
 // hands a freed mapping to the next buffer of its size and keeps no more than its capacity.
 #include "core/io/page_buffer.h"
 
-#include <fstream>
-#include <sstream>
-#include <string>
-
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace ckpt::io {
 namespace {
 
-// Whether some mapping of this process holds `p` (/proc/self/maps).
-bool IsMapped(const void* p) {
-  const auto at = reinterpret_cast<uintptr_t>(p);
-  std::ifstream maps("/proc/self/maps");
-  for (std::string line; std::getline(maps, line);) {
-    std::istringstream range(line);
-    uintptr_t begin = 0, end = 0;
-    char dash = 0;
-    range >> std::hex >> begin >> dash >> end;
-    if (begin <= at && at < end) return true;
-  }
-  return false;
-}
+using ::ckpt::testing::IsMapped;
 
 TEST(PageBuffer, LargeBuffersAreMappingsUnmappedWhenFreed) {
   PageBuffer b(3 << 20, 1 << 20);
