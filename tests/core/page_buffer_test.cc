@@ -68,5 +68,20 @@ TEST(PageBufferPool, KeepsNoMoreThanItsCapacityAndUnmapsTheOldest) {
   EXPECT_EQ(pool.kept_bytes(), 4u << 20);
 }
 
+// What the pool keeps is unmapped with it (the stream's pool ends with its stream; checked here,
+// on one thread, where no other mapping can take a freed address in between).
+TEST(PageBufferPool, UnmapsWhatItKeepsWhenItEnds) {
+  const void* kept = nullptr;
+  {
+    PageBufferPool pool(8 << 20, 1 << 20);
+    PageBuffer b = pool.Take(2 << 20);
+    kept = b.get();
+    pool.Give(std::move(b));
+    EXPECT_EQ(pool.kept_bytes(), 2u << 20);
+    EXPECT_TRUE(IsMapped(kept));
+  }
+  EXPECT_FALSE(IsMapped(kept));
+}
+
 }  // namespace
 }  // namespace ckpt::io
