@@ -60,14 +60,14 @@ std::vector<uint8_t> TensorBytes(const BlockResult& r, const std::string& name, 
   std::vector<uint8_t> out;
   if (name == "topk_ids") {
     out.resize(r.topk_ids.size() * 4);
-    std::memcpy(out.data(), r.topk_ids.data(), out.size());
+    if (!out.empty()) std::memcpy(out.data(), r.topk_ids.data(), out.size());  // no null pointers
     return out;
   }
   const std::vector<double>* v = Doubles(r, name);
   if (v == nullptr) return out;
   if (p == Precision::kF64) {
     out.resize(v->size() * 8);
-    std::memcpy(out.data(), v->data(), out.size());
+    if (!out.empty()) std::memcpy(out.data(), v->data(), out.size());
   } else {
     out.resize(v->size() * 4);
     for (size_t i = 0; i < v->size(); ++i) {
