@@ -363,6 +363,48 @@ TEST_F(AuditStreamTest, FileRewrittenBetweenReadAheadAndHashIsDataLoss) {
   EXPECT_THAT(std::string(rec.status().message()), HasSubstr(kShard));
 }
 
+// The shard of the mini checkpoint read for a stream: the listing through `hook`, the image
+// with tensor data deferred to StreamTrees.
+std::shared_ptr<const TreeImage> DeferredImage(const fs::path& root, ReadHook hook,
+                                               const ReadOptions& read) {
+  absl::StatusOr<TreeListing> listing =
+      ListTree(FaultDirectory::Open(root.string(), std::move(hook)));
+  EXPECT_TRUE(listing.ok()) << listing.status();
+  if (!listing.ok()) return nullptr;
+  for (TreeFile& f : listing->files) f.git_blob_id = f.path == kShard;
+  absl::StatusOr<std::shared_ptr<const TreeImage>> image =
+      ReadTree(*std::move(listing), read, NoProgress());
+  EXPECT_TRUE(image.ok()) << image.status();
+  return image.ok() ? *image : nullptr;
+}
+
+// Read options for which the mini checkpoint's shard (2.8 MB) is one step of 3 pieces: a 4 MiB
+// read chunk.
+ReadOptions OneStepRead() {
+  ReadOptions read = Checkpoint::ReadOnly();
+  read.keep = ReadOptions::Keep::kStreamTensorData;
+  read.memory_window = 64ull << 20;
+  read.threads = 2;
+  return read;
+}
+
+// Every tensor digest of `f` is the SHA-256 of that tensor's bytes in `disk` (the whole file).
+void ExpectTensorDigestsOf(const ImageFile& f, const std::vector<uint8_t>& disk) {
+  const SafetensorsFile& st = *f.safetensors;
+  ASSERT_EQ(f.tensor_digests.size(), st.tensors().size());
+  for (size_t i = 0; i < st.tensors().size(); ++i) {
+    const TensorInfo& t = st.tensors()[i];
+    EXPECT_EQ(f.tensor_digests[i], Sha256Of(std::span<const uint8_t>(disk).subspan(
+                                       st.data_start() + t.begin, t.end - t.begin)))
+        << t.name;
+  }
+}
+
+const ImageFile& ShardOf(const TreeImage& image) {
+  return *std::find_if(image.files.begin(), image.files.end(),
+                       [](const ImageFile& f) { return f.path == kShard; });
+}
+
 // A step is read in 1 MiB pieces whose hashes run on the worker's hashing thread while the next
 // piece is read (docs/audit-engine.md, "Keeping storage busy"). A file cut short after the
 // first piece of a step, while that piece's hash may still run: the next read comes back short
@@ -379,43 +421,16 @@ TEST(StreamFaults, AFileCutShortInTheMiddleOfAStepIsDataLossNamingFileAndOffset)
     cut_at = offset + length + 4096;
     ASSERT_EQ(::truncate(shard.c_str(), static_cast<off_t>(cut_at.load())), 0);
   };
-  absl::StatusOr<TreeListing> listing =
-      ListTree(FaultDirectory::Open(root.string(), std::move(hook)));
-  ASSERT_TRUE(listing.ok()) << listing.status();
-  ReadOptions read = Checkpoint::ReadOnly();
-  read.keep = ReadOptions::Keep::kStreamTensorData;
-  read.memory_window = 64ull << 20;  // read chunk 4 MiB: the whole shard is one step
-  read.threads = 2;
-  absl::StatusOr<std::shared_ptr<const TreeImage>> image =
-      ReadTree(*std::move(listing), read, NoProgress());
-  ASSERT_TRUE(image.ok()) << image.status();
-  absl::StatusOr<StreamResult> streamed = StreamTrees({*image}, {}, read, NoProgress());
+  const ReadOptions read = OneStepRead();
+  std::shared_ptr<const TreeImage> image = DeferredImage(root, std::move(hook), read);
+  ASSERT_NE(image, nullptr);
+  absl::StatusOr<StreamResult> streamed = StreamTrees({image}, {}, read, NoProgress());
   ASSERT_NE(cut_at, 0u) << "no 1 MiB piece was read";
   ASSERT_FALSE(streamed.ok());
   EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
   EXPECT_THAT(std::string(streamed.status().message()), HasSubstr(kShard));
   EXPECT_THAT(std::string(streamed.status().message()),
               HasSubstr(absl::StrCat("file ends at offset ", cut_at.load())));
-}
-
-// The shard of the mini checkpoint read for a stream: the listing through `hook`, the image
-// with tensor data deferred to StreamTrees.
-std::shared_ptr<const TreeImage> DeferredImage(const fs::path& root, ReadHook hook,
-                                               const ReadOptions& read) {
-  absl::StatusOr<TreeListing> listing =
-      ListTree(FaultDirectory::Open(root.string(), std::move(hook)));
-  EXPECT_TRUE(listing.ok()) << listing.status();
-  if (!listing.ok()) return nullptr;
-  for (TreeFile& f : listing->files) f.git_blob_id = f.path == kShard;
-  absl::StatusOr<std::shared_ptr<const TreeImage>> image =
-      ReadTree(*std::move(listing), read, NoProgress());
-  EXPECT_TRUE(image.ok()) << image.status();
-  return image.ok() ? *image : nullptr;
-}
-
-const ImageFile& ShardOf(const TreeImage& image) {
-  return *std::find_if(image.files.begin(), image.files.end(),
-                       [](const ImageFile& f) { return f.path == kShard; });
 }
 
 // Steps of 3 pieces hashed on the workers' hashing threads (docs/audit-engine.md, "Keeping
@@ -427,10 +442,7 @@ TEST(StreamFaults, DigestsAndSinksOfStepsHashedInPiecesAreThoseOfTheFile) {
   const fs::path root = CopyFixture("mini-kimi-mxfp4", tmp);
   const std::vector<uint8_t> disk = ::ckpt::testing::ReadAll(root / kShard);
   ASSERT_GT(disk.size(), 2u << 20);
-  ReadOptions read = Checkpoint::ReadOnly();
-  read.keep = ReadOptions::Keep::kStreamTensorData;
-  read.memory_window = 64ull << 20;  // read chunk 4 MiB: the whole shard is one step
-  read.threads = 2;
+  ReadOptions read = OneStepRead();
   read.tensor_digests = true;
   read.range_size = 300007;
   read.file_digests = true;
@@ -457,13 +469,7 @@ TEST(StreamFaults, DigestsAndSinksOfStepsHashedInPiecesAreThoseOfTheFile) {
         at, std::min<uint64_t>(read.range_size, disk.size() - at))));
   }
   EXPECT_EQ(f.range_digests, ranges);
-  ASSERT_EQ(f.tensor_digests.size(), st.tensors().size());
-  for (size_t i = 0; i < st.tensors().size(); ++i) {
-    const TensorInfo& t = st.tensors()[i];
-    EXPECT_EQ(f.tensor_digests[i], Sha256Of(std::span<const uint8_t>(disk).subspan(
-                                       st.data_start() + t.begin, t.end - t.begin)))
-        << t.name;
-  }
+  ExpectTensorDigestsOf(f, disk);
   EXPECT_TRUE(sunk == std::vector<uint8_t>(disk.begin() + st.data_start(), disk.end()));
 }
 
@@ -473,10 +479,7 @@ TEST(StreamFaults, ASinkThatFailsGetsNoMoreBytesAndItsErrorEndsTheStream) {
   TempDir tmp;
   const fs::path root = CopyFixture("mini-kimi-mxfp4", tmp);
   ASSERT_GT(fs::file_size(root / kShard), 2u << 20);  // one step of 3 pieces
-  ReadOptions read = Checkpoint::ReadOnly();
-  read.keep = ReadOptions::Keep::kStreamTensorData;
-  read.memory_window = 64ull << 20;
-  read.threads = 2;
+  const ReadOptions read = OneStepRead();
   std::shared_ptr<const TreeImage> image = DeferredImage(root, ReadHook{kShard, [](int) {}}, read);
   ASSERT_NE(image, nullptr);
   const SafetensorsFile& st = *ShardOf(*image).safetensors;
@@ -554,7 +557,7 @@ class ReadBehindStream : public ::testing::Test {
       for (int i = 0; i < kPairs; ++i) {
         StreamWork w;
         w.label = absl::StrCat("item ", dependent * kPairs + i);
-        for (const std::string name : {absl::StrCat("p", i), absl::StrCat("w", i)}) {
+        for (const std::string& name : {absl::StrCat("p", i), absl::StrCat("w", i)}) {
           w.tensors.push_back({&st, st.Find(name)});
         }
         w.run = [this, &st, tensors = w.tensors, ran]() -> absl::Status {
@@ -593,14 +596,7 @@ TEST_F(ReadBehindStream, TensorsReadAgainIntoReusedBuffersHoldTheBytesOnDiskAndT
   EXPECT_LE(streamed->peak_kept_bytes, kWindow);
   const ImageFile& f = streamed->images[0]->files.back();
   EXPECT_EQ(f.sha256, Sha256Of(disk_));
-  const SafetensorsFile& st = *f.safetensors;
-  ASSERT_EQ(f.tensor_digests.size(), st.tensors().size());
-  for (size_t i = 0; i < st.tensors().size(); ++i) {
-    const TensorInfo& t = st.tensors()[i];
-    EXPECT_EQ(f.tensor_digests[i], Sha256Of(std::span<const uint8_t>(disk_).subspan(
-                                       st.data_start() + t.begin, t.end - t.begin)))
-        << t.name;
-  }
+  ExpectTensorDigestsOf(f, disk_);
 }
 
 // A partner rewritten (one byte, in its second piece) once the cursor has hashed past it and
