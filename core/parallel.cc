@@ -5,6 +5,7 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace ckpt {
@@ -51,6 +52,54 @@ absl::Status ParallelFor(size_t n, unsigned threads,
   worker();
   for (std::thread& t : pool) t.join();
   return first_status;
+}
+
+Relay::~Relay() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Relay::Post(std::function<absl::Status()> task) {
+  if (!thread_.joinable()) {
+    try {
+      thread_ = std::thread([this] { Loop(); });
+    } catch (const std::system_error&) {
+      if (result_.ok()) result_ = task();
+      return;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(task));
+    ++outstanding_;
+  }
+  cv_.notify_all();
+}
+
+absl::Status Relay::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return outstanding_ == 0; });
+  return std::exchange(result_, absl::OkStatus());
+}
+
+void Relay::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopped, nothing left to run
+    std::function<absl::Status()> task = std::move(queue_.front());
+    queue_.pop_front();
+    const bool failed = !result_.ok();  // only this thread sets it while tasks are queued
+    lock.unlock();
+    absl::Status s = failed ? absl::OkStatus() : task();
+    lock.lock();
+    if (result_.ok()) result_ = std::move(s);
+    if (--outstanding_ == 0) cv_.notify_all();
+  }
 }
 
 }  // namespace ckpt

@@ -55,6 +55,10 @@ struct ReadOptions {
   bool file_digests = true;
   bool tensor_digests = true;
   uint64_t range_size = 0;  // > 0: a digest of every [k * range_size, (k+1) * range_size)
+  // StreamTrees only: each file's tensors are read for the work at storage speed, and the
+  // file's digests are taken behind those reads by a second cursor, from the page cache, which
+  // checks each tensor against the SHA-256 of the bytes the work read (core/io/tree_stream.h).
+  bool hash_behind = false;
   uint64_t max_small_file = 64ull << 20;  // kMetadata keeps non-safetensors files up to this
   SafetensorsLimits limits;
 };

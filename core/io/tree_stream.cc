@@ -39,77 +39,6 @@ uint64_t MapFrom(uint64_t window) { return std::max<uint64_t>(64ull << 10, windo
 // Freed tensor buffers kept for the next tensor of the same size: window / 8, at most 128 MiB.
 uint64_t SpareFor(uint64_t window) { return std::min<uint64_t>(window / 8, 128ull << 20); }
 
-// One thread that runs the tasks its owner posts, in order, while the owner goes on: a step's
-// pieces are hashed one after another while the next ones are read. The owner waits for them
-// all (Wait) before it posts the next step's, and not after every piece: that left each cursor
-// waiting 10 of its 25 s on the device host
-// (docs/audit-engine.md, "Keeping storage busy"). Where no thread can be started, a task runs
-// when it is posted. Once a task has failed, the tasks posted after it until Wait do not run: a
-// sink that failed is handed no more bytes.
-class Relay {
- public:
-  Relay() = default;
-  Relay(const Relay&) = delete;
-  Relay& operator=(const Relay&) = delete;
-  ~Relay() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
-
-  void Post(std::function<absl::Status()> task) {
-    if (!thread_.joinable()) {
-      try {
-        thread_ = std::thread([this] { Loop(); });
-      } catch (const std::system_error&) {
-        if (result_.ok()) result_ = task();
-        return;
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(task));
-      ++outstanding_;
-    }
-    cv_.notify_all();
-  }
-
-  // Once every posted task has run: the first failure among them (OK when none failed).
-  absl::Status Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return outstanding_ == 0; });
-    return std::exchange(result_, absl::OkStatus());
-  }
-
- private:
-  void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopped, nothing left to run
-      std::function<absl::Status()> task = std::move(queue_.front());
-      queue_.pop_front();
-      const bool failed = !result_.ok();  // only this thread sets it while tasks are queued
-      lock.unlock();
-      absl::Status s = failed ? absl::OkStatus() : task();
-      lock.lock();
-      if (result_.ok()) result_ = std::move(s);
-      if (--outstanding_ == 0) cv_.notify_all();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<absl::Status()>> queue_;
-  size_t outstanding_ = 0;  // posted, not yet finished
-  bool stop_ = false;
-  absl::Status result_;
-  std::thread thread_;
-};
-
 // What each worker thread keeps between steps: its read chunk and the threads that hash beside
 // its reads.
 struct WorkerTools {
@@ -136,6 +65,11 @@ struct Slot {
   size_t revisit_votes = 0;           // planning: the work items for which it lies behind
   std::unique_ptr<Sha256> passing;    // the cursor's hash of it while it passes
   Digest passed_digest{};
+  // Hashing behind the reads: the SHA-256 of the buffer the work read (taken by the worker
+  // that runs the first item on it), and whether the hashing cursor has passed it
+  // (passed_digest); whichever comes second compares them.
+  bool claimed = false, fetched = false, hashed = false;
+  Digest fetched_digest{};
   bool admitted = false;  // counted in the bytes the admitted work will need (need_, then kept_)
   bool granted = false;   // has had a buffer (counted in kept_ until freed)
   bool complete = false;  // every byte is in the buffer
@@ -170,6 +104,12 @@ struct FileStream {
   // the first step has opened the file and its hashers (`opened`); until then a step runs alone.
   bool busy = false, ahead_busy = false, opened = false, done = false;
   bool skim = false;  // not hashed: the cursor skips what no work needs (SkimFiles)
+  // ReadOptions::hash_behind: the cursor reads only what work needs, without hashing; the
+  // hashing cursor (hash_pos) follows it, never ahead of it, and completes the file.
+  bool hash_behind = false;
+  uint64_t hash_pos = 0;
+  size_t hash_next = 0;  // first slot the hashing cursor has not passed
+  bool hash_busy = false;
   std::vector<StreamSink> sinks;  // by offset
   // Touched only by the thread that holds `busy`.
   size_t sink_next = 0;  // sinks before it lie before the cursor
@@ -194,7 +134,8 @@ struct Step {
     kRead,       // read at the cursor and hash (into a slot's buffer, or the thread's scratch)
     kHashKept,   // hash at the cursor from a slot read ahead: no storage read
     kReadAhead,  // read a slot's bytes ahead of the cursor: hashed later, from the buffer
-    kSkip,       // a skimmed file: move the cursor past bytes no work needs, without reading
+    kSkip,       // move the cursor past bytes it need not read (skimmed file, hash_behind)
+    kHash,       // hash_behind: read behind the cursor (from the page cache) and hash
   };
   Kind kind = Kind::kRead;
   size_t stream = 0;
@@ -235,6 +176,8 @@ class Streamer {
         s.size = f.size();
         s.path_end = s.pos;
         s.skim = skim && skim(out_.size(), f);
+        s.hash_behind = options_.hash_behind && !s.skim;
+        s.hash_pos = s.pos;
         if (f.safetensors != nullptr) by_file_[f.safetensors.get()] = streams_.size();
         streams_.push_back(std::move(s));
       }
@@ -672,8 +615,36 @@ class Streamer {
     return key == kNone ? 0 : key + 1;
   }
 
-  static bool CursorFree(const FileStream& s) { return !s.busy && (s.opened || !s.ahead_busy); }
-  static bool AheadFree(const FileStream& s) { return !s.ahead_busy && (s.opened || !s.busy); }
+  // Until the first step has opened the file, a step runs alone.
+  static bool Quiet(const FileStream& s) { return !s.busy && !s.ahead_busy && !s.hash_busy; }
+  static bool CursorFree(const FileStream& s) { return !s.busy && (s.opened || Quiet(s)); }
+  static bool AheadFree(const FileStream& s) { return !s.ahead_busy && (s.opened || Quiet(s)); }
+  static bool HashFree(const FileStream& s) {
+    return s.hash_behind && !s.hash_busy && (s.opened || Quiet(s));
+  }
+
+  // The hashing cursor's next step (hash_behind): inside one slot or between two, never past
+  // the cursor. Its last step closes the file: not while a slot still has to be read again.
+  bool HashStep(FileStream& s, Step* step) {
+    while (s.hash_next < s.slots.size() && slots_[s.slots[s.hash_next]].end <= s.hash_pos) {
+      ++s.hash_next;
+    }
+    Step h;
+    h.kind = Step::Kind::kHash;
+    h.stream = step->stream;
+    h.offset = s.hash_pos;
+    uint64_t until = s.size;
+    if (s.hash_next < s.slots.size()) {
+      const Slot& slot = slots_[s.slots[s.hash_next]];
+      if (s.hash_pos >= slot.begin) h.slot = s.slots[s.hash_next];
+      until = s.hash_pos >= slot.begin ? slot.end : slot.begin;
+    }
+    h.length = std::min(chunk_, std::min(until, s.pos) - s.hash_pos);
+    if (h.length == 0 && s.hash_pos < s.size) return false;  // up with the cursor
+    if (s.hash_pos + h.length == s.size && s.revisits_left > 0) return false;
+    *step = h;
+    return true;
+  }
 
   // Picks the next step: a read-ahead in progress, then a read-ahead whose trigger the cursor
   // has reached, then the cursor, which runs beside a read-ahead of its file but never enters
@@ -682,7 +653,7 @@ class Streamer {
     std::vector<size_t> order;
     for (size_t i = 0; i < streams_.size(); ++i) {
       const FileStream& s = streams_[i];
-      if (!s.done && (CursorFree(s) || AheadFree(s))) order.push_back(i);
+      if (!s.done && (CursorFree(s) || AheadFree(s) || HashFree(s))) order.push_back(i);
     }
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t a, size_t b) { return KeyOf(streams_[a]) < KeyOf(streams_[b]); });
@@ -690,6 +661,7 @@ class Streamer {
       FileStream& s = streams_[i];
       *step = Step{};
       step->stream = i;
+      if (HashFree(s) && HashStep(s, step)) return true;
       const bool ahead_free = AheadFree(s);
       if (ahead_free && s.reading_ahead == kNone && !s.armed.empty()) {
         const size_t j = s.armed.begin()->second;
@@ -709,6 +681,7 @@ class Streamer {
         return true;
       }
       if (!CursorFree(s)) continue;
+      if (s.hash_behind && s.pos == s.size) continue;  // the hashing cursor completes the file
       step->offset = s.pos;
       if (s.next < s.slots.size() && s.pos >= slots_[s.slots[s.next]].begin) {
         if (s.slots[s.next] == s.reading_ahead) continue;  // its bytes are still being read
@@ -716,8 +689,10 @@ class Streamer {
         step->slot = s.slots[s.next];
         step->length = std::min(chunk_, slot.end - s.pos);
         // A slot no admitted work needs, or one read again at its trigger, is hashed through
-        // the scratch chunk; a skimmed file skips a slot no work needs.
-        if (s.skim && Unneeded(slot)) {
+        // the scratch chunk; a skimmed file skips a slot no work needs, and so does a file
+        // hashed behind the reads, also one read ahead or again later.
+        if ((s.skim && Unneeded(slot)) ||
+            (s.hash_behind && (Unneeded(slot) || slot.revisit || slot.complete))) {
           step->kind = Step::Kind::kSkip;
           step->length = slot.end - s.pos;
         } else if (!slot.revisit && !Unneeded(slot)) {
@@ -730,11 +705,12 @@ class Streamer {
         }
       } else {
         const uint64_t until = s.next < s.slots.size() ? slots_[s.slots[s.next]].begin : s.size;
-        step->length = s.skim ? until - s.pos : std::min(chunk_, until - s.pos);
-        if (s.skim) step->kind = Step::Kind::kSkip;
+        const bool skip = s.skim || s.hash_behind;
+        step->length = skip ? until - s.pos : std::min(chunk_, until - s.pos);
+        if (skip) step->kind = Step::Kind::kSkip;
       }
       // The last step closes the file: not while a revisit slot still has to be re-read.
-      if (s.pos + step->length == s.size && s.revisits_left > 0) continue;
+      if (!s.hash_behind && s.pos + step->length == s.size && s.revisits_left > 0) continue;
       return true;
     }
     return false;
@@ -795,7 +771,7 @@ class Streamer {
       if (f.content != nullptr) s.hashers->Update(0, *f.content);
     }
     if (step.kind == Step::Kind::kSkip) {
-      progress_.Advance(step.length);
+      if (!s.hash_behind) progress_.Advance(step.length);
     } else if (step.length > 0) {
       uint8_t* dst = step.into;
       if (dst == nullptr) {
@@ -808,8 +784,15 @@ class Streamer {
       // ahead is hashed from its buffer when the cursor reaches it, and one read behind the
       // cursor must have the hash of the bytes the cursor hashed. A tensor read again later is
       // hashed twice as the cursor passes it (the file's digest and its own), on two threads.
-      const bool hash = step.kind != Step::Kind::kReadAhead && !s.skim;
-      const bool pass = revisit && step.kind == Step::Kind::kRead;
+      // Behind the reads, the hashing cursor hashes every slot twice so, and the cursor none.
+      const bool hash = s.hash_behind ? step.kind == Step::Kind::kHash
+                                      : step.kind != Step::Kind::kReadAhead && !s.skim;
+      const bool pass = s.hash_behind ? hash && step.slot != kNone
+                                      : revisit && step.kind == Step::Kind::kRead;
+      // Progress counts each byte of the files once: not a second read behind the cursor, and
+      // behind the reads, only the hashing cursor's.
+      const bool counts = s.hash_behind ? hash : !(revisit && step.kind == Step::Kind::kReadAhead);
+      const uint64_t piece_size = hash || pass ? kHashPiece : step.length;
       auto digest = [&](uint64_t at, std::span<const uint8_t> piece) -> absl::Status {
         s.hashers->Update(at, piece);
         return Feed(s, at, piece);
@@ -825,15 +808,14 @@ class Streamer {
           return st;
         };
         for (uint64_t done = 0; done < step.length;) {
-          const uint64_t n = std::min<uint64_t>(kHashPiece, step.length - done);
+          const uint64_t n = std::min<uint64_t>(piece_size, step.length - done);
           const std::span<uint8_t> piece = bytes.subspan(done, n);
           const uint64_t at = step.offset + done;
           if (absl::Status st = io::ReadExactly(*s.file, at, piece, s.label); !st.ok()) {
             settle().IgnoreError();  // their tasks read this step's bytes
             return st;
           }
-          // Progress counts each byte of the files once: not a second read behind the cursor.
-          if (!(revisit && step.kind == Step::Kind::kReadAhead)) progress_.Advance(n);
+          if (counts) progress_.Advance(n);
           if (pass) {
             tools.pass.Post([this, &step, at, piece] {
               Pass(slots_[step.slot], at, piece);
@@ -853,19 +835,24 @@ class Streamer {
         if (absl::Status st = settle(); !st.ok()) return st;
       }
       if (s.skim && step.slot != kNone && step.into != nullptr) Skimmed(slots_[step.slot], step);
-      if (revisit && step.kind == Step::Kind::kReadAhead) {
+      if (revisit && step.kind == Step::Kind::kReadAhead && !s.hash_behind) {
         if (absl::Status st = Reread(s, slots_[step.slot], step); !st.ok()) return st;
       }
       // The kernel may drop what the cursor has passed, except a range it will read again: a
       // revisit slot stays cached until its second read (a copy from memory, not a second
       // read from storage), which drops it. A range read ahead stays in its page cache until
       // the cursor passes it: the kernel's own readahead for the cursor may reach it first, and
-      // would read it from storage again had it been dropped.
-      if (step.kind == Step::Kind::kReadAhead ? revisit : !revisit) {
+      // would read it from storage again had it been dropped. Behind the reads, what the
+      // hashing cursor has passed is dropped, but for a slot still to be read again.
+      const bool drop = step.kind == Step::Kind::kReadAhead
+                            ? revisit
+                            : !revisit && (!s.hash_behind || step.kind == Step::Kind::kHash);
+      if (drop) {
         s.file->Consumed(step.offset, step.length);
       }
     }
-    if (step.kind == Step::Kind::kReadAhead || step.offset + step.length < s.size) {
+    if (step.kind == Step::Kind::kReadAhead || step.offset + step.length < s.size ||
+        (s.hash_behind && step.kind != Step::Kind::kHash)) {
       return absl::OkStatus();
     }
     // The end: the file must not have grown, nor changed, since its header was read.
@@ -935,6 +922,21 @@ class Streamer {
   // buffers the cursor has passed and no work needs.
   void Advance(const Step& step) {
     FileStream& s = streams_[step.stream];
+    if (step.kind == Step::Kind::kHash) {
+      // What the cursor read in order is read again from the page cache; what it skipped (or
+      // reads again later), from storage.
+      if (step.slot == kNone || slots_[step.slot].revisit || !slots_[step.slot].granted) {
+        s.storage_bytes += step.length;
+        bytes_read_ += step.length;
+      }
+      s.hash_pos += step.length;
+      if (step.slot != kNone && step.offset + step.length == slots_[step.slot].end) {
+        slots_[step.slot].hashed = true;
+        Compare(s, slots_[step.slot]);
+      }
+      s.done = !s.out->stream_from;  // DoStep clears it when it has read and checked the end
+      return;
+    }
     if (step.kind != Step::Kind::kHashKept && step.kind != Step::Kind::kSkip) {
       s.storage_bytes += step.length;
       bytes_read_ += step.length;
@@ -967,6 +969,42 @@ class Streamer {
     Arm(s);
   }
 
+  // Under the lock, behind the reads: a slot's buffer, as the work read it, and its bytes as
+  // the file's hash read them must be the same.
+  void Compare(const FileStream& s, const Slot& slot) {
+    if (!slot.fetched || !slot.hashed || slot.fetched_digest == slot.passed_digest) return;
+    Fail(absl::DataLossError(absl::StrCat(
+        s.label, ": tensor '", slot.info->name, "' at offset ", slot.begin,
+        " changed between its read for the checks and the file's hash")));
+  }
+
+  // Behind the reads, the first item to run on a slot takes the SHA-256 of its buffer first,
+  // outside the lock (the buffer stays while the item holds it); false when a slot differs
+  // from what the file's hash read, and the item is not run.
+  bool TakeFetchedDigests(size_t w, std::unique_lock<std::mutex>& lock) {
+    std::vector<size_t> claim;
+    for (size_t i : items_[w].slots) {
+      Slot& slot = slots_[i];
+      if (!streams_[slot.stream].hash_behind || slot.claimed) continue;
+      slot.claimed = true;
+      claim.push_back(i);
+    }
+    if (claim.empty()) return true;
+    lock.unlock();
+    std::vector<Digest> digests;
+    for (size_t i : claim) {
+      digests.push_back(Sha256Of(std::span<const uint8_t>(slots_[i].bytes.get(), slots_[i].size())));
+    }
+    lock.lock();
+    for (size_t k = 0; k < claim.size(); ++k) {
+      Slot& slot = slots_[claim[k]];
+      slot.fetched_digest = digests[k];
+      slot.fetched = true;
+      Compare(streams_[slot.stream], slot);
+    }
+    return error_.ok();
+  }
+
   void Worker() {
     WorkerTools tools;
     std::unique_lock<std::mutex> lock(mu_);
@@ -980,8 +1018,9 @@ class Streamer {
         const size_t w = *it;
         ready_.erase(it);
         ++running_;
+        const bool go = TakeFetchedDigests(w, lock);
         lock.unlock();
-        absl::Status s = work_[w].run();
+        absl::Status s = go ? work_[w].run() : absl::OkStatus();
         lock.lock();
         --running_;
         if (!s.ok()) Fail(std::move(s));
@@ -1005,16 +1044,18 @@ class Streamer {
       }
       FileStream& stream = streams_[step.stream];
       const bool alone = !stream.opened;
-      bool& flag = step.kind == Step::Kind::kReadAhead ? stream.ahead_busy : stream.busy;
+      bool& flag = step.kind == Step::Kind::kReadAhead ? stream.ahead_busy
+                   : step.kind == Step::Kind::kHash    ? stream.hash_busy
+                                                       : stream.busy;
       flag = true;
-      if (alone) stream.busy = stream.ahead_busy = true;
+      if (alone) stream.busy = stream.ahead_busy = stream.hash_busy = true;
       ++busy_;
       lock.unlock();
       absl::Status s = DoStep(step, tools);
       lock.lock();
       --busy_;
       flag = false;
-      if (alone) stream.busy = stream.ahead_busy = false;
+      if (alone) stream.busy = stream.ahead_busy = stream.hash_busy = false;
       if (!s.ok()) {
         Fail(std::move(s));
         break;

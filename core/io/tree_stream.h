@@ -16,6 +16,12 @@
 // AND the cursor has passed it. Each byte is read from storage once, and the digests are of
 // the bytes in memory, the ones the work read.
 //
+// Hashing behind the reads (ReadOptions::hash_behind; docs/audit-engine.md): the cursor reads
+// only the tensors work needs, without hashing, at storage speed; a second, hashing cursor
+// follows it (from the page cache), takes the file's digests, feeds the sinks and does the
+// end-of-file checks. Each tensor's buffer is hashed before the first work item on it runs,
+// and must equal the hashing cursor's digest of that range, else DATA_LOSS.
+//
 // Admission: work is admitted in the order its tensors lie in the files (the first input image
 // holding any of them, then the file, then how far its cursor must go there; list order breaks
 // ties), and a tensor gets memory only once admitted. Admitting an item counts what it and the

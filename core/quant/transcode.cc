@@ -287,21 +287,31 @@ struct OutShard {
     } catch (const std::system_error&) {  // no thread to spare: fsync first, then hash
       synced = Fsync(fd.get(), label);
     }
+    // Each chunk is hashed on the relay's thread while the next is read into the other buffer
+    // (docs/quant.md): the hash is the read-back's pace, the copy from the page cache is not.
     Sha256 h;
     absl::Status read = absl::OkStatus();
-    std::vector<uint8_t> buf(std::min<uint64_t>(kIoChunk, std::max<uint64_t>(layout.file_size, 1)));
-    for (uint64_t pos = 0; pos < layout.file_size && read.ok();) {
-      const size_t n = std::min<uint64_t>(buf.size(), layout.file_size - pos);
+    const uint64_t chunk = std::min<uint64_t>(kIoChunk, std::max<uint64_t>(layout.file_size, 1));
+    std::vector<uint8_t> bufs[2] = {std::vector<uint8_t>(chunk), std::vector<uint8_t>(chunk)};
+    Relay hasher;
+    for (uint64_t pos = 0, k = 0; pos < layout.file_size && read.ok(); ++k) {
+      std::vector<uint8_t>& buf = bufs[k % 2];
+      const size_t n = std::min<uint64_t>(chunk, layout.file_size - pos);
       absl::StatusOr<size_t> got = ReadAt(fd.get(), label, pos, std::span<uint8_t>(buf.data(), n));
+      hasher.Wait().IgnoreError();  // the other buffer's hash: it is read into next
       if (!got.ok()) {
         read = got.status();
       } else if (*got != n) {
         read = absl::DataLossError(absl::StrCat(label, ": ends at ", pos + *got));
       } else {
-        h.Update(std::span<const uint8_t>(buf.data(), n));
+        hasher.Post([&h, bytes = std::span<const uint8_t>(buf.data(), n)] {
+          h.Update(bytes);
+          return absl::OkStatus();
+        });
         pos += n;
       }
     }
+    hasher.Wait().IgnoreError();
     if (syncer.joinable()) syncer.join();
     if (!synced.ok()) return synced;
     if (!read.ok()) return read;
@@ -927,6 +937,9 @@ absl::StatusOr<TranscodeResult> TranscodeToNvfp4(const std::string& src_path,
   read.threads = options.threads;
   read.memory_window = options.memory_window;
   read.tensor_digests = false;
+  // The output can only be hashed once its last tensor is converted: the source's hash follows
+  // the conversion instead of pacing it (docs/audit-engine.md, "Hashing behind the reads").
+  read.hash_behind = true;
   auto image = ReadTree(src_path, read);
   if (!image.ok()) return image.status();
   auto opened = Checkpoint::Open(*image);

@@ -436,41 +436,67 @@ TEST(StreamFaults, AFileCutShortInTheMiddleOfAStepIsDataLossNamingFileAndOffset)
 // Steps of 3 pieces hashed on the workers' hashing threads (docs/audit-engine.md, "Keeping
 // storage busy") give the digests of the bytes on disk, each computed here in one call: the
 // file's SHA-256, its git blob id, its range digests (a range size that is no divisor of the
-// piece), every tensor's SHA-256, and a sink over all of the tensor data gets those bytes.
+// piece), every tensor's SHA-256, and a sink over all of the tensor data gets those bytes; a
+// work item on each tensor gets its bytes. The same when the digests are taken behind the
+// reads ("Hashing behind the reads"), by the second cursor, which also feeds the sink.
 TEST(StreamFaults, DigestsAndSinksOfStepsHashedInPiecesAreThoseOfTheFile) {
   TempDir tmp;
   const fs::path root = CopyFixture("mini-kimi-mxfp4", tmp);
   const std::vector<uint8_t> disk = ::ckpt::testing::ReadAll(root / kShard);
   ASSERT_GT(disk.size(), 2u << 20);
-  ReadOptions read = OneStepRead();
-  read.tensor_digests = true;
-  read.range_size = 300007;
-  read.file_digests = true;
-  std::shared_ptr<const TreeImage> image = DeferredImage(root, ReadHook{kShard, [](int) {}}, read);
-  ASSERT_NE(image, nullptr);
-  const SafetensorsFile& st = *ShardOf(*image).safetensors;
-  std::vector<uint8_t> sunk;
-  std::vector<StreamSink> sinks;
-  sinks.push_back({&st, st.data_start(), disk.size(),
-                   [&sunk](uint64_t offset, std::span<const uint8_t> bytes) {
-                     EXPECT_EQ(offset, sunk.size());
-                     sunk.insert(sunk.end(), bytes.begin(), bytes.end());
+  uint64_t bytes_read = 0;  // without hashing behind
+  for (const bool behind : {false, true}) {
+    ReadOptions read = OneStepRead();
+    read.tensor_digests = true;
+    read.range_size = 300007;
+    read.file_digests = true;
+    read.hash_behind = behind;
+    std::shared_ptr<const TreeImage> image =
+        DeferredImage(root, ReadHook{kShard, [](int) {}}, read);
+    ASSERT_NE(image, nullptr);
+    const SafetensorsFile& st = *ShardOf(*image).safetensors;
+    std::vector<uint8_t> sunk;
+    std::vector<StreamSink> sinks;
+    sinks.push_back({&st, st.data_start(), disk.size(),
+                     [&sunk](uint64_t offset, std::span<const uint8_t> bytes) {
+                       EXPECT_EQ(offset, sunk.size());
+                       sunk.insert(sunk.end(), bytes.begin(), bytes.end());
+                       return absl::OkStatus();
+                     }});
+    std::atomic<size_t> ran = 0;
+    std::vector<StreamWork> work;
+    for (const TensorInfo& t : st.tensors()) {
+      StreamWork w{t.name, {{&st, &t}}, [&st, &t, &disk, &ran]() -> absl::Status {
+                     const std::span<const uint8_t> lent = st.Bytes(t);
+                     if (!std::equal(lent.begin(), lent.end(),
+                                     disk.begin() + st.data_start() + t.begin,
+                                     disk.begin() + st.data_start() + t.end)) {
+                       return absl::InternalError(absl::StrCat(t.name, ": not the bytes on disk"));
+                     }
+                     ++ran;
                      return absl::OkStatus();
-                   }});
-  absl::StatusOr<StreamResult> streamed =
-      StreamTrees({image}, {}, read, NoProgress(), std::move(sinks));
-  ASSERT_TRUE(streamed.ok()) << streamed.status();
-  const ImageFile& f = ShardOf(*streamed->images[0]);
-  EXPECT_EQ(f.sha256, Sha256Of(disk));
-  EXPECT_EQ(f.git_blob_id, GitBlobIdOf(disk));
-  std::vector<Digest> ranges;
-  for (uint64_t at = 0; at < disk.size(); at += read.range_size) {
-    ranges.push_back(Sha256Of(std::span<const uint8_t>(disk).subspan(
-        at, std::min<uint64_t>(read.range_size, disk.size() - at))));
+                   }};
+      work.push_back(std::move(w));
+    }
+    absl::StatusOr<StreamResult> streamed =
+        StreamTrees({image}, std::move(work), read, NoProgress(), std::move(sinks));
+    ASSERT_TRUE(streamed.ok()) << streamed.status();
+    EXPECT_EQ(ran.load(), st.tensors().size()) << behind;
+    if (!behind) bytes_read = streamed->bytes_read;
+    EXPECT_EQ(streamed->bytes_read, bytes_read);  // each byte once
+    const ImageFile& f = ShardOf(*streamed->images[0]);
+    EXPECT_EQ(f.sha256, Sha256Of(disk)) << behind;
+    EXPECT_EQ(f.git_blob_id, GitBlobIdOf(disk)) << behind;
+    std::vector<Digest> ranges;
+    for (uint64_t at = 0; at < disk.size(); at += read.range_size) {
+      ranges.push_back(Sha256Of(std::span<const uint8_t>(disk).subspan(
+          at, std::min<uint64_t>(read.range_size, disk.size() - at))));
+    }
+    EXPECT_EQ(f.range_digests, ranges) << behind;
+    ExpectTensorDigestsOf(f, disk);
+    EXPECT_TRUE(sunk == std::vector<uint8_t>(disk.begin() + st.data_start(), disk.end()))
+        << behind;
   }
-  EXPECT_EQ(f.range_digests, ranges);
-  ExpectTensorDigestsOf(f, disk);
-  EXPECT_TRUE(sunk == std::vector<uint8_t>(disk.begin() + st.data_start(), disk.end()));
 }
 
 // A sink that fails is not handed the pieces after its failure: the stream stops with its
@@ -497,6 +523,21 @@ TEST(StreamFaults, ASinkThatFailsGetsNoMoreBytesAndItsErrorEndsTheStream) {
   EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("disk is full"));
   EXPECT_EQ(calls.load(), 1);
 }
+
+// Cancels once `after` bytes were reported read.
+class CancelAfter final : public Progress {
+ public:
+  explicit CancelAfter(uint64_t after) : after_(after) {}
+  void Begin(std::string_view, uint64_t) override {}
+  void Advance(uint64_t n) override { done_ += n; }
+  void End() override {}
+  bool Cancelled() const override { return done_.load() >= after_; }
+  uint64_t done() const { return done_.load(); }
+
+ private:
+  const uint64_t after_;
+  std::atomic<uint64_t> done_{0};
+};
 
 // A file whose tensors are read behind the cursor in steps of 2 pieces, into reused buffers
 // (docs/audit-engine.md, "Memory", "Reading behind the cursor", "Keeping storage busy"): six
@@ -536,6 +577,7 @@ class ReadBehindStream : public ::testing::Test {
     read.threads = 3;
     read.file_digests = true;
     read.tensor_digests = true;
+    read.hash_behind = hash_behind_;
     return read;
   }
 
@@ -585,6 +627,7 @@ class ReadBehindStream : public ::testing::Test {
   TempDir tmp_;
   fs::path root_;
   std::vector<uint8_t> disk_;
+  bool hash_behind_ = false;  // ReadOptions::hash_behind
 };
 
 TEST_F(ReadBehindStream, TensorsReadAgainIntoReusedBuffersHoldTheBytesOnDiskAndTheirDigests) {
@@ -597,6 +640,78 @@ TEST_F(ReadBehindStream, TensorsReadAgainIntoReusedBuffersHoldTheBytesOnDiskAndT
   const ImageFile& f = streamed->images[0]->files.back();
   EXPECT_EQ(f.sha256, Sha256Of(disk_));
   ExpectTensorDigestsOf(f, disk_);
+}
+
+// Hashing behind the reads (docs/audit-engine.md): the same work runs on the same bytes, each
+// byte is counted once but the partners twice (read again, as without), the window holds, and
+// the digests are those of the file, taken by the hashing cursor.
+TEST_F(ReadBehindStream, BehindTheReadsTheWorkGetsTheSameBytesAndTheFileTheSameDigests) {
+  hash_behind_ = true;
+  std::atomic<int> ran = 0;
+  absl::StatusOr<StreamResult> streamed = Stream(ReadHook{"", [](int) {}}, &ran);
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  EXPECT_EQ(ran.load(), kPairs + kPairs / 2);
+  EXPECT_EQ(streamed->bytes_read, kPairs * (7ull << 20) + kPairs * (3ull << 20));
+  EXPECT_LE(streamed->peak_kept_bytes, kWindow);
+  const ImageFile& f = streamed->images[0]->files.back();
+  EXPECT_EQ(f.sha256, Sha256Of(disk_));
+  ExpectTensorDigestsOf(f, disk_);
+}
+
+// Behind the reads, an anchor rewritten (one byte) right after the reading cursor read it, so
+// before the hashing cursor, which never runs ahead of it, reads it: the file's hash would
+// cover bytes no work read. DATA_LOSS naming the tensor; no work sees the new byte.
+TEST_F(ReadBehindStream, BehindTheReadsATensorChangedAfterItsReadIsDataLoss) {
+  hash_behind_ = true;
+  const uint64_t data = disk_.size() - kPairs * (7ull << 20);
+  const uint64_t flip_at = data + kPairs * (3ull << 20) + 3 * (4ull << 20) - 5;  // w2's end
+  std::atomic<bool> flipped = false;
+  ReadHook hook{"", [](int) {}};
+  hook.after_read_at = [&](uint64_t offset, size_t length) {
+    // The first read of that byte is the reading cursor's; the hashing cursor reads it later.
+    if (offset > flip_at || offset + length <= flip_at || flipped.exchange(true)) return;
+    const uint8_t b = disk_[flip_at] ^ 0x01;
+    int fd = ::open((root_ / kFile).c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(flip_at)), 1);
+    ::close(fd);
+  };
+  std::atomic<int> ran = 0;
+  absl::StatusOr<StreamResult> streamed = Stream(std::move(hook), &ran);
+  EXPECT_TRUE(flipped.load());
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
+  EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("tensor 'w2'"));
+  EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("the file's hash"));
+}
+
+// Behind the reads, the end-of-file checks are the hashing cursor's: a file that grows once
+// the reading cursor is among the anchors is DATA_LOSS; cancelled there, the stream stops.
+TEST_F(ReadBehindStream, BehindTheReadsAGrowingFileIsDataLossAndACancelStops) {
+  hash_behind_ = true;
+  std::atomic<bool> grown = false;
+  ReadHook hook{"", [](int) {}};
+  hook.after_read_at = [&](uint64_t offset, size_t) {
+    if (offset < disk_.size() - (8ull << 20) || grown.exchange(true)) return;
+    std::ofstream((root_ / kFile).string(), std::ios::binary | std::ios::app) << "more bytes";
+  };
+  std::atomic<int> ran = 0;
+  absl::StatusOr<StreamResult> streamed = Stream(std::move(hook), &ran);
+  EXPECT_TRUE(grown.load());
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
+  EXPECT_THAT(std::string(streamed.status().message()), HasSubstr(kFile));
+
+  {  // the file as it was
+    std::ofstream out((root_ / kFile).string(), std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(disk_.data()), static_cast<std::streamsize>(disk_.size()));
+  }
+  CancelAfter progress(30ull << 20);
+  ran = 0;
+  streamed = Stream(ReadHook{"", [](int) {}}, &ran, progress);
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_EQ(streamed.status().code(), absl::StatusCode::kCancelled) << streamed.status();
+  EXPECT_LT(progress.done(), disk_.size());
 }
 
 // A partner rewritten (one byte, in its second piece) once the cursor has hashed past it and
@@ -650,21 +765,6 @@ TEST_F(ReadBehindStream, AReadErrorBehindOrAtTheCursorEndsTheStreamWithThatError
     EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("Input/output error"));
   }
 }
-
-// Cancels once `after` bytes were reported read.
-class CancelAfter final : public Progress {
- public:
-  explicit CancelAfter(uint64_t after) : after_(after) {}
-  void Begin(std::string_view, uint64_t) override {}
-  void Advance(uint64_t n) override { done_ += n; }
-  void End() override {}
-  bool Cancelled() const override { return done_.load() >= after_; }
-  uint64_t done() const { return done_.load(); }
-
- private:
-  const uint64_t after_;
-  std::atomic<uint64_t> done_{0};
-};
 
 TEST_F(AuditStreamTest, CancelledAuditStopsWithoutARecord) {
   const uint64_t tree_bytes = TreeBytes(source_) + TreeBytes(derived_);
