@@ -88,8 +88,24 @@ absl::StatusOr<Attached> AttachBundle(const Registry& reg, const Descriptor& sub
   entry.artifact_type = m.artifact_type;
   entry.annotations = m.annotations;
   std::mt19937 jitter(std::random_device{}());
+  auto pause = [&jitter] {
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(20 + std::uniform_int_distribution<int>(0, 80)(jitter)));
+  };
+  // A registry may answer 5xx to a read that meets a concurrent write of the tag (Debian's
+  // docker-registry answers 500): such a read is tried again after a pause, kIndexAttempts
+  // reads in all, before the attach gives up with the registry's answer.
+  auto read_index = [&]() -> absl::StatusOr<std::vector<Descriptor>> {
+    for (int tries = 1;; ++tries) {
+      auto index = ReadTagIndex(reg, tag);
+      if (index.ok() || !absl::IsUnavailable(index.status()) || tries == kIndexAttempts) {
+        return index;
+      }
+      pause();
+    }
+  };
   for (int attempt = 0; attempt < kIndexAttempts; ++attempt) {
-    auto index = ReadTagIndex(reg, tag);
+    auto index = read_index();
     if (!index.ok()) return index.status();
     if (Lists(*index, out.digest)) return out;
     index->push_back(entry);
@@ -98,9 +114,8 @@ absl::StatusOr<Attached> AttachBundle(const Registry& reg, const Descriptor& sub
     ++out.index_writes;
     // A concurrent writer that read before this write may overwrite it: wait a little, read
     // again, and write again when the entry is gone (docs/interop.md, "The race").
-    std::this_thread::sleep_for(
-        std::chrono::milliseconds(20 + std::uniform_int_distribution<int>(0, 80)(jitter)));
-    auto again = ReadTagIndex(reg, tag);
+    pause();
+    auto again = read_index();
     if (!again.ok()) return again.status();
     if (Lists(*again, out.digest)) return out;
   }

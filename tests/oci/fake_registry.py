@@ -16,6 +16,8 @@ stdout once listening), with behaviours a real registry does not show on demand:
               and served like the configured ones; DELETE of a manifest forgets it
   lose_index_writes  N (with writable): answer the first N PUTs of a `sha256-...` tag with 201
               but keep nothing, as if a concurrent writer had overwritten them at once
+  fail_tag_reads  N (with writable): answer the first N GETs of a `sha256-...` tag with 500, as
+              Debian's docker-registry does for a GET that meets a concurrent write of the tag
   referrers_api  true (with writable): the OCI 1.1 referrers API: a manifest PUT with a
               `subject` answers OCI-Subject, and GET /v2/REPO/referrers/DIGEST answers an image
               index of the manifests whose subject is DIGEST; without it that path is 404
@@ -38,7 +40,7 @@ cfg = json.load(open(sys.argv[1]))
 state = {"storage_port": 0, "port": 0}
 pushed = {"blobs": {}, "manifests": {}}  # digest or tag -> (bytes, media type)
 lock = threading.Lock()
-lost = {"index_writes": 0}
+lost = {"index_writes": 0, "tag_reads": 0}
 
 
 def log(line):
@@ -146,6 +148,11 @@ class Registry(BaseHTTPRequestHandler):
             return
         kind, ref = m.group(2), m.group(3)
         code = cfg.get("status", {}).get(kind)
+        if kind == "manifests" and ref.startswith("sha256-"):
+            with lock:
+                if lost["tag_reads"] < cfg.get("fail_tag_reads", 0):
+                    lost["tag_reads"] += 1
+                    code = 500
         if code:
             self.send_response(code)
             self.send_header("Retry-After", "7")

@@ -950,6 +950,31 @@ TEST(OciFakeRegistry, AttachUsesTheReferrersApiWhenTheRegistryHasOne) {
   EXPECT_THAT(after.out, HasSubstr("no-passing-vsa"));
 }
 
+// Two attaches at once against Debian's registry: a read of the referrers tag that meets the
+// other attach's write of it may be answered 500. Such reads are tried again (the fake answers
+// the first 3 with 500); a registry that keeps answering 500 ends the attach with its answer.
+TEST(OciFakeRegistry, ATagIndexReadAnswered500IsTriedAgain) {
+  for (const int failures : {3, 1000}) {
+    TempDir dir;
+    FakeRegistry fake(dir, absl::StrCat(R"({"repo": "m", "writable": true, "fail_tag_reads": )",
+                                        failures, "}"));
+    AuditedOnFake a;
+    ASSERT_NO_FATAL_FAILURE(AuditOnFake(dir, fake, &a));
+    testing::CliResult attached = testing::RunCli(
+        "attach --json " + a.model + " --id " + std::to_string(a.id) + a.db, dir.path(), a.env);
+    if (failures == 3) {
+      ASSERT_EQ(attached.rc, 0) << attached.err << attached.out;
+      EXPECT_THAT(attached.out, HasSubstr("\"index_writes\": 1"));
+      EXPECT_EQ(testing::RunCli("verify-oci " + a.model + " --trust " +
+                                    (dir / "trusted").string(), dir.path(), a.env).rc, 0);
+    } else {
+      EXPECT_EQ(attached.rc, 2) << attached.err << attached.out;
+      EXPECT_THAT(attached.err, HasSubstr("UNAVAILABLE"));
+      EXPECT_THAT(attached.err, HasSubstr("answered 500"));
+    }
+  }
+}
+
 // The tag index path against the fake: an index write that a concurrent writer overwrote is
 // noticed and written again (lose_index_writes). And since the fake takes the tag index as given
 // (Debian's registry refuses an index naming a manifest it lacks), a listed referrer that is not
