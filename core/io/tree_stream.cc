@@ -111,8 +111,9 @@ struct FileStream {
   size_t hash_next = 0;  // first slot the hashing cursor has not passed
   bool hash_busy = false;
   std::vector<StreamSink> sinks;  // by offset
-  // Touched only by the thread that holds `busy`.
-  size_t sink_next = 0;  // sinks before it lie before the cursor
+  // Touched only by the thread that hashes the file: the one holding `busy`, or behind the
+  // reads the one holding `hash_busy`.
+  size_t sink_next = 0;  // sinks before it lie before the hashing cursor
   std::unique_ptr<io::RandomAccessFile> file;
   std::unique_ptr<io_internal::FileHashers> hashers;
 };
