@@ -57,8 +57,10 @@ evidence::CheckResult RecordOf(const forward::ForwardAuditResult& r) {
     if (emulated_out != nullptr) {
       const int64_t n = static_cast<int64_t>(emulated_out->differing);
       emulated.points.push_back({label, n});
-      if (n > 0) {
-        // The measured size of the scale window's vllm-w13-global-scale-collapse hazard.
+      // The measured size of the scale window's vllm-w13-global-scale-collapse hazard: only
+      // where the emulation changed an expert. Where it changed none, the emulated output is
+      // the derived one, and a difference from the source is block-output-differs' alone.
+      if (n > 0 && layer.backend_emulation->experts_changed > 0) {
         evidence::Finding f;
         f.code = "vllm-w13-collapse-output-differs";
         f.hazard = "vllm-w13-global-scale-collapse";

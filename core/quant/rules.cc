@@ -375,8 +375,9 @@ constexpr Rule kRules[] = {
     {"vllm-w13-collapse-output-differs", K::kAudit,
      "the block forward loaded as vLLM does (w1's global for w3) differs from the source's",
      "vllm-project/vllm#54150",
-     "mini-kimi-nvfp4 with a packed byte and a block scale flipped",
-     "tests/audit/record_golden_test.cc RecordGoldenTest.PairWithFlippedCodeAndScale"},
+     "mini-kimi-nvfp4 with every layer-1 w3 global and block scale halved (lossless, globals "
+     "differ)",
+     "tests/forward/forward_audit_test.cc ModelForward.VllmW13CollapseEmulation"},
 
     // Hugging Face cache and download layouts (docs/hf-layouts.md).
     {"link-not-to-blob", K::kLayout, "a snapshot link that does not point into blobs/",

@@ -280,6 +280,29 @@ TEST(ModelForward, VllmW13CollapseEmulation) {
   EXPECT_NE(l1["emulated_output_max_abs_diff"], "0");
   EXPECT_EQ(l2["emulated_verdict"], "bit-identical");
   EXPECT_EQ(l2["emulated_experts_changed"], 0);
+  // The audit's record: one vllm-w13-collapse-output-differs finding, for layer 1, and no
+  // block-output-differs (the stored weights are lossless).
+  const evidence::CheckResult collapsed = audit::RecordOf(*mutated);
+  ASSERT_EQ(collapsed.findings.size(), 1u);
+  EXPECT_EQ(collapsed.findings[0].code, "vllm-w13-collapse-output-differs");
+  EXPECT_EQ(collapsed.findings[0].layer, 1);
+
+  // A lossy pair (one packed byte of layer 1 flipped) with w1 and w3 sharing their globals:
+  // the emulation changes no expert, so the only finding is block-output-differs, not the
+  // collapse's as well.
+  TempDir lossy_dir;
+  const auto lossy = CopyFixture("mini-kimi-nvfp4", lossy_dir);
+  quant::testing::MutateTensor(
+      lossy, "language_model.model.layers.1.block_sparse_moe.experts.2.w1.weight_packed",
+      [](uint8_t* p, size_t) { p[100] ^= 0x11; });
+  o.root = lossy.string();
+  auto flipped = audit::RunForward("all", o, CpuDevice());
+  ASSERT_TRUE(flipped.ok()) << flipped.status();
+  const evidence::CheckResult differs = audit::RecordOf(*flipped);
+  std::vector<std::string> codes;
+  for (const evidence::Finding& f : differs.findings) codes.push_back(f.code);
+  EXPECT_EQ(codes, std::vector<std::string>({"block-output-differs"}));
+  EXPECT_EQ(flipped->report.ToJson()["summary"][0]["emulated_experts_changed"], 0);
 
   // Emulation leaves MXFP4 (no global scales) alone.
   ForwardAuditOptions x4t = PairOptions(Fixture("mini-kimi-x4t").string(), Precision::kF64);
