@@ -524,6 +524,51 @@ TEST(StreamFaults, ASinkThatFailsGetsNoMoreBytesAndItsErrorEndsTheStream) {
   EXPECT_EQ(calls.load(), 1);
 }
 
+// Tensors of no bytes (docs/audit-engine.md, "Hashing behind the reads"): one in a file whose
+// data region is empty (every tensor there has no bytes: the stream starts at the file's end),
+// one at the end of a file after a tensor of bytes. Work on each runs, with or without hashing
+// behind the reads, and the files get their digests.
+TEST(StreamFaults, WorkOnTensorsOfNoBytesRunsAlsoWhereTheFileHasNoTensorData) {
+  TempDir tmp;
+  const fs::path root = tmp.path() / "tree";
+  fs::create_directories(root);
+  std::vector<quant::TensorToWrite> empty;
+  empty.push_back(quant::TensorToWrite::Owned("e", DType::kU8, {0}, {}));
+  ASSERT_TRUE(quant::WriteSafetensors((root / "empty.safetensors").string(), std::move(empty), {})
+                  .ok());
+  std::vector<quant::TensorToWrite> tail;
+  tail.push_back(quant::TensorToWrite::Owned("a", DType::kU8, {4096},
+                                             std::vector<uint8_t>(4096, 0x5a)));
+  tail.push_back(quant::TensorToWrite::Owned("z", DType::kU8, {0}, {}));
+  ASSERT_TRUE(
+      quant::WriteSafetensors((root / "tail.safetensors").string(), std::move(tail), {}).ok());
+  for (const bool behind : {false, true}) {
+    ReadOptions read = OneStepRead();
+    read.file_digests = true;
+    read.hash_behind = behind;
+    std::shared_ptr<const TreeImage> image = DeferredImage(root, ReadHook{"", [](int) {}}, read);
+    ASSERT_NE(image, nullptr);
+    ASSERT_EQ(image->files.size(), 2u);
+    std::atomic<int> ran = 0;
+    std::vector<StreamWork> work;
+    for (const ImageFile& f : image->files) {
+      const SafetensorsFile& st = *f.safetensors;
+      StreamWork w{f.path, {}, [&ran] {
+                     ++ran;
+                     return absl::OkStatus();
+                   }};
+      for (const TensorInfo& t : st.tensors()) w.tensors.push_back({&st, &t});
+      work.push_back(std::move(w));
+    }
+    absl::StatusOr<StreamResult> streamed = StreamTrees({image}, std::move(work), read, NoProgress());
+    ASSERT_TRUE(streamed.ok()) << behind << " " << streamed.status();
+    EXPECT_EQ(ran.load(), 2) << behind;
+    for (const ImageFile& f : streamed->images[0]->files) {
+      EXPECT_EQ(f.sha256, Sha256Of(::ckpt::testing::ReadAll(root / f.path))) << f.path;
+    }
+  }
+}
+
 // Cancels once `after` bytes were reported read.
 class CancelAfter final : public Progress {
  public:
