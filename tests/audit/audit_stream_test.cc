@@ -11,10 +11,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <random>
 
 #include "core/audit/audit_checks.h"
@@ -808,6 +811,131 @@ TEST_F(ReadBehindStream, AReadErrorBehindOrAtTheCursorEndsTheStreamWithThatError
     ASSERT_FALSE(streamed.ok()) << behind;
     EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
     EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("Input/output error"));
+  }
+}
+
+// Behind the reads, the partners are read once for the work (again, at their anchors) and once
+// by the hashing cursor, in either order. p3 rewritten (one byte) between the two, whichever
+// comes first (the other held back by the hooks until then), on a file system that reports the
+// file's times unchanged: DATA_LOSS naming p3, and no work sees the new byte (the item on it
+// checks the bytes on disk before the change).
+TEST_F(ReadBehindStream, BehindTheReadsAPartnerChangedBetweenItsTwoReadsIsDataLoss) {
+  hash_behind_ = true;
+  const uint64_t data = disk_.size() - kPairs * (7ull << 20);
+  const uint64_t p3 = data + 3 * (3ull << 20);
+  // The read for the work fills the buffer in steps of the 2 MiB chunk, the hashing cursor
+  // reads 1 MiB pieces: [p3, p3 + 2 MiB) is the work's read, [p3 + 1 MiB, p3 + 2 MiB) the hash's.
+  const uint64_t work_read = p3, hash_read = p3 + (1ull << 20);
+  const uint64_t flip_at = hash_read + 5;
+  for (const bool hash_first : {true, false}) {
+    {  // the file as it was
+      std::ofstream out((root_ / kFile).string(), std::ios::binary | std::ios::trunc);
+      out.write(reinterpret_cast<const char*>(disk_.data()),
+                static_cast<std::streamsize>(disk_.size()));
+    }
+    std::mutex mu;
+    std::condition_variable cv;
+    bool flipped = false, waited_too_long = false;
+    auto flip = [&] {
+      std::lock_guard<std::mutex> lock(mu);
+      if (flipped) return;
+      const uint8_t b = disk_[flip_at] ^ 0x10;
+      int fd = ::open((root_ / kFile).c_str(), O_WRONLY);
+      ASSERT_GE(fd, 0);
+      ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(flip_at)), 1);
+      ::close(fd);
+      flipped = true;
+      cv.notify_all();
+    };
+    const uint64_t first = hash_first ? hash_read : work_read;
+    const uint64_t second = hash_first ? work_read : hash_read;
+    const size_t first_length = hash_first ? (1u << 20) : (2u << 20);
+    const size_t second_length = hash_first ? (2u << 20) : (1u << 20);
+    ReadHook hook{"", [](int) {}};
+    hook.after_read_at = [&](uint64_t offset, size_t length) {
+      if (offset == first && length == first_length) flip();
+    };
+    // A file system whose times do not move (a rewrite that keeps them, or a remote file
+    // system): only the bytes tell.
+    std::optional<io::FileIdentity> before;
+    hook.identity = [&](const io::FileIdentity& real) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!before) before = real;
+      return *before;
+    };
+    hook.fail_read = [&](uint64_t offset, size_t length) {
+      if (offset != second || length != second_length) return absl::OkStatus();
+      std::unique_lock<std::mutex> lock(mu);
+      if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return flipped; })) {
+        waited_too_long = true;
+      }
+      return absl::OkStatus();
+    };
+    std::atomic<int> ran = 0;
+    absl::StatusOr<StreamResult> streamed = Stream(std::move(hook), &ran);
+    EXPECT_TRUE(flipped) << hash_first;
+    EXPECT_FALSE(waited_too_long) << hash_first;
+    ASSERT_FALSE(streamed.ok()) << hash_first;
+    EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
+    EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("tensor 'p3'"));
+    EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("the file's hash"));
+  }
+}
+
+// Behind the reads, an I/O error on a read of the hashing cursor only (a range of an anchor the
+// reading cursor has read): the stream ends with that error.
+TEST_F(ReadBehindStream, BehindTheReadsAReadErrorOfTheHashingCursorEndsTheStream) {
+  hash_behind_ = true;
+  const uint64_t anchors = disk_.size() - kPairs * (4ull << 20);
+  std::atomic<uint64_t> furthest = 0;
+  std::atomic<bool> failed = false;
+  ReadHook hook{"", [](int) {}};
+  hook.after_read_at = [&](uint64_t offset, size_t length) {
+    uint64_t seen = furthest.load();
+    while (offset + length > seen && !furthest.compare_exchange_weak(seen, offset + length)) {
+    }
+  };
+  hook.fail_read = [&](uint64_t offset, size_t length) {
+    // The reading cursor reads each anchor byte once, front to back: a read of anchor bytes
+    // already read is the hashing cursor's.
+    if (offset < anchors || offset + length > furthest.load() || failed.exchange(true)) {
+      return absl::OkStatus();
+    }
+    return absl::DataLossError(absl::StrCat("model.safetensors: Input/output error at ", offset));
+  };
+  std::atomic<int> ran = 0;
+  absl::StatusOr<StreamResult> streamed = Stream(std::move(hook), &ran);
+  EXPECT_TRUE(failed.load());
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
+  EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("Input/output error"));
+}
+
+// Counts what a stream reports.
+class CountProgress final : public Progress {
+ public:
+  void Begin(std::string_view, uint64_t total) override { total_ = total; }
+  void Advance(uint64_t n) override { done_ += n; }
+  void End() override {}
+  uint64_t total() const { return total_; }
+  uint64_t done() const { return done_.load(); }
+
+ private:
+  uint64_t total_ = 0;
+  std::atomic<uint64_t> done_{0};
+};
+
+// Progress counts each byte of the file's tensor data once, with and without hashing behind
+// the reads (the partners' second reads are not counted again), and ends at that size.
+TEST_F(ReadBehindStream, ProgressEndsAtTheTensorDataWithOrWithoutHashingBehind) {
+  for (const bool behind : {false, true}) {
+    hash_behind_ = behind;
+    CountProgress progress;
+    std::atomic<int> ran = 0;
+    absl::StatusOr<StreamResult> streamed = Stream(ReadHook{"", [](int) {}}, &ran, progress);
+    ASSERT_TRUE(streamed.ok()) << streamed.status();
+    EXPECT_EQ(progress.total(), kPairs * (7ull << 20)) << behind;
+    EXPECT_EQ(progress.done(), progress.total()) << behind;
   }
 }
 
