@@ -925,6 +925,137 @@ class CountProgress final : public Progress {
   std::atomic<uint64_t> done_{0};
 };
 
+// Hashing behind the reads over two files streamed at once, each storing six 4 MiB anchors a<i>
+// before their 512 KiB partners b<i> (docs/audit-engine.md, "Reading ahead of the cursor"):
+// work item i of a file needs its a<i> and b<i>, so each b<i> is read ahead when the reading
+// cursor reaches a<i>; one more item needs a0 of both files. The work gets the bytes on disk,
+// the files their digests, each byte is read and reported once, the window holds. Then b3 of
+// the second file is rewritten (one byte) right after its read ahead, before the hashing cursor
+// reaches it, on a file system that reports its times unchanged: DATA_LOSS naming it, and no
+// work sees the new byte.
+TEST(StreamFaults, BehindTheReadsTwoFilesWithPartnersReadAheadAndOneChangedAfterItsReadAhead) {
+  TempDir tmp;
+  const fs::path root = tmp.path() / "tree";
+  fs::create_directories(root);
+  const std::vector<std::string> names = {"x.safetensors", "y.safetensors"};
+  std::vector<std::vector<uint8_t>> disk;
+  for (size_t f = 0; f < names.size(); ++f) {
+    std::vector<quant::TensorToWrite> tensors;
+    for (const char* kind : {"a", "b"}) {
+      const uint64_t size = kind[0] == 'a' ? 4ull << 20 : 512ull << 10;
+      for (int i = 0; i < 6; ++i) {
+        std::mt19937_64 rng(100 * f + tensors.size() + 1);
+        std::vector<uint8_t> bytes(size);
+        for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+        tensors.push_back(quant::TensorToWrite::Owned(absl::StrCat(kind, i), DType::kU8, {size},
+                                                      std::move(bytes)));
+      }
+    }
+    ASSERT_TRUE(quant::WriteSafetensors((root / names[f]).string(), std::move(tensors), {}).ok());
+    disk.push_back(::ckpt::testing::ReadAll(root / names[f]));
+  }
+  const uint64_t data_bytes = 6 * ((4ull << 20) + (512ull << 10));
+  for (const bool change : {false, true}) {
+    const uint64_t b3 = disk[1].size() - 3 * (512ull << 10);
+    const uint64_t flip_at = b3 + 1000;
+    std::atomic<bool> flipped = false;
+    std::mutex mu;
+    std::optional<io::FileIdentity> before;
+    ReadHook hook{names[1], [](int) {}};
+    const uint64_t b0 = disk[1].size() - 6 * (512ull << 10);
+    std::atomic<uint64_t> anchors_read = 0;  // the end of the furthest read before b0
+    std::atomic<bool> read_ahead = false;    // b3 was first read before every anchor was
+    hook.after_read_at = [&](uint64_t offset, size_t length) {
+      if (offset < b0) {
+        uint64_t seen = anchors_read.load();
+        while (offset + length > seen &&
+               !anchors_read.compare_exchange_weak(seen, offset + length)) {
+        }
+      }
+      // The first read of b3 is its read ahead: the reading cursor passes b3 only once it is
+      // in, and the hashing cursor never passes the reading cursor.
+      if (!change || offset > flip_at || offset + length <= flip_at || flipped.exchange(true)) {
+        return;
+      }
+      read_ahead = anchors_read.load() < b0;
+      const uint8_t b = disk[1][flip_at] ^ 0x02;
+      int fd = ::open((root / names[1]).c_str(), O_WRONLY);
+      ASSERT_GE(fd, 0);
+      ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(flip_at)), 1);
+      ::close(fd);
+    };
+    hook.identity = [&](const io::FileIdentity& real) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!before) before = real;
+      return *before;
+    };
+    ReadOptions read = Checkpoint::ReadOnly();
+    read.keep = ReadOptions::Keep::kStreamTensorData;
+    read.memory_window = 32ull << 20;
+    read.threads = 3;
+    read.file_digests = true;
+    read.tensor_digests = true;
+    read.hash_behind = true;
+    absl::StatusOr<TreeListing> listing =
+        ListTree(FaultDirectory::Open(root.string(), std::move(hook)));
+    ASSERT_TRUE(listing.ok()) << listing.status();
+    absl::StatusOr<std::shared_ptr<const TreeImage>> image =
+        ReadTree(*std::move(listing), read, NoProgress());
+    ASSERT_TRUE(image.ok()) << image.status();
+    ASSERT_EQ((*image)->files.size(), 2u);
+    std::vector<const SafetensorsFile*> st;
+    for (const ImageFile& f : (*image)->files) st.push_back(f.safetensors.get());
+    std::atomic<int> ran = 0;
+    auto item = [&](std::string label, StreamTensors tensors) {
+      StreamWork w{std::move(label), tensors, [&, tensors]() -> absl::Status {
+                     for (const auto& [file, t] : tensors) {
+                       const std::vector<uint8_t>& bytes = disk[file == st[0] ? 0 : 1];
+                       const std::span<const uint8_t> lent = file->Bytes(*t);
+                       const std::span<const uint8_t> want(
+                           bytes.data() + file->data_start() + t->begin, t->end - t->begin);
+                       if (lent.size() != want.size() || Sha256Of(lent) != Sha256Of(want)) {
+                         return absl::InternalError(absl::StrCat(t->name, ": not the bytes on disk"));
+                       }
+                     }
+                     ++ran;
+                     return absl::OkStatus();
+                   }};
+      return w;
+    };
+    std::vector<StreamWork> work;
+    for (size_t f = 0; f < 2; ++f) {
+      for (int i = 0; i < 6; ++i) {
+        work.push_back(item(absl::StrCat(names[f], " ", i),
+                            {{st[f], st[f]->Find(absl::StrCat("a", i))},
+                             {st[f], st[f]->Find(absl::StrCat("b", i))}}));
+      }
+    }
+    work.push_back(item("both a0", {{st[0], st[0]->Find("a0")}, {st[1], st[1]->Find("a0")}}));
+    CountProgress progress;
+    absl::StatusOr<StreamResult> streamed = StreamTrees({*image}, std::move(work), read, progress);
+    if (change) {
+      EXPECT_TRUE(flipped.load());
+      EXPECT_TRUE(read_ahead.load());
+      ASSERT_FALSE(streamed.ok());
+      EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
+      EXPECT_THAT(std::string(streamed.status().message()), HasSubstr(names[1]));
+      EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("tensor 'b3'"));
+      continue;
+    }
+    ASSERT_TRUE(streamed.ok()) << streamed.status();
+    EXPECT_EQ(ran.load(), 13);
+    EXPECT_EQ(streamed->bytes_read, 2 * data_bytes);
+    EXPECT_EQ(progress.total(), 2 * data_bytes);
+    EXPECT_EQ(progress.done(), 2 * data_bytes);
+    EXPECT_LE(streamed->peak_kept_bytes, read.memory_window);
+    for (size_t f = 0; f < 2; ++f) {
+      const ImageFile& out = streamed->images[0]->files[f];
+      EXPECT_EQ(out.sha256, Sha256Of(disk[f])) << names[f];
+      ExpectTensorDigestsOf(out, disk[f]);
+    }
+  }
+}
+
 // Progress counts each byte of the file's tensor data once, with and without hashing behind
 // the reads (the partners' second reads are not counted again), and ends at that size.
 TEST_F(ReadBehindStream, ProgressEndsAtTheTensorDataWithOrWithoutHashingBehind) {
