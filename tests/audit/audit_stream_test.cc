@@ -911,6 +911,40 @@ TEST_F(ReadBehindStream, BehindTheReadsAReadErrorOfTheHashingCursorEndsTheStream
   EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("Input/output error"));
 }
 
+// Behind the reads, once the reading cursor has read the file's last byte and before the
+// hashing cursor gets there: the file cut short (the hashing cursor's read comes back short),
+// or its identity moved (a file system that reports a new mtime): DATA_LOSS naming the file.
+TEST_F(ReadBehindStream, BehindTheReadsAFileCutOrChangedBeforeTheHashingCursorEndsIsDataLoss) {
+  hash_behind_ = true;
+  for (const bool cut : {true, false}) {
+    {  // the file as it was
+      std::ofstream out((root_ / kFile).string(), std::ios::binary | std::ios::trunc);
+      out.write(reinterpret_cast<const char*>(disk_.data()),
+                static_cast<std::streamsize>(disk_.size()));
+    }
+    std::atomic<bool> at_end = false;
+    ReadHook hook{"", [](int) {}};
+    hook.after_read_at = [&](uint64_t offset, size_t length) {
+      // The first read that reaches the end is the reading cursor's.
+      if (offset + length != disk_.size() || at_end.exchange(true) || !cut) return;
+      ASSERT_EQ(::truncate((root_ / kFile).c_str(), static_cast<off_t>(disk_.size() - 4096)), 0);
+    };
+    hook.identity = [&](const io::FileIdentity& real) {
+      io::FileIdentity id = real;
+      if (!cut && at_end.load()) id.mtime_ns += 1;
+      return id;
+    };
+    std::atomic<int> ran = 0;
+    absl::StatusOr<StreamResult> streamed = Stream(std::move(hook), &ran);
+    EXPECT_TRUE(at_end.load()) << cut;
+    ASSERT_FALSE(streamed.ok()) << cut;
+    EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
+    EXPECT_THAT(std::string(streamed.status().message()), HasSubstr(kFile));
+    EXPECT_THAT(std::string(streamed.status().message()),
+                HasSubstr(cut ? "file ends at offset" : "changed while being read"));
+  }
+}
+
 // Counts what a stream reports.
 class CountProgress final : public Progress {
  public:
