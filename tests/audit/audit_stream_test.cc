@@ -621,7 +621,7 @@ class ReadBehindStream : public ::testing::Test {
   ReadOptions Read() const {
     ReadOptions read = Checkpoint::ReadOnly();
     read.keep = ReadOptions::Keep::kStreamTensorData;
-    read.memory_window = kWindow;
+    read.memory_window = window_;
     read.threads = 3;
     read.file_digests = true;
     read.tensor_digests = true;
@@ -676,6 +676,7 @@ class ReadBehindStream : public ::testing::Test {
   fs::path root_;
   std::vector<uint8_t> disk_;
   bool hash_behind_ = false;  // ReadOptions::hash_behind
+  uint64_t window_ = kWindow;
 };
 
 TEST_F(ReadBehindStream, TensorsReadAgainIntoReusedBuffersHoldTheBytesOnDiskAndTheirDigests) {
@@ -943,6 +944,37 @@ TEST_F(ReadBehindStream, BehindTheReadsAFileCutOrChangedBeforeTheHashingCursorEn
     EXPECT_THAT(std::string(streamed.status().message()),
                 HasSubstr(cut ? "file ends at offset" : "changed while being read"));
   }
+}
+
+// Whether a stream fits its window depends only on the headers and the window
+// (docs/audit-engine.md, "Memory"), not on hashing behind the reads, which holds no memory of
+// it: a window too small for one item, windows just above it (the cursor waits for memory) and
+// one where the partners are held give the same outcome both ways, the window holds, and those
+// that fit read the same bytes.
+TEST_F(ReadBehindStream, BehindTheReadsEachWindowFitsOrIsExhaustedAsWithout) {
+  int fits = 0;
+  for (const uint64_t kib : {6144, 7200, 8192, 40960}) {  // one item needs 7 MiB
+    window_ = kib << 10;
+    std::optional<absl::StatusOr<StreamResult>> without;
+    for (const bool behind : {false, true}) {
+      hash_behind_ = behind;
+      std::atomic<int> ran = 0;
+      absl::StatusOr<StreamResult> streamed = Stream(ReadHook{"", [](int) {}}, &ran);
+      if (!without) {
+        without = std::move(streamed);
+        continue;
+      }
+      ASSERT_EQ(streamed.status().code(), without->status().code())
+          << kib << " KiB: " << streamed.status() << " / " << without->status();
+      if (!streamed.ok()) continue;
+      ++fits;
+      EXPECT_EQ(ran.load(), kPairs + kPairs / 2) << kib;
+      EXPECT_LE(streamed->peak_kept_bytes, window_) << kib;
+      EXPECT_EQ(streamed->bytes_read, (*without)->bytes_read) << kib;
+      EXPECT_EQ(streamed->images[0]->files.back().sha256, Sha256Of(disk_)) << kib;
+    }
+  }
+  EXPECT_EQ(fits, 3);
 }
 
 // Counts what a stream reports.
