@@ -504,27 +504,32 @@ TEST(StreamFaults, DigestsAndSinksOfStepsHashedInPiecesAreThoseOfTheFile) {
 
 // A sink that fails is not handed the pieces after its failure: the stream stops with its
 // error, though the pieces of the step are hashed on another thread while the next are read.
+// The same when the sinks are fed by the hashing cursor behind the reads.
 TEST(StreamFaults, ASinkThatFailsGetsNoMoreBytesAndItsErrorEndsTheStream) {
   TempDir tmp;
   const fs::path root = CopyFixture("mini-kimi-mxfp4", tmp);
   ASSERT_GT(fs::file_size(root / kShard), 2u << 20);  // one step of 3 pieces
-  const ReadOptions read = OneStepRead();
-  std::shared_ptr<const TreeImage> image = DeferredImage(root, ReadHook{kShard, [](int) {}}, read);
-  ASSERT_NE(image, nullptr);
-  const SafetensorsFile& st = *ShardOf(*image).safetensors;
-  std::atomic<int> calls = 0;
-  std::vector<StreamSink> sinks;
-  sinks.push_back({&st, st.data_start(), fs::file_size(root / kShard),
-                   [&calls](uint64_t, std::span<const uint8_t>) {
-                     ++calls;
-                     return absl::ResourceExhaustedError("the copy's disk is full");
-                   }});
-  absl::StatusOr<StreamResult> streamed =
-      StreamTrees({image}, {}, read, NoProgress(), std::move(sinks));
-  ASSERT_FALSE(streamed.ok());
-  EXPECT_EQ(streamed.status().code(), absl::StatusCode::kResourceExhausted) << streamed.status();
-  EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("disk is full"));
-  EXPECT_EQ(calls.load(), 1);
+  for (const bool behind : {false, true}) {
+    ReadOptions read = OneStepRead();
+    read.hash_behind = behind;
+    std::shared_ptr<const TreeImage> image =
+        DeferredImage(root, ReadHook{kShard, [](int) {}}, read);
+    ASSERT_NE(image, nullptr);
+    const SafetensorsFile& st = *ShardOf(*image).safetensors;
+    std::atomic<int> calls = 0;
+    std::vector<StreamSink> sinks;
+    sinks.push_back({&st, st.data_start(), fs::file_size(root / kShard),
+                     [&calls](uint64_t, std::span<const uint8_t>) {
+                       ++calls;
+                       return absl::ResourceExhaustedError("the copy's disk is full");
+                     }});
+    absl::StatusOr<StreamResult> streamed =
+        StreamTrees({image}, {}, read, NoProgress(), std::move(sinks));
+    ASSERT_FALSE(streamed.ok()) << behind;
+    EXPECT_EQ(streamed.status().code(), absl::StatusCode::kResourceExhausted) << streamed.status();
+    EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("disk is full"));
+    EXPECT_EQ(calls.load(), 1) << behind;
+  }
 }
 
 // Tensors of no bytes (docs/audit-engine.md, "Hashing behind the reads"): one in a file whose
