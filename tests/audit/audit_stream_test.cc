@@ -4,7 +4,9 @@
 // lie far apart is RESOURCE_EXHAUSTED instead of growth; shards that store packed weights far
 // from their scales audit in a small window by reading the scales ahead, with the digests of
 // the stored files, and a rewrite between a read-ahead and the cursor's hash is DATA_LOSS, as
-// is a file that shrinks in the middle of a step; a cancelled audit stops.
+// is a file that shrinks in the middle of a step; a cancelled audit stops. Hashing behind the
+// reads (transcode), a change, a cut, a moved identity or an I/O error between the work's read
+// and the hashing cursor's is an error, never a digest of bytes no work read.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
