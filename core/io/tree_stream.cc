@@ -625,7 +625,9 @@ class Streamer {
   }
 
   // The hashing cursor's next step (hash_behind): inside one slot or between two, never past
-  // the cursor. Its last step closes the file: not while a slot still has to be read again.
+  // the cursor. Its last step closes the file: not while a slot still has to be read again, nor
+  // before the cursor has passed every slot (one of no bytes at the end of a file whose stream
+  // starts there is passed by the cursor's step of no bytes, which lends it).
   bool HashStep(FileStream& s, Step* step) {
     while (s.hash_next < s.slots.size() && slots_[s.slots[s.hash_next]].end <= s.hash_pos) {
       ++s.hash_next;
@@ -642,7 +644,9 @@ class Streamer {
     }
     h.length = std::min(chunk_, std::min(until, s.pos) - s.hash_pos);
     if (h.length == 0 && s.hash_pos < s.size) return false;  // up with the cursor
-    if (s.hash_pos + h.length == s.size && s.revisits_left > 0) return false;
+    if (s.hash_pos + h.length == s.size && (s.revisits_left > 0 || s.next < s.slots.size())) {
+      return false;
+    }
     *step = h;
     return true;
   }
@@ -682,7 +686,9 @@ class Streamer {
         return true;
       }
       if (!CursorFree(s)) continue;
-      if (s.hash_behind && s.pos == s.size) continue;  // the hashing cursor completes the file
+      if (s.hash_behind && s.pos == s.size && s.next == s.slots.size()) {
+        continue;  // the hashing cursor completes the file
+      }
       step->offset = s.pos;
       if (s.next < s.slots.size() && s.pos >= slots_[s.slots[s.next]].begin) {
         if (s.slots[s.next] == s.reading_ahead) continue;  // its bytes are still being read

@@ -4,17 +4,22 @@
 // lie far apart is RESOURCE_EXHAUSTED instead of growth; shards that store packed weights far
 // from their scales audit in a small window by reading the scales ahead, with the digests of
 // the stored files, and a rewrite between a read-ahead and the cursor's hash is DATA_LOSS, as
-// is a file that shrinks in the middle of a step; a cancelled audit stops.
+// is a file that shrinks in the middle of a step; a cancelled audit stops. Hashing behind the
+// reads (transcode), a change, a cut, a moved identity or an I/O error between the work's read
+// and the hashing cursor's is an error, never a digest of bytes no work read.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <random>
 
 #include "core/audit/audit_checks.h"
@@ -501,27 +506,77 @@ TEST(StreamFaults, DigestsAndSinksOfStepsHashedInPiecesAreThoseOfTheFile) {
 
 // A sink that fails is not handed the pieces after its failure: the stream stops with its
 // error, though the pieces of the step are hashed on another thread while the next are read.
+// The same when the sinks are fed by the hashing cursor behind the reads.
 TEST(StreamFaults, ASinkThatFailsGetsNoMoreBytesAndItsErrorEndsTheStream) {
   TempDir tmp;
   const fs::path root = CopyFixture("mini-kimi-mxfp4", tmp);
   ASSERT_GT(fs::file_size(root / kShard), 2u << 20);  // one step of 3 pieces
-  const ReadOptions read = OneStepRead();
-  std::shared_ptr<const TreeImage> image = DeferredImage(root, ReadHook{kShard, [](int) {}}, read);
-  ASSERT_NE(image, nullptr);
-  const SafetensorsFile& st = *ShardOf(*image).safetensors;
-  std::atomic<int> calls = 0;
-  std::vector<StreamSink> sinks;
-  sinks.push_back({&st, st.data_start(), fs::file_size(root / kShard),
-                   [&calls](uint64_t, std::span<const uint8_t>) {
-                     ++calls;
-                     return absl::ResourceExhaustedError("the copy's disk is full");
-                   }});
-  absl::StatusOr<StreamResult> streamed =
-      StreamTrees({image}, {}, read, NoProgress(), std::move(sinks));
-  ASSERT_FALSE(streamed.ok());
-  EXPECT_EQ(streamed.status().code(), absl::StatusCode::kResourceExhausted) << streamed.status();
-  EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("disk is full"));
-  EXPECT_EQ(calls.load(), 1);
+  for (const bool behind : {false, true}) {
+    ReadOptions read = OneStepRead();
+    read.hash_behind = behind;
+    std::shared_ptr<const TreeImage> image =
+        DeferredImage(root, ReadHook{kShard, [](int) {}}, read);
+    ASSERT_NE(image, nullptr);
+    const SafetensorsFile& st = *ShardOf(*image).safetensors;
+    std::atomic<int> calls = 0;
+    std::vector<StreamSink> sinks;
+    sinks.push_back({&st, st.data_start(), fs::file_size(root / kShard),
+                     [&calls](uint64_t, std::span<const uint8_t>) {
+                       ++calls;
+                       return absl::ResourceExhaustedError("the copy's disk is full");
+                     }});
+    absl::StatusOr<StreamResult> streamed =
+        StreamTrees({image}, {}, read, NoProgress(), std::move(sinks));
+    ASSERT_FALSE(streamed.ok()) << behind;
+    EXPECT_EQ(streamed.status().code(), absl::StatusCode::kResourceExhausted) << streamed.status();
+    EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("disk is full"));
+    EXPECT_EQ(calls.load(), 1) << behind;
+  }
+}
+
+// Tensors of no bytes (docs/audit-engine.md, "Hashing behind the reads"): one in a file whose
+// data region is empty (every tensor there has no bytes: the stream starts at the file's end),
+// one at the end of a file after a tensor of bytes. Work on each runs, with or without hashing
+// behind the reads, and the files get their digests.
+TEST(StreamFaults, WorkOnTensorsOfNoBytesRunsAlsoWhereTheFileHasNoTensorData) {
+  TempDir tmp;
+  const fs::path root = tmp.path() / "tree";
+  fs::create_directories(root);
+  std::vector<quant::TensorToWrite> empty;
+  empty.push_back(quant::TensorToWrite::Owned("e", DType::kU8, {0}, {}));
+  ASSERT_TRUE(quant::WriteSafetensors((root / "empty.safetensors").string(), std::move(empty), {})
+                  .ok());
+  std::vector<quant::TensorToWrite> tail;
+  tail.push_back(quant::TensorToWrite::Owned("a", DType::kU8, {4096},
+                                             std::vector<uint8_t>(4096, 0x5a)));
+  tail.push_back(quant::TensorToWrite::Owned("z", DType::kU8, {0}, {}));
+  ASSERT_TRUE(
+      quant::WriteSafetensors((root / "tail.safetensors").string(), std::move(tail), {}).ok());
+  for (const bool behind : {false, true}) {
+    ReadOptions read = OneStepRead();
+    read.file_digests = true;
+    read.hash_behind = behind;
+    std::shared_ptr<const TreeImage> image = DeferredImage(root, ReadHook{"", [](int) {}}, read);
+    ASSERT_NE(image, nullptr);
+    ASSERT_EQ(image->files.size(), 2u);
+    std::atomic<int> ran = 0;
+    std::vector<StreamWork> work;
+    for (const ImageFile& f : image->files) {
+      const SafetensorsFile& st = *f.safetensors;
+      StreamWork w{f.path, {}, [&ran] {
+                     ++ran;
+                     return absl::OkStatus();
+                   }};
+      for (const TensorInfo& t : st.tensors()) w.tensors.push_back({&st, &t});
+      work.push_back(std::move(w));
+    }
+    absl::StatusOr<StreamResult> streamed = StreamTrees({image}, std::move(work), read, NoProgress());
+    ASSERT_TRUE(streamed.ok()) << behind << " " << streamed.status();
+    EXPECT_EQ(ran.load(), 2) << behind;
+    for (const ImageFile& f : streamed->images[0]->files) {
+      EXPECT_EQ(f.sha256, Sha256Of(::ckpt::testing::ReadAll(root / f.path))) << f.path;
+    }
+  }
 }
 
 // Cancels once `after` bytes were reported read.
@@ -573,7 +628,7 @@ class ReadBehindStream : public ::testing::Test {
   ReadOptions Read() const {
     ReadOptions read = Checkpoint::ReadOnly();
     read.keep = ReadOptions::Keep::kStreamTensorData;
-    read.memory_window = kWindow;
+    read.memory_window = window_;
     read.threads = 3;
     read.file_digests = true;
     read.tensor_digests = true;
@@ -628,6 +683,7 @@ class ReadBehindStream : public ::testing::Test {
   fs::path root_;
   std::vector<uint8_t> disk_;
   bool hash_behind_ = false;  // ReadOptions::hash_behind
+  uint64_t window_ = kWindow;
 };
 
 TEST_F(ReadBehindStream, TensorsReadAgainIntoReusedBuffersHoldTheBytesOnDiskAndTheirDigests) {
@@ -763,6 +819,327 @@ TEST_F(ReadBehindStream, AReadErrorBehindOrAtTheCursorEndsTheStreamWithThatError
     ASSERT_FALSE(streamed.ok()) << behind;
     EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
     EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("Input/output error"));
+  }
+}
+
+// Behind the reads, the partners are read once for the work (again, at their anchors) and once
+// by the hashing cursor, in either order. p3 rewritten (one byte) between the two, whichever
+// comes first (the other held back by the hooks until then), on a file system that reports the
+// file's times unchanged: DATA_LOSS naming p3, and no work sees the new byte (the item on it
+// checks the bytes on disk before the change).
+TEST_F(ReadBehindStream, BehindTheReadsAPartnerChangedBetweenItsTwoReadsIsDataLoss) {
+  hash_behind_ = true;
+  const uint64_t data = disk_.size() - kPairs * (7ull << 20);
+  const uint64_t p3 = data + 3 * (3ull << 20);
+  // The read for the work fills the buffer in steps of the 2 MiB chunk, the hashing cursor
+  // reads 1 MiB pieces: [p3, p3 + 2 MiB) is the work's read, [p3 + 1 MiB, p3 + 2 MiB) the hash's.
+  const uint64_t work_read = p3, hash_read = p3 + (1ull << 20);
+  const uint64_t flip_at = hash_read + 5;
+  for (const bool hash_first : {true, false}) {
+    {  // the file as it was
+      std::ofstream out((root_ / kFile).string(), std::ios::binary | std::ios::trunc);
+      out.write(reinterpret_cast<const char*>(disk_.data()),
+                static_cast<std::streamsize>(disk_.size()));
+    }
+    std::mutex mu;
+    std::condition_variable cv;
+    bool flipped = false, waited_too_long = false;
+    auto flip = [&] {
+      std::lock_guard<std::mutex> lock(mu);
+      if (flipped) return;
+      const uint8_t b = disk_[flip_at] ^ 0x10;
+      int fd = ::open((root_ / kFile).c_str(), O_WRONLY);
+      ASSERT_GE(fd, 0);
+      ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(flip_at)), 1);
+      ::close(fd);
+      flipped = true;
+      cv.notify_all();
+    };
+    const uint64_t first = hash_first ? hash_read : work_read;
+    const uint64_t second = hash_first ? work_read : hash_read;
+    const size_t first_length = hash_first ? (1u << 20) : (2u << 20);
+    const size_t second_length = hash_first ? (2u << 20) : (1u << 20);
+    ReadHook hook{"", [](int) {}};
+    hook.after_read_at = [&](uint64_t offset, size_t length) {
+      if (offset == first && length == first_length) flip();
+    };
+    // A file system whose times do not move (a rewrite that keeps them, or a remote file
+    // system): only the bytes tell.
+    std::optional<io::FileIdentity> before;
+    hook.identity = [&](const io::FileIdentity& real) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!before) before = real;
+      return *before;
+    };
+    hook.fail_read = [&](uint64_t offset, size_t length) {
+      if (offset != second || length != second_length) return absl::OkStatus();
+      std::unique_lock<std::mutex> lock(mu);
+      if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return flipped; })) {
+        waited_too_long = true;
+      }
+      return absl::OkStatus();
+    };
+    std::atomic<int> ran = 0;
+    absl::StatusOr<StreamResult> streamed = Stream(std::move(hook), &ran);
+    EXPECT_TRUE(flipped) << hash_first;
+    EXPECT_FALSE(waited_too_long) << hash_first;
+    ASSERT_FALSE(streamed.ok()) << hash_first;
+    EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
+    EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("tensor 'p3'"));
+    EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("the file's hash"));
+  }
+}
+
+// Behind the reads, an I/O error on a read of the hashing cursor only (a range of an anchor the
+// reading cursor has read): the stream ends with that error.
+TEST_F(ReadBehindStream, BehindTheReadsAReadErrorOfTheHashingCursorEndsTheStream) {
+  hash_behind_ = true;
+  const uint64_t anchors = disk_.size() - kPairs * (4ull << 20);
+  std::atomic<uint64_t> furthest = 0;
+  std::atomic<bool> failed = false;
+  ReadHook hook{"", [](int) {}};
+  hook.after_read_at = [&](uint64_t offset, size_t length) {
+    uint64_t seen = furthest.load();
+    while (offset + length > seen && !furthest.compare_exchange_weak(seen, offset + length)) {
+    }
+  };
+  hook.fail_read = [&](uint64_t offset, size_t length) {
+    // The reading cursor reads each anchor byte once, front to back: a read of anchor bytes
+    // already read is the hashing cursor's.
+    if (offset < anchors || offset + length > furthest.load() || failed.exchange(true)) {
+      return absl::OkStatus();
+    }
+    return absl::DataLossError(absl::StrCat("model.safetensors: Input/output error at ", offset));
+  };
+  std::atomic<int> ran = 0;
+  absl::StatusOr<StreamResult> streamed = Stream(std::move(hook), &ran);
+  EXPECT_TRUE(failed.load());
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
+  EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("Input/output error"));
+}
+
+// Behind the reads, once the reading cursor has read the file's last byte and before the
+// hashing cursor gets there: the file cut short (the hashing cursor's read comes back short),
+// or its identity moved (a file system that reports a new mtime): DATA_LOSS naming the file.
+TEST_F(ReadBehindStream, BehindTheReadsAFileCutOrChangedBeforeTheHashingCursorEndsIsDataLoss) {
+  hash_behind_ = true;
+  for (const bool cut : {true, false}) {
+    {  // the file as it was
+      std::ofstream out((root_ / kFile).string(), std::ios::binary | std::ios::trunc);
+      out.write(reinterpret_cast<const char*>(disk_.data()),
+                static_cast<std::streamsize>(disk_.size()));
+    }
+    std::atomic<bool> at_end = false;
+    ReadHook hook{"", [](int) {}};
+    hook.after_read_at = [&](uint64_t offset, size_t length) {
+      // The first read that reaches the end is the reading cursor's.
+      if (offset + length != disk_.size() || at_end.exchange(true) || !cut) return;
+      ASSERT_EQ(::truncate((root_ / kFile).c_str(), static_cast<off_t>(disk_.size() - 4096)), 0);
+    };
+    hook.identity = [&](const io::FileIdentity& real) {
+      io::FileIdentity id = real;
+      if (!cut && at_end.load()) id.mtime_ns += 1;
+      return id;
+    };
+    std::atomic<int> ran = 0;
+    absl::StatusOr<StreamResult> streamed = Stream(std::move(hook), &ran);
+    EXPECT_TRUE(at_end.load()) << cut;
+    ASSERT_FALSE(streamed.ok()) << cut;
+    EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
+    EXPECT_THAT(std::string(streamed.status().message()), HasSubstr(kFile));
+    EXPECT_THAT(std::string(streamed.status().message()),
+                HasSubstr(cut ? "file ends at offset" : "changed while being read"));
+  }
+}
+
+// Whether a stream fits its window depends only on the headers and the window
+// (docs/audit-engine.md, "Memory"), not on hashing behind the reads, which holds no memory of
+// it: a window too small for one item, windows just above it (the cursor waits for memory) and
+// one where the partners are held give the same outcome both ways, the window holds, and those
+// that fit read the same bytes.
+TEST_F(ReadBehindStream, BehindTheReadsEachWindowFitsOrIsExhaustedAsWithout) {
+  int fits = 0;
+  for (const uint64_t kib : {6144, 7200, 8192, 40960}) {  // one item needs 7 MiB
+    window_ = kib << 10;
+    std::optional<absl::StatusOr<StreamResult>> without;
+    for (const bool behind : {false, true}) {
+      hash_behind_ = behind;
+      std::atomic<int> ran = 0;
+      absl::StatusOr<StreamResult> streamed = Stream(ReadHook{"", [](int) {}}, &ran);
+      if (!without) {
+        without = std::move(streamed);
+        continue;
+      }
+      ASSERT_EQ(streamed.status().code(), without->status().code())
+          << kib << " KiB: " << streamed.status() << " / " << without->status();
+      if (!streamed.ok()) continue;
+      ++fits;
+      EXPECT_EQ(ran.load(), kPairs + kPairs / 2) << kib;
+      EXPECT_LE(streamed->peak_kept_bytes, window_) << kib;
+      EXPECT_EQ(streamed->bytes_read, (*without)->bytes_read) << kib;
+      EXPECT_EQ(streamed->images[0]->files.back().sha256, Sha256Of(disk_)) << kib;
+    }
+  }
+  EXPECT_EQ(fits, 3);
+}
+
+// Counts what a stream reports.
+class CountProgress final : public Progress {
+ public:
+  void Begin(std::string_view, uint64_t total) override { total_ = total; }
+  void Advance(uint64_t n) override { done_ += n; }
+  void End() override {}
+  uint64_t total() const { return total_; }
+  uint64_t done() const { return done_.load(); }
+
+ private:
+  uint64_t total_ = 0;
+  std::atomic<uint64_t> done_{0};
+};
+
+// Hashing behind the reads over two files streamed at once, each storing six 4 MiB anchors a<i>
+// before their 512 KiB partners b<i> (docs/audit-engine.md, "Reading ahead of the cursor"):
+// work item i of a file needs its a<i> and b<i>, so each b<i> is read ahead when the reading
+// cursor reaches a<i>; one more item needs a0 of both files. The work gets the bytes on disk,
+// the files their digests, each byte is read and reported once, the window holds. Then b3 of
+// the second file is rewritten (one byte) right after its read ahead, before the hashing cursor
+// reaches it, on a file system that reports its times unchanged: DATA_LOSS naming it, and no
+// work sees the new byte.
+TEST(StreamFaults, BehindTheReadsTwoFilesWithPartnersReadAheadAndOneChangedAfterItsReadAhead) {
+  TempDir tmp;
+  const fs::path root = tmp.path() / "tree";
+  fs::create_directories(root);
+  const std::vector<std::string> names = {"x.safetensors", "y.safetensors"};
+  std::vector<std::vector<uint8_t>> disk;
+  for (size_t f = 0; f < names.size(); ++f) {
+    std::vector<quant::TensorToWrite> tensors;
+    for (const char* kind : {"a", "b"}) {
+      const uint64_t size = kind[0] == 'a' ? 4ull << 20 : 512ull << 10;
+      for (int i = 0; i < 6; ++i) {
+        std::mt19937_64 rng(100 * f + tensors.size() + 1);
+        std::vector<uint8_t> bytes(size);
+        for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+        tensors.push_back(quant::TensorToWrite::Owned(absl::StrCat(kind, i), DType::kU8, {size},
+                                                      std::move(bytes)));
+      }
+    }
+    ASSERT_TRUE(quant::WriteSafetensors((root / names[f]).string(), std::move(tensors), {}).ok());
+    disk.push_back(::ckpt::testing::ReadAll(root / names[f]));
+  }
+  const uint64_t data_bytes = 6 * ((4ull << 20) + (512ull << 10));
+  for (const bool change : {false, true}) {
+    const uint64_t b3 = disk[1].size() - 3 * (512ull << 10);
+    const uint64_t flip_at = b3 + 1000;
+    std::atomic<bool> flipped = false;
+    std::mutex mu;
+    std::optional<io::FileIdentity> before;
+    ReadHook hook{names[1], [](int) {}};
+    const uint64_t b0 = disk[1].size() - 6 * (512ull << 10);
+    std::atomic<uint64_t> anchors_read = 0;  // the end of the furthest read before b0
+    std::atomic<bool> read_ahead = false;    // b3 was first read before every anchor was
+    hook.after_read_at = [&](uint64_t offset, size_t length) {
+      if (offset < b0) {
+        uint64_t seen = anchors_read.load();
+        while (offset + length > seen &&
+               !anchors_read.compare_exchange_weak(seen, offset + length)) {
+        }
+      }
+      // The first read of b3 is its read ahead: the reading cursor passes b3 only once it is
+      // in, and the hashing cursor never passes the reading cursor.
+      if (!change || offset > flip_at || offset + length <= flip_at || flipped.exchange(true)) {
+        return;
+      }
+      read_ahead = anchors_read.load() < b0;
+      const uint8_t b = disk[1][flip_at] ^ 0x02;
+      int fd = ::open((root / names[1]).c_str(), O_WRONLY);
+      ASSERT_GE(fd, 0);
+      ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(flip_at)), 1);
+      ::close(fd);
+    };
+    hook.identity = [&](const io::FileIdentity& real) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!before) before = real;
+      return *before;
+    };
+    ReadOptions read = Checkpoint::ReadOnly();
+    read.keep = ReadOptions::Keep::kStreamTensorData;
+    read.memory_window = 32ull << 20;
+    read.threads = 3;
+    read.file_digests = true;
+    read.tensor_digests = true;
+    read.hash_behind = true;
+    absl::StatusOr<TreeListing> listing =
+        ListTree(FaultDirectory::Open(root.string(), std::move(hook)));
+    ASSERT_TRUE(listing.ok()) << listing.status();
+    absl::StatusOr<std::shared_ptr<const TreeImage>> image =
+        ReadTree(*std::move(listing), read, NoProgress());
+    ASSERT_TRUE(image.ok()) << image.status();
+    ASSERT_EQ((*image)->files.size(), 2u);
+    std::vector<const SafetensorsFile*> st;
+    for (const ImageFile& f : (*image)->files) st.push_back(f.safetensors.get());
+    std::atomic<int> ran = 0;
+    auto item = [&](std::string label, StreamTensors tensors) {
+      StreamWork w{std::move(label), tensors, [&, tensors]() -> absl::Status {
+                     for (const auto& [file, t] : tensors) {
+                       const std::vector<uint8_t>& bytes = disk[file == st[0] ? 0 : 1];
+                       const std::span<const uint8_t> lent = file->Bytes(*t);
+                       const std::span<const uint8_t> want(
+                           bytes.data() + file->data_start() + t->begin, t->end - t->begin);
+                       if (lent.size() != want.size() || Sha256Of(lent) != Sha256Of(want)) {
+                         return absl::InternalError(absl::StrCat(t->name, ": not the bytes on disk"));
+                       }
+                     }
+                     ++ran;
+                     return absl::OkStatus();
+                   }};
+      return w;
+    };
+    std::vector<StreamWork> work;
+    for (size_t f = 0; f < 2; ++f) {
+      for (int i = 0; i < 6; ++i) {
+        work.push_back(item(absl::StrCat(names[f], " ", i),
+                            {{st[f], st[f]->Find(absl::StrCat("a", i))},
+                             {st[f], st[f]->Find(absl::StrCat("b", i))}}));
+      }
+    }
+    work.push_back(item("both a0", {{st[0], st[0]->Find("a0")}, {st[1], st[1]->Find("a0")}}));
+    CountProgress progress;
+    absl::StatusOr<StreamResult> streamed = StreamTrees({*image}, std::move(work), read, progress);
+    if (change) {
+      EXPECT_TRUE(flipped.load());
+      EXPECT_TRUE(read_ahead.load());
+      ASSERT_FALSE(streamed.ok());
+      EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
+      EXPECT_THAT(std::string(streamed.status().message()), HasSubstr(names[1]));
+      EXPECT_THAT(std::string(streamed.status().message()), HasSubstr("tensor 'b3'"));
+      continue;
+    }
+    ASSERT_TRUE(streamed.ok()) << streamed.status();
+    EXPECT_EQ(ran.load(), 13);
+    EXPECT_EQ(streamed->bytes_read, 2 * data_bytes);
+    EXPECT_EQ(progress.total(), 2 * data_bytes);
+    EXPECT_EQ(progress.done(), 2 * data_bytes);
+    EXPECT_LE(streamed->peak_kept_bytes, read.memory_window);
+    for (size_t f = 0; f < 2; ++f) {
+      const ImageFile& out = streamed->images[0]->files[f];
+      EXPECT_EQ(out.sha256, Sha256Of(disk[f])) << names[f];
+      ExpectTensorDigestsOf(out, disk[f]);
+    }
+  }
+}
+
+// Progress counts each byte of the file's tensor data once, with and without hashing behind
+// the reads (the partners' second reads are not counted again), and ends at that size.
+TEST_F(ReadBehindStream, ProgressEndsAtTheTensorDataWithOrWithoutHashingBehind) {
+  for (const bool behind : {false, true}) {
+    hash_behind_ = behind;
+    CountProgress progress;
+    std::atomic<int> ran = 0;
+    absl::StatusOr<StreamResult> streamed = Stream(ReadHook{"", [](int) {}}, &ran, progress);
+    ASSERT_TRUE(streamed.ok()) << streamed.status();
+    EXPECT_EQ(progress.total(), kPairs * (7ull << 20)) << behind;
+    EXPECT_EQ(progress.done(), progress.total()) << behind;
   }
 }
 
