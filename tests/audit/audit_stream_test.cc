@@ -51,6 +51,14 @@ using ::testing::HasSubstr;
 
 constexpr uint64_t kSmallWindow = 1ull << 20;
 constexpr char kShard[] = "model-00001-of-00002.safetensors";
+
+// Writes `value` at `offset` of `file` in place (same inode, as a rewrite by another process).
+void OverwriteByte(const fs::path& file, uint64_t offset, uint8_t value) {
+  int fd = ::open(file.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0) << file;
+  ASSERT_EQ(::pwrite(fd, &value, 1, static_cast<off_t>(offset)), 1) << file;
+  ::close(fd);
+}
 constexpr char kScale[] = "language_model.model.layers.1.block_sparse_moe.experts.3.w1.weight_scale";
 // What the layout with packed weights far from their scales needs when the scales are read
 // ahead: the largest work item (512 KiB) beside the small files and headers with their parsed
@@ -348,10 +356,7 @@ TEST_F(AuditStreamTest, FileRewrittenBetweenReadAheadAndHashIsDataLoss) {
     ASSERT_EQ(::stat((derived_ / kShard).c_str(), &before), 0);
     std::vector<uint8_t> bytes = ::ckpt::testing::ReadAll(derived_ / kShard);
     bytes[scale_at] ^= 0x08;
-    int fd = ::open((derived_ / kShard).c_str(), O_WRONLY);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::pwrite(fd, &bytes[scale_at], 1, static_cast<off_t>(scale_at)), 1);
-    ::close(fd);
+    OverwriteByte(derived_ / kShard, scale_at, bytes[scale_at]);
     struct timespec times[2] = {before.st_atim, before.st_mtim};
     ASSERT_EQ(::utimensat(AT_FDCWD, (derived_ / kShard).c_str(), times, 0), 0);
   };
@@ -727,10 +732,7 @@ TEST_F(ReadBehindStream, BehindTheReadsATensorChangedAfterItsReadIsDataLoss) {
     // The first read of that byte is the reading cursor's; the hashing cursor reads it later.
     if (offset > flip_at || offset + length <= flip_at || flipped.exchange(true)) return;
     const uint8_t b = disk_[flip_at] ^ 0x01;
-    int fd = ::open((root_ / kFile).c_str(), O_WRONLY);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(flip_at)), 1);
-    ::close(fd);
+    OverwriteByte(root_ / kFile, flip_at, b);
   };
   std::atomic<int> ran = 0;
   absl::StatusOr<StreamResult> streamed = Stream(std::move(hook), &ran);
@@ -758,10 +760,7 @@ TEST_F(ReadBehindStream, BehindTheReadsAGrowingFileIsDataLossAndACancelStops) {
   EXPECT_EQ(streamed.status().code(), absl::StatusCode::kDataLoss) << streamed.status();
   EXPECT_THAT(std::string(streamed.status().message()), HasSubstr(kFile));
 
-  {  // the file as it was
-    std::ofstream out((root_ / kFile).string(), std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(disk_.data()), static_cast<std::streamsize>(disk_.size()));
-  }
+  ::ckpt::testing::WriteAll(root_ / kFile, disk_);  // the file as it was
   CancelAfter progress(30ull << 20);
   ran = 0;
   streamed = Stream(ReadHook{"", [](int) {}}, &ran, progress);
@@ -780,10 +779,7 @@ TEST_F(ReadBehindStream, APartnerChangedBeforeItsSecondReadIsDataLoss) {
   hook.after_read_at = [&](uint64_t offset, size_t) {
     if (offset < data + kPairs * (3ull << 20) || flipped.exchange(true)) return;
     const uint8_t b = disk_[flip_at] ^ 0x40;  // the cursor is among the anchors
-    int fd = ::open((root_ / kFile).c_str(), O_WRONLY);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(flip_at)), 1);
-    ::close(fd);
+    OverwriteByte(root_ / kFile, flip_at, b);
   };
   std::atomic<int> ran = 0;
   absl::StatusOr<StreamResult> streamed = Stream(std::move(hook), &ran);
@@ -836,11 +832,7 @@ TEST_F(ReadBehindStream, BehindTheReadsAPartnerChangedBetweenItsTwoReadsIsDataLo
   const uint64_t work_read = p3, hash_read = p3 + (1ull << 20);
   const uint64_t flip_at = hash_read + 5;
   for (const bool hash_first : {true, false}) {
-    {  // the file as it was
-      std::ofstream out((root_ / kFile).string(), std::ios::binary | std::ios::trunc);
-      out.write(reinterpret_cast<const char*>(disk_.data()),
-                static_cast<std::streamsize>(disk_.size()));
-    }
+    ::ckpt::testing::WriteAll(root_ / kFile, disk_);  // the file as it was
     std::mutex mu;
     std::condition_variable cv;
     bool flipped = false, waited_too_long = false;
@@ -848,10 +840,7 @@ TEST_F(ReadBehindStream, BehindTheReadsAPartnerChangedBetweenItsTwoReadsIsDataLo
       std::lock_guard<std::mutex> lock(mu);
       if (flipped) return;
       const uint8_t b = disk_[flip_at] ^ 0x10;
-      int fd = ::open((root_ / kFile).c_str(), O_WRONLY);
-      ASSERT_GE(fd, 0);
-      ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(flip_at)), 1);
-      ::close(fd);
+      OverwriteByte(root_ / kFile, flip_at, b);
       flipped = true;
       cv.notify_all();
     };
@@ -925,11 +914,7 @@ TEST_F(ReadBehindStream, BehindTheReadsAReadErrorOfTheHashingCursorEndsTheStream
 TEST_F(ReadBehindStream, BehindTheReadsAFileCutOrChangedBeforeTheHashingCursorEndsIsDataLoss) {
   hash_behind_ = true;
   for (const bool cut : {true, false}) {
-    {  // the file as it was
-      std::ofstream out((root_ / kFile).string(), std::ios::binary | std::ios::trunc);
-      out.write(reinterpret_cast<const char*>(disk_.data()),
-                static_cast<std::streamsize>(disk_.size()));
-    }
+    ::ckpt::testing::WriteAll(root_ / kFile, disk_);  // the file as it was
     std::atomic<bool> at_end = false;
     ReadHook hook{"", [](int) {}};
     hook.after_read_at = [&](uint64_t offset, size_t length) {
@@ -1052,10 +1037,7 @@ TEST(StreamFaults, BehindTheReadsTwoFilesWithPartnersReadAheadAndOneChangedAfter
       }
       read_ahead = anchors_read.load() < b0;
       const uint8_t b = disk[1][flip_at] ^ 0x02;
-      int fd = ::open((root / names[1]).c_str(), O_WRONLY);
-      ASSERT_GE(fd, 0);
-      ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(flip_at)), 1);
-      ::close(fd);
+      OverwriteByte(root / names[1], flip_at, b);
     };
     hook.identity = [&](const io::FileIdentity& real) {
       std::lock_guard<std::mutex> lock(mu);
