@@ -138,6 +138,12 @@ CREATE TRIGGER jobs_request_fixed
   BEGIN SELECT RAISE(ABORT, 'a job''s id and request are fixed'); END;
 )sql";
 
+// Schema version 6: the OCI referrers ckpt-auditd --attach pushed for a job's record (state,
+// like the outcome; docs/daemon.md "OCI subjects").
+constexpr char kSchemaV6[] = R"sql(
+ALTER TABLE jobs ADD COLUMN referrers TEXT NOT NULL DEFAULT '';
+)sql";
+
 constexpr const char* kAppendOnlyTables[] = {"meta", "entries", "subjects", "tree_nodes",
                                              "checkpoints"};
 
@@ -486,6 +492,11 @@ absl::Status EvidenceLog::Migrate() {
   }
   if (version < 5) {
     if (auto s = Exec(db_, absl::StrCat(kSchemaV5, "PRAGMA user_version = 5;"), label_); !s.ok()) {
+      return s;
+    }
+  }
+  if (version < 6) {
+    if (auto s = Exec(db_, absl::StrCat(kSchemaV6, "PRAGMA user_version = 6;"), label_); !s.ok()) {
       return s;
     }
   }

@@ -40,7 +40,7 @@
 
 namespace ckpt::storage {
 
-inline constexpr int kLogSchemaVersion = 5;
+inline constexpr int kLogSchemaVersion = 6;
 
 struct LogEntry {
   uint64_t seq = 0;          // leaf index, from 0; the record id users see

@@ -25,6 +25,9 @@ constexpr char kNoMacColumns[] = ", 0, ''";
 // Schema 5's; an older table reads them as jobs the daemon runs itself.
 constexpr char kExecutorColumns[] = ", parts, executor_job";
 constexpr char kNoExecutorColumns[] = ", 0, ''";
+// Schema 6's; an older table reads them as no referrers pushed.
+constexpr char kReferrerColumns[] = ", referrers";
+constexpr char kNoReferrerColumns[] = ", ''";
 // What the daemon's key signs to make the job row key: one line without a newline, so neither
 // a DSSE PAE ("DSSEv1 ...") nor a checkpoint note (lines each ending in a newline).
 constexpr char kJobRowKeyLabel[] = "ckpt-auditd job row authentication key, version 1";
@@ -51,6 +54,7 @@ JobRow ReadRow(const Statement& q) {
   r.mac = q.Text(17);
   r.parts = q.Int(18);
   r.executor_job = q.Text(19);
+  r.referrers = q.Text(20);
   return r;
 }
 
@@ -118,7 +122,8 @@ JobTable::~JobTable() { sqlite3_close(db_); }
 std::string JobTable::Columns() const {
   return absl::StrCat(kColumns, version_ >= 3 ? kForwardColumns : kNoForwardColumns,
                       version_ >= 4 ? kMacColumns : kNoMacColumns,
-                      version_ >= 5 ? kExecutorColumns : kNoExecutorColumns);
+                      version_ >= 5 ? kExecutorColumns : kNoExecutorColumns,
+                      version_ >= 6 ? kReferrerColumns : kNoReferrerColumns);
 }
 
 std::string JobTable::Mac(const JobRow& row) const {
@@ -142,7 +147,7 @@ void JobTable::Authenticate(JobRow& row) const {
 
 absl::Status JobTable::Insert(JobRow& row) {
   if (!key_) return absl::FailedPreconditionError(absl::StrCat(label_, ": jobs opened read-only"));
-  if (version_ < 5) {
+  if (version_ < 6) {
     return absl::FailedPreconditionError(
         absl::StrCat(label_, ": schema version ", version_, " is too old to record jobs"));
   }
@@ -160,7 +165,8 @@ absl::Status JobTable::Insert(JobRow& row) {
   row.authentic = true;
   auto ins = Statement::Prepare(
       db_, absl::StrCat("INSERT INTO jobs(seq, ", kColumns, kForwardColumns, kMacColumns,
-                        kExecutorColumns, ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"),
+                        kExecutorColumns, kReferrerColumns,
+                        ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"),
       label_);
   if (!ins.ok()) return ins.status();
   ins->Bind(1, seq)
@@ -183,7 +189,8 @@ absl::Status JobTable::Insert(JobRow& row) {
       .Bind(18, row.interruptions)
       .Bind(19, row.mac)
       .Bind(20, row.parts)
-      .Bind(21, row.executor_job);
+      .Bind(21, row.executor_job)
+      .Bind(22, row.referrers);
   if (auto s = ins->Run(); !s.ok()) return s;
   if (auto s = Exec(db_, "COMMIT", label_); !s.ok()) return s;
   tx.Committed();
@@ -194,7 +201,7 @@ absl::Status JobTable::Update(const JobRow& row) {
   auto up = Statement::Prepare(
       db_,
       "UPDATE jobs SET state = ?, verdict = ?, record_id = ?, error_code = ?, error_message = ?,"
-      " finished_at = ?, interruptions = ?, executor_job = ? WHERE id = ?",
+      " finished_at = ?, interruptions = ?, executor_job = ?, referrers = ? WHERE id = ?",
       label_);
   if (!up.ok()) return up.status();
   up->Bind(1, row.state)
@@ -205,7 +212,8 @@ absl::Status JobTable::Update(const JobRow& row) {
       .Bind(6, row.finished_at)
       .Bind(7, row.interruptions)
       .Bind(8, row.executor_job)
-      .Bind(9, row.id);
+      .Bind(9, row.referrers)
+      .Bind(10, row.id);
   if (auto s = up->Run(); !s.ok()) return s;
   if (sqlite3_changes(db_) != 1) {
     return absl::NotFoundError(absl::StrCat("no job ", row.id));

@@ -51,6 +51,9 @@ struct JobRow {
   std::string mac;            // schema 4: hex HMAC-SHA-256 of the request, set by Insert
   int64_t parts = 0;          // schema 5: Slurm parts requested (0: run by the daemon itself)
   std::string executor_job;   // schema 5: the Slurm array job running it, once submitted
+  // Schema 6: the OCI referrers ckpt-auditd --attach pushed for its record, one line each:
+  // "DIGEST PREDICATE_TYPE api|tag" (listed by the referrers API or a tag index).
+  std::string referrers;
   bool authentic = false;     // read through a writer's table: `mac` verifies under its key
 };
 
@@ -80,7 +83,8 @@ class JobTable {
 
   // Inserts a queued job; fills in its id. `row.created_at` must be set.
   absl::Status Insert(JobRow& row);
-  // Writes the state, outcome, interruption and executor_job columns of the job `row.id`.
+  // Writes the state, outcome (referrers included), interruption and executor_job columns of
+  // the job `row.id`.
   absl::Status Update(const JobRow& row);
   absl::StatusOr<JobRow> Get(const std::string& id) const;
   // Queued and running jobs, oldest first.

@@ -480,13 +480,19 @@ absl::StatusOr<JobOutcome> AuditBackend::RunJob(const JobSpec& spec, JobRun& run
   if (!record.ok()) return record.status();
   absl::StatusOr<JobOutcome> outcome = Publish(*record, run);
   if (outcome.ok() && options_.attach && oci::IsOciReference(options.root)) {
-    outcome->attach = Attach(options.root, outcome->record_id, run);
+    absl::StatusOr<std::vector<JobReferrer>> attached =
+        Attach(options.root, outcome->record_id, run);
+    if (attached.ok()) {
+      outcome->referrers = *std::move(attached);
+    } else {
+      outcome->attach = attached.status();
+    }
   }
   return outcome;
 }
 
-absl::Status AuditBackend::Attach(const std::string& reference, int64_t record_id,
-                                  JobRun& run) {
+absl::StatusOr<std::vector<JobReferrer>> AuditBackend::Attach(const std::string& reference,
+                                                              int64_t record_id, JobRun& run) {
   run.Note("attach", 0, 2, absl::StrCat("record ", record_id, " to ", reference));
   // The statements are made from the record as stored, read back through a connection of its
   // own: the pushes may take long, and the pool's readers serve calls meanwhile.
@@ -502,6 +508,7 @@ absl::Status AuditBackend::Attach(const std::string& reference, int64_t record_i
                                  kVerifierId);
   }
   absl::Status result = attached.status();
+  std::vector<JobReferrer> referrers;
   if (!result.ok()) {
     result = absl::Status(result.code(), absl::StrCat("attach of record ", record_id, " to ",
                                                       reference, " failed (the record stays "
@@ -513,11 +520,13 @@ absl::Status AuditBackend::Attach(const std::string& reference, int64_t record_i
       absl::StrAppend(&pushed, pushed.empty() ? "" : ", ", st.referrer.digest, " (",
                       st.predicate_type, st.referrer.referrers_api ? ", referrers API" : "",
                       ")");
+      referrers.push_back({st.referrer.digest, st.predicate_type, st.referrer.referrers_api});
     }
     run.Note("attach", attached->size(), 2, absl::StrCat("attached ", pushed));
   }
   if (options_.observer != nullptr) options_.observer->Attached(run.id(), reference, result);
-  return result;
+  if (!result.ok()) return result;
+  return referrers;
 }
 
 absl::StatusOr<std::string> AuditBackend::ReadVerifiedEntry(uint64_t seq) {

@@ -145,8 +145,9 @@ class AuditBackend {
   // Signs nothing once `run` is cancelled: JobRun::Commit under the write lock.
   absl::StatusOr<JobOutcome> Publish(const evidence::EvidenceRecord& record, JobRun& run);
   // --attach: pushes record `record_id` as referrers of the manifest `reference` names by
-  // digest, noting the step for the job's watchers and the observer.
-  absl::Status Attach(const std::string& reference, int64_t record_id, JobRun& run);
+  // digest, noting the step for the job's watchers and the observer; the referrers pushed.
+  absl::StatusOr<std::vector<JobReferrer>> Attach(const std::string& reference,
+                                                  int64_t record_id, JobRun& run);
   // Adds entries [from, log size) to the gate index; requires write_mu_.
   absl::Status IndexAppendedLocked(uint64_t from);
   // The format of the checkpoint under `root`, whose files must be those of `content`.

@@ -66,6 +66,12 @@ void FillJob(const AuditBackend& backend, const JobSnapshot& s, pb::Job* out) {
   out->set_error_message(Text(s.error.message()));
   out->set_created_at(s.created_at);
   out->set_finished_at(s.finished_at);
+  for (const JobReferrer& r : s.outcome.referrers) {
+    pb::Referrer* pr = out->add_referrers();
+    pr->set_digest(Text(r.digest));
+    pr->set_predicate_type(Text(r.predicate_type));
+    pr->set_referrers_api(r.referrers_api);
+  }
   if (std::optional<AuditFacts> facts = backend.RecordFacts(s.outcome.record_id)) {
     out->set_layout(Text(facts->layout));
     out->set_source_layout(Text(facts->source_layout));

@@ -22,6 +22,30 @@ std::string RootMapText(const std::vector<quant::RootMapping>& map) {
   return out;
 }
 
+// One line per referrer: "DIGEST PREDICATE_TYPE api|tag" (storage::JobRow::referrers).
+std::string ReferrersText(const std::vector<JobReferrer>& referrers) {
+  std::string out;
+  for (const JobReferrer& r : referrers) {
+    absl::StrAppend(&out, r.digest, " ", r.predicate_type, r.referrers_api ? " api\n" : " tag\n");
+  }
+  return out;
+}
+
+// The database is not trusted: a line that is not three words ending in api or tag is left
+// out (nothing signed is read from here; the registry and the log say what was pushed).
+std::vector<JobReferrer> ReferrersOf(const std::string& text) {
+  std::vector<JobReferrer> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> words = absl::StrSplit(line, ' ');
+    if (words.size() != 3 || words[0].empty() || words[1].empty() ||
+        (words[2] != "api" && words[2] != "tag")) {
+      continue;
+    }
+    out.push_back({words[0], words[1], words[2] == "api"});
+  }
+  return out;
+}
+
 std::vector<quant::RootMapping> RootMapOf(const std::string& text) {
   std::vector<quant::RootMapping> out;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
@@ -52,6 +76,7 @@ storage::JobRow RowOf(const JobSnapshot& s) {
   r.interruptions = s.interruptions;
   r.parts = s.spec.parts;
   r.executor_job = s.spec.executor_job;
+  r.referrers = ReferrersText(s.outcome.referrers);
   return r;
 }
 
@@ -70,7 +95,9 @@ JobSnapshot SnapshotOf(const storage::JobRow& r) {
   for (JobState st : kAllStates) {
     if (JobStateName(st) == r.state) s.state = st;
   }
-  s.outcome = {r.verdict, r.record_id};
+  s.outcome.verdict = r.verdict;
+  s.outcome.record_id = r.record_id;
+  s.outcome.referrers = ReferrersOf(r.referrers);
   s.error = absl::Status(static_cast<absl::StatusCode>(r.error_code), r.error_message);
   s.created_at = r.created_at;
   s.finished_at = r.finished_at;

@@ -67,6 +67,14 @@ struct JobSpec {
   std::shared_ptr<const io::Directory> root_dir, source_dir;
 };
 
+// One OCI referrer ckpt-auditd --attach pushed for a job's record.
+struct JobReferrer {
+  std::string digest;          // the referrer manifest's
+  std::string predicate_type;  // of the statement its bundle holds
+  bool referrers_api = false;  // listed by the registry's referrers API (else by a tag index)
+  bool operator==(const JobReferrer&) const = default;
+};
+
 // What a finished audit reports back.
 struct JobOutcome {
   std::string verdict;  // "pass" / "fail"
@@ -76,6 +84,7 @@ struct JobOutcome {
   // pushed or not asked for). The job still succeeds: its record is in the log, and the job's
   // error says what went wrong (docs/daemon.md, "OCI subjects").
   absl::Status attach;
+  std::vector<JobReferrer> referrers;  // --attach: what was pushed, when it all was
 };
 
 struct JobCounts {

@@ -415,6 +415,51 @@ TEST_F(JobManagerTest, ExecutorJobIsStoredAndRecovered) {
   EXPECT_EQ((*m)->Get(id)->state, JobState::kCancelled);
 }
 
+// The referrers --attach pushed are stored with the job and answered after a restart; the
+// column is not trusted: a line that is not "DIGEST PREDICATE_TYPE api|tag" is left out.
+TEST_F(JobManagerTest, AttachedReferrersAreStoredAndAnsweredAfterARestart) {
+  const std::vector<JobReferrer> pushed = {
+      {"sha256:" + std::string(64, 'a'), "https://slsa.dev/verification_summary/v1", false},
+      {"sha256:" + std::string(64, 'b'), "https://in-toto.io/attestation/test-result/v0.1",
+       true}};
+  std::string id;
+  {
+    auto m = JobManager::Create(
+        [&](const JobSpec&, JobRun&) -> absl::StatusOr<JobOutcome> {
+          JobOutcome o{"pass", 7};
+          o.referrers = pushed;
+          return o;
+        },
+        table_.get(), lookup_.get(), absl::OkStatus(), 1, 4);
+    ASSERT_TRUE(m.ok()) << m.status();
+    auto submitted = (*m)->Submit(JobSpec{"root", "", "scale-window"});
+    ASSERT_TRUE(submitted.ok()) << submitted.status();
+    id = *submitted;
+    WaitDone(**m, id);
+    EXPECT_EQ((*m)->Get(id)->outcome.referrers, pushed);
+  }
+  EXPECT_EQ(table_->Get(id)->referrers,
+            "sha256:" + std::string(64, 'a') + " https://slsa.dev/verification_summary/v1 tag\n"
+            "sha256:" + std::string(64, 'b') +
+                " https://in-toto.io/attestation/test-result/v0.1 api\n");
+  GatedWork work;
+  auto restarted = Manager(work);
+  ASSERT_NE(restarted, nullptr);
+  auto after = restarted->Get(id);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->state, JobState::kSucceeded);
+  EXPECT_EQ(after->outcome.referrers, pushed);
+
+  ::ckpt::testing::RawDb raw(path_);
+  ASSERT_EQ(raw.Exec("UPDATE jobs SET referrers = 'sha256:1 p api extra\nsha256:2 p maybe\n"
+                     " p api\nsha256:3 p tag\n' WHERE id = '" + id + "'"),
+            0)
+      << raw.error();
+  after = restarted->Get(id);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->outcome.referrers, (std::vector<JobReferrer>{{"sha256:3", "p", false}}));
+}
+
 // Looking up a job of an earlier run reads through its own read-only connection: while another
 // process holds SQLite's write lock and a Submit waits for it, Get still answers (the daemon's
 // GetJob runs on gRPC's few callback threads, docs/daemon.md "Threads and memory").

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/head_state.h"
+#include "storage/job_table.h"
 #include "storage/log_verifier.h"
 #include "storage/tlog_checkpoint.h"
 #include "tests/evidence/log_test_util.h"
@@ -111,6 +112,54 @@ TEST_F(LogTest, PragmasAndSchemaVersion) {
   auto log = EvidenceLog::Open(path_, false);
   ASSERT_FALSE(log.ok());
   EXPECT_EQ(log.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A log of the previous schema (5) is migrated when a writer opens it: its jobs keep every
+// column, and the new one reads as no referrers; until then the jobs table reads it so too.
+TEST_F(LogTest, AVersion5LogIsMigratedKeepingItsJobs) {
+  Fill(2);
+  {
+    RawDb db(path_);
+    ASSERT_EQ(db.Exec("INSERT INTO jobs(seq, id, root, source_root, policy, root_map, invoker,"
+                      " state, verdict, record_id, error_code, error_message, created_at,"
+                      " finished_at, executor_job) VALUES(1, 'job-1', '/m', '', 'scale-window',"
+                      " '', 'ci', 'succeeded', 'pass', 1, 0, '', '2026-01-01T00:00:00.000Z',"
+                      " '2026-01-01T00:00:09.000Z', '42')"),
+              SQLITE_OK)
+        << db.error();
+    ASSERT_EQ(db.Exec("ALTER TABLE jobs DROP COLUMN referrers"), SQLITE_OK) << db.error();
+    ASSERT_EQ(db.Exec("PRAGMA user_version = 5"), SQLITE_OK);
+  }
+  auto old = JobTable::Open(path_, "log", std::nullopt);
+  ASSERT_TRUE(old.ok()) << old.status();
+  auto before = (*old)->Get("job-1");
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->referrers, "");
+  EXPECT_EQ(before->executor_job, "42");
+  old->reset();
+
+  auto log = Open();
+  EXPECT_EQ(*log->Size(), 2u);
+  {
+    RawDb db(path_);
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(db.get(), "PRAGMA user_version", -1, &st, nullptr);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int(st, 0), kLogSchemaVersion);
+    sqlite3_finalize(st);
+  }
+  auto table = JobTable::Open(path_, "log", std::nullopt);
+  ASSERT_TRUE(table.ok()) << table.status();
+  auto after = (*table)->Get("job-1");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->state, "succeeded");
+  EXPECT_EQ(after->verdict, "pass");
+  EXPECT_EQ(after->record_id, 1);
+  EXPECT_EQ(after->finished_at, "2026-01-01T00:00:09.000Z");
+  EXPECT_EQ(after->executor_job, "42");
+  EXPECT_EQ(after->referrers, "");
+  EXPECT_TRUE(VerifyLogFile(path_, trust_).ok());
+  EXPECT_EQ(AllProblems(), "");
 }
 
 TEST_F(LogTest, TriggersRefuseUpdateDeleteAndReplace) {
@@ -337,7 +386,8 @@ TEST_F(LogTest, SecondWriterIsRefusedReadersAreNot) {
   auto second = EvidenceLog::Open(path_, /*create=*/true);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(second.status().message(), HasSubstr(absl::StrCat("another writer (pid ", ::getpid())));
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrCat("another writer (pid ", ::getpid())));
   auto reader = EvidenceLog::OpenReadOnly(path_);
   ASSERT_TRUE(reader.ok()) << reader.status();
   ASSERT_TRUE(first->Append(SampleEnvelope(*key_, 0), *key_).ok());
@@ -436,11 +486,13 @@ TEST_F(LogTest, IndexRowsForOldEntriesAreRefused) {
   // Jobs change state, but are never deleted and their requests never change.
   ASSERT_EQ(db.Exec("INSERT INTO jobs VALUES(1, 'job-1', '/m', '', 'scale-window', '', '',"
                     " 'queued', '', -1, 0, '', '2026-01-01T00:00:00.000Z', '', 'all', 'cuda', '',"
-                    " 'c0de', 0, 3, '')"),
+                    " 'c0de', 0, 3, '', '')"),
             SQLITE_OK);
   EXPECT_EQ(db.Exec("UPDATE jobs SET interruptions = 1 WHERE id = 'job-1'"), SQLITE_OK);
   // Schema 5: the Slurm array running a job is recorded when submitted; its part count is fixed.
   EXPECT_EQ(db.Exec("UPDATE jobs SET executor_job = '42' WHERE id = 'job-1'"), SQLITE_OK);
+  // Schema 6: the referrers an attach pushed are state, like the outcome.
+  EXPECT_EQ(db.Exec("UPDATE jobs SET referrers = 'sha256:1 p tag' WHERE id = 'job-1'"), SQLITE_OK);
   EXPECT_NE(db.Exec("UPDATE jobs SET parts = 1 WHERE id = 'job-1'"), SQLITE_OK);
   EXPECT_NE(db.Exec("UPDATE jobs SET mac = '' WHERE id = 'job-1'"), SQLITE_OK);
   EXPECT_EQ(db.Exec("UPDATE jobs SET state = 'running' WHERE id = 'job-1'"), SQLITE_OK);

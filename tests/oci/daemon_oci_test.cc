@@ -1,10 +1,15 @@
 // ckpt-auditd with oci:// subjects (docs/daemon.md, "OCI subjects"): the registry allow-list
 // (--allow-registry) checked before any request reaches a registry, a pair audited from Debian's
 // docker-registry like the same files on disk, and --attach: referrers that `verify-oci`
-// accepts, and a registry that refuses pushes failing the attach while the record stays.
+// accepts and the job names (also after a restart), and a registry that refuses pushes failing
+// the attach while the record stays.
+#include <set>
+#include <utility>
+
 #include "ckpt_audit/v1/audit.grpc.pb.h"
 #include "core/audit/audit_checks.h"
 #include "core/evidence/dsse.h"
+#include "core/evidence/record.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
@@ -201,6 +206,25 @@ TEST(DaemonOci, PairFromARegistryAuditsLikeTheFilesOnDiskAndAttaches) {
   EXPECT_THAT(verified.out, HasSubstr("\"listed_by\": \"referrers-tag\""));
   EXPECT_THAT(verified.out, HasSubstr("https://in-toto.io/attestation/test-result/v0.1"));
   EXPECT_THAT(verified.out, HasSubstr("\"verdict\": \"pass\""));
+
+  // The job names the referrers it pushed, those the registry lists, and still after a restart.
+  std::set<std::pair<std::string, std::string>> listed, named;
+  const nlohmann::json report = nlohmann::json::parse(verified.out);
+  for (const auto& r : report.at("referrers")) {
+    listed.insert({r.at("digest").get<std::string>(), r.at("predicate_type").get<std::string>()});
+  }
+  ASSERT_EQ(job.referrers_size(), 2);
+  for (const pb::Referrer& r : job.referrers()) {
+    named.insert({r.digest(), r.predicate_type()});
+    EXPECT_FALSE(r.referrers_api());  // docker-registry lists them through the tag index
+  }
+  EXPECT_EQ(named, listed);
+  EXPECT_EQ(job.referrers(0).predicate_type(), evidence::kVerificationSummaryType);
+  EXPECT_EQ(d.Stop(), 0);
+  ASSERT_TRUE(d.Start({"--allow-registry", pair.host()}, "daemon2.log")) << d.process().log();
+  pb::Job after = d.Finished(started.id());
+  ASSERT_EQ(after.referrers_size(), 2);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(after.referrers(i).digest(), job.referrers(i).digest());
 }
 
 TEST(DaemonOci, AttachToARegistryThatRefusesPushesKeepsTheRecord) {
