@@ -344,13 +344,13 @@ TEST_F(AuditStreamTest, FileRewrittenBetweenReadAheadAndHashIsDataLoss) {
   // Right after the scale is read ahead (the cursor is still among the packed weights), its
   // bytes are rewritten in place and the mtime put back. The checks and the digest use the
   // bytes read; the rewrite is found when the file is checked at its end (ctime), and no
-  // record is made.
+  // record is made. The read-ahead runs on a thread of its own: on a busy machine the cursor
+  // may pass the last packed weight first, and that audit (nothing rewritten) is run again.
   std::atomic<bool> rewritten = false;
   ReadHook hook{kShard, [](int) {}};
   hook.after_read_at = [&](uint64_t offset, size_t length) {
     if (offset <= last_packed_at && last_packed_at < offset + length) last_packed_read = true;
-    if (rewritten || offset > scale_at || offset + length <= scale_at) return;
-    EXPECT_FALSE(last_packed_read) << "the scale was not read ahead of the cursor";
+    if (rewritten || last_packed_read || offset > scale_at || offset + length <= scale_at) return;
     rewritten = true;
     struct stat before;
     ASSERT_EQ(::stat((derived_ / kShard).c_str(), &before), 0);
@@ -362,11 +362,16 @@ TEST_F(AuditStreamTest, FileRewrittenBetweenReadAheadAndHashIsDataLoss) {
   };
   AuditOptions o;
   o.root = derived_.string();
-  o.root_dir = FaultDirectory::Open(derived_.string(), std::move(hook));
   o.source = source_.string();
   o.memory_window = kPackedWindow;
   o.threads = 3;
-  auto rec = RunAudit(o, NoProgress());
+  absl::StatusOr<evidence::EvidenceRecord> rec;
+  for (int attempt = 0; attempt < 10 && !rewritten; ++attempt) {
+    last_packed_read = false;
+    o.root_dir = FaultDirectory::Open(derived_.string(), hook);
+    rec = RunAudit(o, NoProgress());
+    if (!rewritten) ASSERT_TRUE(rec.ok()) << rec.status();
+  }
   EXPECT_TRUE(rewritten);
   ASSERT_FALSE(rec.ok());
   EXPECT_EQ(rec.status().code(), absl::StatusCode::kDataLoss) << rec.status();
