@@ -27,6 +27,16 @@ using ::testing::AnyOf;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 
+// The log file's PRAGMA user_version (its schema version).
+int UserVersion(const std::string& path) {
+  RawDb db(path);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db.get(), "PRAGMA user_version", -1, &st, nullptr);
+  const int version = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+  sqlite3_finalize(st);
+  return version;
+}
+
 class LogTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -97,12 +107,9 @@ TEST_F(LogTest, AppendsProvesAndVerifies) {
 
 TEST_F(LogTest, PragmasAndSchemaVersion) {
   Fill(1);
+  EXPECT_EQ(UserVersion(path_), kLogSchemaVersion);
   RawDb db(path_);
   sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(db.get(), "PRAGMA user_version", -1, &st, nullptr);
-  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(st, 0), kLogSchemaVersion);
-  sqlite3_finalize(st);
   sqlite3_prepare_v2(db.get(), "PRAGMA journal_mode", -1, &st, nullptr);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
   EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
@@ -130,27 +137,21 @@ TEST_F(LogTest, AVersion5LogIsMigratedKeepingItsJobs) {
     ASSERT_EQ(db.Exec("ALTER TABLE jobs DROP COLUMN referrers"), SQLITE_OK) << db.error();
     ASSERT_EQ(db.Exec("PRAGMA user_version = 5"), SQLITE_OK);
   }
-  auto old = JobTable::Open(path_, "log", std::nullopt);
-  ASSERT_TRUE(old.ok()) << old.status();
-  auto before = (*old)->Get("job-1");
+  // Read through a read-only jobs table opened on the log as it is now.
+  auto job1 = [&]() -> absl::StatusOr<JobRow> {
+    auto table = JobTable::Open(path_, "log", std::nullopt);
+    if (!table.ok()) return table.status();
+    return (*table)->Get("job-1");
+  };
+  auto before = job1();
   ASSERT_TRUE(before.ok()) << before.status();
   EXPECT_EQ(before->referrers, "");
   EXPECT_EQ(before->executor_job, "42");
-  old->reset();
 
   auto log = Open();
   EXPECT_EQ(*log->Size(), 2u);
-  {
-    RawDb db(path_);
-    sqlite3_stmt* st = nullptr;
-    sqlite3_prepare_v2(db.get(), "PRAGMA user_version", -1, &st, nullptr);
-    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-    EXPECT_EQ(sqlite3_column_int(st, 0), kLogSchemaVersion);
-    sqlite3_finalize(st);
-  }
-  auto table = JobTable::Open(path_, "log", std::nullopt);
-  ASSERT_TRUE(table.ok()) << table.status();
-  auto after = (*table)->Get("job-1");
+  EXPECT_EQ(UserVersion(path_), kLogSchemaVersion);
+  auto after = job1();
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->state, "succeeded");
   EXPECT_EQ(after->verdict, "pass");
