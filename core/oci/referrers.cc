@@ -1,5 +1,6 @@
 #include "core/oci/referrers.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -15,7 +16,26 @@
 namespace ckpt::oci {
 namespace {
 
-constexpr int kIndexAttempts = 8;
+// Attempts of each step of an attach that meets concurrent writers, and the pauses between them.
+constexpr int kAttempts = 12;
+
+// Pauses that double from 40 ms up to 640 ms, each of a random length between half and all of
+// that, so that writers that collided once spread apart.
+class Backoff {
+ public:
+  void Pause() {
+    const int ms = std::uniform_int_distribution<int>(cap_ / 2, cap_)(random_);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    cap_ = std::min(cap_ * 2, 640);
+  }
+
+ private:
+  std::mt19937 random_{std::random_device{}()};
+  int cap_ = 40;
+};
+
+// What a registry answers while another client writes the same blob or tag: tried again.
+bool Transient(const absl::Status& s) { return absl::IsAborted(s) || absl::IsUnavailable(s); }
 
 // The tag index's entries; an absent tag is an empty list.
 absl::StatusOr<std::vector<Descriptor>> ReadTagIndex(const Registry& reg, const std::string& tag) {
@@ -57,8 +77,6 @@ absl::StatusOr<Attached> AttachBundle(const Registry& reg, const Descriptor& sub
                                       const std::string& bundle_json,
                                       const std::string& predicate_type) {
   const std::string empty = "{}";
-  if (absl::Status s = reg.PushBlob(empty); !s.ok()) return s;
-  if (absl::Status s = reg.PushBlob(bundle_json); !s.ok()) return s;
   Manifest m;
   m.media_type = kOciManifest;
   m.artifact_type = evidence::kSigstoreBundleV03MediaType;
@@ -73,10 +91,25 @@ absl::StatusOr<Attached> AttachBundle(const Registry& reg, const Descriptor& sub
   m.annotations[kPredicateTypeAnnotation] = predicate_type;
   const std::string bytes = ManifestBytes(m);
   Attached out;
+  Backoff backoff;
+  // The blobs, then the manifest by digest. A registry answers ABORTED (registry.h) or 5xx while
+  // another client pushes the same blob (the empty config is every referrer's): each attempt
+  // checks both blobs again, pushes what is missing, and puts the manifest again.
   std::string answered_subject;
-  auto pushed = reg.PushManifest(DigestOf(bytes), kOciManifest, bytes, &answered_subject);
-  if (!pushed.ok()) return pushed.status();
-  out.digest = *pushed;
+  for (int attempt = 1;; ++attempt) {
+    absl::Status s = reg.PushBlob(empty);
+    if (s.ok()) s = reg.PushBlob(bundle_json);
+    if (s.ok()) {
+      auto pushed = reg.PushManifest(DigestOf(bytes), kOciManifest, bytes, &answered_subject);
+      if (pushed.ok()) {
+        out.digest = *pushed;
+        break;
+      }
+      s = pushed.status();
+    }
+    if (!Transient(s) || attempt == kAttempts) return s;
+    backoff.Pause();
+  }
   // A registry with the referrers API says so by echoing the subject; it lists the referrer
   // itself, and clients must not write the tag index then (distribution-spec 1.1).
   if (answered_subject == subject.digest) {
@@ -87,42 +120,42 @@ absl::StatusOr<Attached> AttachBundle(const Registry& reg, const Descriptor& sub
   Descriptor entry = BlobDescriptor(kOciManifest, bytes);
   entry.artifact_type = m.artifact_type;
   entry.annotations = m.annotations;
-  std::mt19937 jitter(std::random_device{}());
-  auto pause = [&jitter] {
-    std::this_thread::sleep_for(
-        std::chrono::milliseconds(20 + std::uniform_int_distribution<int>(0, 80)(jitter)));
-  };
-  // A registry may answer 5xx to a read that meets a concurrent write of the tag (Debian's
-  // docker-registry answers 500): such a read is tried again after a pause, kIndexAttempts
-  // reads in all, before the attach gives up with the registry's answer.
-  auto read_index = [&]() -> absl::StatusOr<std::vector<Descriptor>> {
-    for (int tries = 1;; ++tries) {
-      auto index = ReadTagIndex(reg, tag);
-      if (index.ok() || !absl::IsUnavailable(index.status()) || tries == kIndexAttempts) {
-        return index;
+  // The tag index is read, merged and written until two reads in a row, a pause apart, list
+  // this referrer and every other one any read showed (docs/interop.md, "The race"): a
+  // concurrent writer that read before this write may overwrite it, dropping this entry or
+  // others; what it dropped is written again. A read answered 5xx (Debian's docker-registry
+  // answers 500 to a read that meets a write of the tag) is tried again after the pause.
+  std::vector<Descriptor> known = {entry};
+  backoff = Backoff();
+  int confirmed = 0;
+  for (int attempt = 1;; ++attempt) {
+    auto index = ReadTagIndex(reg, tag);
+    absl::Status failed = index.status();
+    if (index.ok()) {
+      std::vector<Descriptor> merged = *index;
+      for (const Descriptor& d : merged) {
+        if (!Lists(known, d.digest)) known.push_back(d);
       }
-      pause();
+      for (const Descriptor& d : known) {
+        if (!Lists(merged, d.digest)) merged.push_back(d);
+      }
+      if (merged.size() == index->size()) {
+        if (++confirmed == 2) return out;
+      } else {
+        confirmed = 0;
+        auto written = reg.PushManifest(tag, kOciIndex, IndexBytes(merged));
+        failed = written.status();
+        if (written.ok()) ++out.index_writes;
+      }
     }
-  };
-  for (int attempt = 0; attempt < kIndexAttempts; ++attempt) {
-    auto index = read_index();
-    if (!index.ok()) return index.status();
-    if (Lists(*index, out.digest)) return out;
-    index->push_back(entry);
-    auto written = reg.PushManifest(tag, kOciIndex, IndexBytes(*index));
-    if (!written.ok()) return written.status();
-    ++out.index_writes;
-    // A concurrent writer that read before this write may overwrite it: wait a little, read
-    // again, and write again when the entry is gone (docs/interop.md, "The race").
-    pause();
-    auto again = read_index();
-    if (!again.ok()) return again.status();
-    if (Lists(*again, out.digest)) return out;
+    if (!failed.ok() && (!Transient(failed) || attempt == kAttempts)) return failed;
+    if (attempt == kAttempts) break;
+    backoff.Pause();
   }
   return absl::AbortedError(absl::StrCat("referrers tag ", tag, " of ", reg.reference().registry,
                                          "/", reg.reference().repository, " lost referrer ",
-                                         out.digest, " after ", kIndexAttempts,
-                                         " writes (concurrent writers); try again"));
+                                         out.digest, " or another in each of ", kAttempts,
+                                         " reads (concurrent writers); try again"));
 }
 
 absl::StatusOr<ReferrerList> ListReferrers(const Registry& reg, const std::string& digest) {

@@ -205,6 +205,24 @@ bool HeaderSafe(absl::string_view v) {
   return !v.empty();
 }
 
+// Whether an error answer's `errors` name a blob as unknown or a digest as invalid: what Debian's
+// docker-registry answers to a push that checks a blob while another push of the same blob
+// rewrites its link file in place (registry.h, ABORTED).
+bool NamesABlobInFlux(const std::string& error_body) {
+  auto j = ParseBoundedJson(error_body, "error answer");
+  if (!j.ok() || !j->is_object() || !j->contains("errors") || !(*j)["errors"].is_array()) {
+    return false;
+  }
+  for (const nlohmann::json& e : (*j)["errors"]) {
+    if (!e.is_object() || !e.contains("code") || !e["code"].is_string()) continue;
+    const std::string& code = e["code"].get_ref<const std::string&>();
+    if (code == "BLOB_UNKNOWN" || code == "MANIFEST_BLOB_UNKNOWN" || code == "DIGEST_INVALID") {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string DockerConfigPath(const ClientOptions& o) {
   if (!o.docker_config.empty()) return o.docker_config;
   if (const char* d = std::getenv("DOCKER_CONFIG"); d != nullptr && *d != '\0') {
@@ -460,6 +478,10 @@ struct Registry::Impl {
         return absl::UnavailableError(
             absl::StrCat("registry ", registry, ": ", what, " answered ", resp.status, said));
       }
+      if (resp.status == 400 && req.push && NamesABlobInFlux(resp.error_body)) {
+        return absl::AbortedError(
+            absl::StrCat("registry ", registry, ": ", what, " answered 400", said));
+      }
       if (resp.status >= 300 && resp.status != 416) {
         return absl::FailedPreconditionError(
             absl::StrCat("registry ", registry, ": ", what, " answered ", resp.status, said));
@@ -632,6 +654,15 @@ absl::Status Registry::ReadBlob(const std::string& digest, uint64_t size,
 
 absl::Status Registry::PushBlob(absl::string_view bytes) const {
   const std::string digest = DigestOf(bytes);
+  // A blob the registry has is not uploaded again: a second upload of a blob rewrites its link
+  // in place, and a concurrent push that checks the blob meanwhile is refused (ABORTED).
+  Request head;
+  head.method = "HEAD";
+  head.url = impl_->Path(absl::StrCat("blobs/", digest));
+  head.push = true;
+  auto has = impl_->Send(head);
+  if (has.ok() && has->status == 200) return absl::OkStatus();
+  if (!has.ok() && !absl::IsNotFound(has.status())) return has.status();
   Request start;
   start.method = "POST";
   start.url = impl_->Path("blobs/uploads/");

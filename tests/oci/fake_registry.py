@@ -18,6 +18,9 @@ stdout once listening), with behaviours a real registry does not show on demand:
               but keep nothing, as if a concurrent writer had overwritten them at once
   fail_tag_reads  N (with writable): answer the first N GETs of a `sha256-...` tag with 500, as
               Debian's docker-registry does for a GET that meets a concurrent write of the tag
+  blob_in_flux  N (with writable): answer the first N PUTs of a manifest by digest 400
+              DIGEST_INVALID + MANIFEST_BLOB_UNKNOWN and forget its config blob, as Debian's
+              docker-registry answers while another push of that blob rewrites its link
   referrers_api  true (with writable): the OCI 1.1 referrers API: a manifest PUT with a
               `subject` answers OCI-Subject, and GET /v2/REPO/referrers/DIGEST answers an image
               index of the manifests whose subject is DIGEST; without it that path is 404
@@ -40,7 +43,7 @@ cfg = json.load(open(sys.argv[1]))
 state = {"storage_port": 0, "port": 0}
 pushed = {"blobs": {}, "manifests": {}}  # digest or tag -> (bytes, media type)
 lock = threading.Lock()
-lost = {"index_writes": 0, "tag_reads": 0}
+lost = {"index_writes": 0, "tag_reads": 0, "blob_in_flux": 0}
 
 
 def log(line):
@@ -184,6 +187,16 @@ class Registry(BaseHTTPRequestHandler):
         send_bytes(self, open(cfg["blobs"][ref], "rb").read())
 
 
+    def do_HEAD(self):
+        log("registry HEAD %s" % self.path)
+        if not self.authorized():
+            return
+        m = re.fullmatch(r"/v2/(.+)/blobs/(sha256:[0-9a-f]{64})", self.path)
+        with lock:
+            kept = m and m.group(1) == cfg["repo"] and (
+                m.group(2) in pushed["blobs"] or m.group(2) in cfg.get("blobs", {}))
+        self.answer(200 if kept else 404)
+
     def send_referrers(self, digest):
         entries = []
         with lock:
@@ -257,6 +270,25 @@ class Registry(BaseHTTPRequestHandler):
             return self.answer(404)
         digest = digest_of(data)
         media_type = self.headers.get("Content-Type", "")
+        config = json.loads(data).get("config", {}).get("digest")
+        with lock:
+            in_flux = (m.group(2) == digest and config in pushed["blobs"] and
+                       lost["blob_in_flux"] < cfg.get("blob_in_flux", 0))
+            if in_flux:
+                lost["blob_in_flux"] += 1
+                del pushed["blobs"][config]
+        if in_flux:
+            body = json.dumps({"errors": [
+                {"code": "DIGEST_INVALID",
+                 "message": "provided digest did not match uploaded content"},
+                {"code": "MANIFEST_BLOB_UNKNOWN", "message": "blob unknown to registry",
+                 "detail": config}]}).encode()
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if m.group(2).startswith("sha256-") and lost["index_writes"] < cfg.get(
                 "lose_index_writes", 0):
             lost["index_writes"] += 1

@@ -781,9 +781,10 @@ TEST(OciDockerRegistry, AttachKeepsConcurrentReferrersAndVerifiesThem) {
                                 (dir / "trusted").string(), dir.path(), env).rc, 0);
   ASSERT_EQ(std::system(("openssl pkey -in '" + (dir / "key.pem").string() + "' -pubout -out '" +
                          (dir / "pub.pem").string() + "'").c_str()), 0);
-  // Two records of the pair audited over oci:// (two, so that two attaches differ).
+  // Eight records of the pair audited over oci:// (eight, so that eight attaches differ).
+  constexpr int kAttaches = 8;
   std::vector<uint64_t> ids;
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < kAttaches; ++i) {
     testing::CliResult audited = testing::RunCli(
         "audit --json" + db + " " + model + " --source oci://" + pair.host() + "/m:mxfp4",
         dir.path(), env);
@@ -799,10 +800,11 @@ TEST(OciDockerRegistry, AttachKeepsConcurrentReferrersAndVerifiesThem) {
   EXPECT_THAT(wrong.err, HasSubstr("not-audited-from-manifest"));
   EXPECT_THAT(wrong.err, HasSubstr("audited from manifest " + nv));
 
-  // Two attaches at once, each from its own process: all four referrers remain in the index.
-  std::vector<testing::CliResult> attached(2);
+  // Eight attaches at once, each from its own process, all pushing the same empty config blob
+  // and writing the same tag index: every one succeeds and all sixteen referrers remain listed.
+  std::vector<testing::CliResult> attached(kAttaches);
   std::vector<std::thread> threads;
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < kAttaches; ++i) {
     std::filesystem::create_directories(dir / std::to_string(i));
     threads.emplace_back([&, i] {
       attached[i] = testing::RunCli(
@@ -816,9 +818,9 @@ TEST(OciDockerRegistry, AttachKeepsConcurrentReferrersAndVerifiesThem) {
     EXPECT_THAT(r.out, HasSubstr("\"referrers_api\": false"));
   }
   std::vector<std::string> types = IndependentlyVerified(pair.host(), nv, dir / "pub.pem", dir);
-  EXPECT_EQ(types.size(), 4u);
-  EXPECT_EQ(CountOf(types, kVsa), 2);
-  EXPECT_EQ(CountOf(types, kTestResult), 2);
+  EXPECT_EQ(types.size(), 2u * kAttaches);
+  EXPECT_EQ(CountOf(types, kVsa), kAttaches);
+  EXPECT_EQ(CountOf(types, kTestResult), kAttaches);
 
   const std::string trust = " --trust " + (dir / "trusted").string();
   testing::CliResult ok = testing::RunCli("verify-oci --json " + model + trust, dir.path(), env);
@@ -971,6 +973,44 @@ TEST(OciFakeRegistry, ATagIndexReadAnswered500IsTriedAgain) {
       EXPECT_EQ(attached.rc, 2) << attached.err << attached.out;
       EXPECT_THAT(attached.err, HasSubstr("UNAVAILABLE"));
       EXPECT_THAT(attached.err, HasSubstr("answered 500"));
+    }
+  }
+}
+
+// Debian's registry answers a manifest PUT 400 DIGEST_INVALID + MANIFEST_BLOB_UNKNOWN while
+// another attach's upload of the same blob (the empty config) rewrites its link. Such a PUT is
+// tried again after the blobs are checked again and the missing one pushed (the fake forgets the
+// config blob with each such answer); a registry that answers so every time ends the attach
+// ABORTED with its answer.
+TEST(OciFakeRegistry, AManifestPutThatMeetsABlobInFluxIsTriedAgain) {
+  const std::string empty_blob = oci::DigestOf("{}");
+  for (const int failures : {2, 1000}) {
+    TempDir dir;
+    const std::string log = (dir / "requests.log").string();
+    FakeRegistry fake(dir, absl::StrCat(R"({"repo": "m", "writable": true, "blob_in_flux": )",
+                                        failures, R"(, "log": ")", log, R"("})"));
+    AuditedOnFake a;
+    ASSERT_NO_FATAL_FAILURE(AuditOnFake(dir, fake, &a));
+    testing::CliResult attached = testing::RunCli(
+        "attach --json " + a.model + " --id " + std::to_string(a.id) + a.db, dir.path(), a.env);
+    if (failures == 2) {
+      ASSERT_EQ(attached.rc, 0) << attached.err << attached.out;
+      EXPECT_EQ(testing::RunCli("verify-oci " + a.model + " --trust " +
+                                    (dir / "trusted").string(), dir.path(), a.env).rc, 0);
+      // The empty blob is uploaded once, then once after each answer that lost it; the second
+      // statement finds it (HEAD) and uploads it no more.
+      const std::string requests = Text(ReadAll(log));
+      size_t uploads = 0;
+      for (size_t at = 0; (at = requests.find("digest=" + empty_blob, at)) != std::string::npos;
+           ++at) {
+        ++uploads;
+      }
+      EXPECT_EQ(uploads, 3u) << requests;
+      EXPECT_THAT(requests, HasSubstr("HEAD /v2/m/blobs/" + empty_blob));
+    } else {
+      EXPECT_EQ(attached.rc, 2) << attached.err << attached.out;
+      EXPECT_THAT(attached.err, HasSubstr("ABORTED"));
+      EXPECT_THAT(attached.err, HasSubstr("MANIFEST_BLOB_UNKNOWN"));
     }
   }
 }
