@@ -123,15 +123,18 @@ absl::StatusOr<Attached> AttachBundle(const Registry& reg, const Descriptor& sub
   // The tag index is read, merged and written until two reads in a row, a pause apart, list
   // this referrer and every other one any read showed (docs/interop.md, "The race"): a
   // concurrent writer that read before this write may overwrite it, dropping this entry or
-  // others; what it dropped is written again. A read answered 5xx (Debian's docker-registry
-  // answers 500 to a read that meets a write of the tag) is tried again after the pause.
+  // others; what it dropped is written again. A read or write answered 5xx (Debian's
+  // docker-registry answers 500 to a read that meets a write of the tag) is tried again after
+  // the pause; any other error ends the attach.
   std::vector<Descriptor> known = {entry};
   backoff = Backoff();
   int confirmed = 0;
   for (int attempt = 1;; ++attempt) {
     auto index = ReadTagIndex(reg, tag);
     absl::Status failed = index.status();
-    if (index.ok()) {
+    if (!index.ok()) {
+      confirmed = 0;
+    } else {
       std::vector<Descriptor> merged = *index;
       for (const Descriptor& d : merged) {
         if (!Lists(known, d.digest)) known.push_back(d);
@@ -148,14 +151,15 @@ absl::StatusOr<Attached> AttachBundle(const Registry& reg, const Descriptor& sub
         if (written.ok()) ++out.index_writes;
       }
     }
-    if (!failed.ok() && (!Transient(failed) || attempt == kAttempts)) return failed;
+    if (!failed.ok() && (!absl::IsUnavailable(failed) || attempt == kAttempts)) return failed;
     if (attempt == kAttempts) break;
     backoff.Pause();
   }
   return absl::AbortedError(absl::StrCat("referrers tag ", tag, " of ", reg.reference().registry,
-                                         "/", reg.reference().repository, " lost referrer ",
-                                         out.digest, " or another in each of ", kAttempts,
-                                         " reads (concurrent writers); try again"));
+                                         "/", reg.reference().repository,
+                                         " did not list referrer ", out.digest,
+                                         " and every other one seen in two reads in a row within ",
+                                         kAttempts, " reads (concurrent writers); try again"));
 }
 
 absl::StatusOr<ReferrerList> ListReferrers(const Registry& reg, const std::string& digest) {

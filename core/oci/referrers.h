@@ -5,9 +5,9 @@
 // A referrer is an OCI image manifest with artifactType kSigstoreBundleV03MediaType, the OCI
 // empty config, one layer of that media type holding the bundle JSON, and a `subject` descriptor
 // of the model manifest. Without the API the referrers are listed in an image index at the tag
-// "sha256-HEX" of the model digest, updated read-modify-write: after writing, the index is read
-// again and the write retried when the new entry is missing (a registry that ignores If-Match
-// leaves a race, described in the docs).
+// "sha256-HEX" of the model digest, updated read-merge-write until two reads in a row list every
+// referrer any read showed (a registry that ignores If-Match leaves a race; docs/interop.md,
+// "The race", says what concurrent attaches meet and what remains).
 #ifndef CKPT_CORE_OCI_REFERRERS_H_
 #define CKPT_CORE_OCI_REFERRERS_H_
 
@@ -36,8 +36,10 @@ struct Attached {
 };
 
 // Pushes `bundle_json` (whose statement has predicate type `predicate_type`) as a referrer of the
-// manifest `subject`. ABORTED when the tag index lost the new entry on every attempt;
-// INVALID_ARGUMENT when the tag holds something that is not an image index (never overwritten).
+// manifest `subject`. Steps that meet a concurrent writer (ABORTED or UNAVAILABLE answers, a
+// tag index that lost an entry) are tried again, 12 attempts each: then ABORTED or the
+// registry's last answer. INVALID_ARGUMENT when the tag holds something that is not an image
+// index (never overwritten).
 absl::StatusOr<Attached> AttachBundle(const Registry& reg, const Descriptor& subject,
                                       const std::string& bundle_json,
                                       const std::string& predicate_type);

@@ -86,6 +86,7 @@ struct Request {
   uint64_t max_body = 0;                 // cap on Response::body
   bool push = false;                     // the token scope asks for push too
   bool partial = false;                  // a Range request: only a 206 answer's body is taken
+  bool manifest_put = false;             // a 400 naming a blob in flux is ABORTED (registry.h)
 };
 
 struct Response {
@@ -206,8 +207,8 @@ bool HeaderSafe(absl::string_view v) {
 }
 
 // Whether an error answer's `errors` name a blob as unknown or a digest as invalid: what Debian's
-// docker-registry answers to a push that checks a blob while another push of the same blob
-// rewrites its link file in place (registry.h, ABORTED).
+// docker-registry answers to a manifest PUT that checks a blob while another push of the same
+// blob rewrites its link file in place (registry.h, ABORTED).
 bool NamesABlobInFlux(const std::string& error_body) {
   auto j = ParseBoundedJson(error_body, "error answer");
   if (!j.ok() || !j->is_object() || !j->contains("errors") || !(*j)["errors"].is_array()) {
@@ -478,7 +479,7 @@ struct Registry::Impl {
         return absl::UnavailableError(
             absl::StrCat("registry ", registry, ": ", what, " answered ", resp.status, said));
       }
-      if (resp.status == 400 && req.push && NamesABlobInFlux(resp.error_body)) {
+      if (resp.status == 400 && req.manifest_put && NamesABlobInFlux(resp.error_body)) {
         return absl::AbortedError(
             absl::StrCat("registry ", registry, ": ", what, " answered 400", said));
       }
@@ -662,7 +663,9 @@ absl::Status Registry::PushBlob(absl::string_view bytes) const {
   head.push = true;
   auto has = impl_->Send(head);
   if (has.ok() && has->status == 200) return absl::OkStatus();
-  if (!has.ok() && !absl::IsNotFound(has.status())) return has.status();
+  // A 5xx is what a HEAD meets while another push rewrites the link (the caller may try again);
+  // any other answer (404, 401, 403, 405, ...) leaves the upload to find out and say.
+  if (absl::IsUnavailable(has.status())) return has.status();
   Request start;
   start.method = "POST";
   start.url = impl_->Path("blobs/uploads/");
@@ -704,6 +707,7 @@ absl::StatusOr<std::string> Registry::PushManifest(const std::string& tag_or_dig
   put.headers = {absl::StrCat("Content-Type: ", media_type)};
   put.body = bytes;
   put.push = true;
+  put.manifest_put = true;
   auto done = impl_->Send(put);
   if (!done.ok()) return done.status();
   if (done->status != 201) {

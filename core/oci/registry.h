@@ -18,10 +18,10 @@
 //   DATA_LOSS        a blob longer or shorter than its descriptor, or bytes whose digest is not
 //                    the one asked for (manifests; blobs read whole)
 //   UNAVAILABLE      transport errors, 5xx, more than 5 redirects
-//   ABORTED          a push answered 400 naming BLOB_UNKNOWN, MANIFEST_BLOB_UNKNOWN or
-//                    DIGEST_INVALID: what a registry answers while another client's push of the
-//                    same blob rewrites its link (Debian's docker-registry does); the caller
-//                    checks its blobs, pushes what is missing and tries again
+//   ABORTED          a manifest PUT answered 400 naming BLOB_UNKNOWN, MANIFEST_BLOB_UNKNOWN or
+//                    DIGEST_INVALID: a referenced blob is missing, or (Debian's docker-registry)
+//                    another client's upload of it is rewriting its link; a caller that pushed
+//                    the blobs itself may push what is missing and try again
 //   FAILED_PRECONDITION a redirect from HTTPS to plain HTTP off loopback; a registry that
 //                    ignores a Range request
 // A redirect keeps the Authorization header only when it stays on the registry's own scheme,
@@ -89,10 +89,11 @@ class Registry {
   absl::Status ReadBlob(const std::string& digest, uint64_t size, const BlobSink& sink) const;
 
   // Upload (what pushing a model or attaching a statement needs): a blob in one monolithic
-  // POST + PUT (skipped when a HEAD of it answers 200: the registry has it), and a manifest under a
-  // tag or its digest. Returns the manifest's digest; `oci_subject` (when given) receives the answer's
-  // OCI-Subject header, which a registry with the referrers API sends for a manifest with a
-  // subject (empty: the registry has none; docs/interop.md "Attaching verdicts").
+  // POST + PUT (skipped when a HEAD of it answers 200; a HEAD answered 5xx is UNAVAILABLE),
+  // and a manifest under a tag or its digest. Returns the manifest's digest; `oci_subject`
+  // (when given) receives the answer's OCI-Subject header, which a registry with the referrers
+  // API sends for a manifest with a subject (empty: the registry has none; docs/interop.md
+  // "Attaching verdicts").
   absl::Status PushBlob(absl::string_view bytes) const;
   absl::StatusOr<std::string> PushManifest(const std::string& tag_or_digest,
                                            const std::string& media_type,

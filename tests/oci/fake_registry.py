@@ -270,7 +270,8 @@ class Registry(BaseHTTPRequestHandler):
             return self.answer(404)
         digest = digest_of(data)
         media_type = self.headers.get("Content-Type", "")
-        config = json.loads(data).get("config", {}).get("digest")
+        doc = json.loads(data)
+        config = doc.get("config", {}).get("digest") if isinstance(doc, dict) else None
         with lock:
             in_flux = (m.group(2) == digest and config in pushed["blobs"] and
                        lost["blob_in_flux"] < cfg.get("blob_in_flux", 0))
@@ -297,7 +298,7 @@ class Registry(BaseHTTPRequestHandler):
             pushed["manifests"][m.group(2)] = (data, media_type)
             pushed["manifests"][digest] = (data, media_type)
         headers = {"Docker-Content-Digest": digest}
-        subject = json.loads(data).get("subject")
+        subject = doc.get("subject") if isinstance(doc, dict) else None
         if cfg.get("referrers_api") and subject:
             headers["OCI-Subject"] = subject["digest"]
         self.answer(201, headers)

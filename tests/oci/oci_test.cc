@@ -1011,6 +1011,15 @@ TEST(OciFakeRegistry, AManifestPutThatMeetsABlobInFluxIsTriedAgain) {
       EXPECT_EQ(attached.rc, 2) << attached.err << attached.out;
       EXPECT_THAT(attached.err, HasSubstr("ABORTED"));
       EXPECT_THAT(attached.err, HasSubstr("MANIFEST_BLOB_UNKNOWN"));
+      // Tried a bounded number of times: 12 PUTs of the referrer manifest, then no more.
+      const std::string requests = Text(ReadAll(log));
+      size_t puts = 0;
+      for (size_t at = 0; (at = requests.find("PUT /v2/m/manifests/sha256:", at)) !=
+                          std::string::npos;
+           ++at) {
+        ++puts;
+      }
+      EXPECT_EQ(puts, 12u) << requests;
     }
   }
 }
