@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The main job on real data: installs, builds, and audits the bundled example checkpoints
-# (tests/data: an MXFP4 source, its NVFP4 transcode and its X4T container). Evidence goes to a
-# fresh demo log under build/demo/; the last lines are the signed audit's report.
+# The main job on real data: installs what the two binaries need, builds only them, and audits
+# the bundled example checkpoints (tests/data: an MXFP4 source, its NVFP4 transcode and its X4T
+# container). Evidence goes to a fresh demo log under build/demo/; the last lines are the signed
+# audit's report. deploy/test.sh installs and builds everything else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash deploy/install-deps.sh
-bash deploy/build.sh
+bash deploy/install-deps.sh --demo
+bash deploy/build.sh -DCKPT_TESTS=OFF -- ckpt-audit ckpt-auditd
 CLI=build/services/cli/ckpt-audit
 DATA=tests/data
 DEMO=build/demo

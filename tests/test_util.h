@@ -16,11 +16,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/test_paths.h"
 
 namespace ckpt::testing {
 
 inline std::filesystem::path Fixture(const std::string& relative) {
-  return std::filesystem::path(CKPT_TEST_DATA) / relative;
+  return std::filesystem::path(::ckpt::testing::kTestDataDir) / relative;
 }
 
 // Whether some mapping of this process holds `p` (/proc/self/maps).
@@ -96,7 +97,7 @@ inline CliResult RunCli(const std::string& args, const std::filesystem::path& sc
                         const std::string& env = "") {
   std::filesystem::path err_file = scratch / "cli-stderr.txt";
   std::string cmd = "XDG_STATE_HOME='" + (scratch / "xdg-state").string() + "' " + env + " '" +
-                    std::string(CKPT_BINARY_DIR) + "/services/cli/ckpt-audit' " + args + " 2>'" +
+                    std::string(::ckpt::testing::kBinaryDir) + "/services/cli/ckpt-audit' " + args + " 2>'" +
                     err_file.string() + "'";
   CliResult r;
   FILE* p = ::popen(cmd.c_str(), "r");

@@ -49,6 +49,7 @@
 #include "absl/synchronization/mutex.h"
 #include "ckpt_audit/v1/audit.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "tests/test_paths.h"
 
 extern char** environ;
 
@@ -142,7 +143,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"QueryAudits", "GetRecord", "GetInclusionProof", "GetJob", "Gate"}));
   // Another build of the daemon (a copy of an earlier commit's), to compare two daemons under
   // the same clients.
-  std::string daemon = std::string(CKPT_BINARY_DIR) + "/services/daemon/ckpt-auditd";
+  std::string daemon = std::string(::ckpt::testing::kBinaryDir) + "/services/daemon/ckpt-auditd";
   app.add_option("--daemon", daemon, "the ckpt-auditd binary to start");
   CLI11_PARSE(app, argc, argv);
   // The clients share the cores with the daemon: abseil's debug-build deadlock detection (a
@@ -154,9 +155,9 @@ int main(int argc, char** argv) {
   fs::create_directories(dir / "models");
   const fs::path root = dir / "models" / "mini-kimi-nvfp4";
   const fs::path source = dir / "models" / "mini-kimi-mxfp4";
-  fs::copy(fs::path(CKPT_TEST_DATA) / "mini-kimi-nvfp4", root, fs::copy_options::recursive);
-  fs::copy(fs::path(CKPT_TEST_DATA) / "mini-kimi-mxfp4", source, fs::copy_options::recursive);
-  const std::string cli = std::string(CKPT_BINARY_DIR) + "/services/cli/ckpt-audit";
+  fs::copy(fs::path(::ckpt::testing::kTestDataDir) / "mini-kimi-nvfp4", root, fs::copy_options::recursive);
+  fs::copy(fs::path(::ckpt::testing::kTestDataDir) / "mini-kimi-mxfp4", source, fs::copy_options::recursive);
+  const std::string cli = std::string(::ckpt::testing::kBinaryDir) + "/services/cli/ckpt-audit";
   const std::string d = dir.string();
   if (Run(cli + " keys generate --out " + d + "/key.pem >/dev/null") != 0 ||
       Run(cli + " tokens add --file " + d + "/tokens --role admin --name bench > " + d +

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "services/cli/cli_util.h"
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 
 namespace ckpt::testing {
@@ -24,7 +25,7 @@ using ::testing::HasSubstr;
 constexpr char kSmall[] = "--memory-window 1M";
 constexpr char kLarge[] = "--memory-window 4GiB";
 
-std::string Fixture(const char* name) { return (fs::path(CKPT_TEST_DATA) / name).string(); }
+std::string Fixture(const char* name) { return (fs::path(::ckpt::testing::kTestDataDir) / name).string(); }
 
 class EngineCliTest : public ::testing::Test {
  protected:

@@ -21,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/audit/fault_fs.h"
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 
 namespace ckpt::audit {
@@ -164,7 +165,7 @@ long OwnRssKiB() {
 // The peak resident memory of `ckpt-audit ARGS` run in a child process, in KiB. The child is
 // forked from this process, so the peak is at least what the fork copied (at most OwnRssKiB()).
 long ChildPeakRssKiB(const std::vector<std::string>& args, const fs::path& xdg) {
-  const std::string bin = std::string(CKPT_BINARY_DIR) + "/services/cli/ckpt-audit";
+  const std::string bin = std::string(::ckpt::testing::kBinaryDir) + "/services/cli/ckpt-audit";
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::setenv("XDG_DATA_HOME", xdg.c_str(), 1);

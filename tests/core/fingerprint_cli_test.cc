@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 
 namespace ckpt {
@@ -23,7 +24,7 @@ struct Result {
 };
 
 Result Cli(const std::string& args, bool with_stderr = false) {
-  std::string cmd = std::string(CKPT_BINARY_DIR) + "/services/cli/ckpt-audit " + args +
+  std::string cmd = std::string(::ckpt::testing::kBinaryDir) + "/services/cli/ckpt-audit " + args +
                     (with_stderr ? " 2>&1" : " 2>/dev/null");
   Result r;
   FILE* p = ::popen(cmd.c_str(), "r");

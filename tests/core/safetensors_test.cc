@@ -7,12 +7,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/test_paths.h"
 
 namespace ckpt {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kMalformed = fs::path(CKPT_TEST_DATA) / "malformed";
+const fs::path kMalformed = fs::path(::ckpt::testing::kTestDataDir) / "malformed";
 
 nlohmann::json Verdicts() {
   std::ifstream in(kMalformed / "verdicts.json");

@@ -26,6 +26,7 @@
 
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 
 extern char** environ;
@@ -33,7 +34,7 @@ extern char** environ;
 namespace ckpt::testing {
 
 inline std::string DaemonBinary() {
-  return std::string(CKPT_BINARY_DIR) + "/services/daemon/ckpt-auditd";
+  return std::string(::ckpt::testing::kBinaryDir) + "/services/daemon/ckpt-auditd";
 }
 
 inline std::string ReadText(const std::filesystem::path& p) {

@@ -19,6 +19,7 @@
 #include "storage/evidence_log.h"
 #include "tests/daemon/daemon_process.h"
 #include "tests/evidence/log_test_util.h"
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 
 namespace ckpt {
@@ -93,7 +94,7 @@ class DaemonSlurmTest : public ::testing::Test {
 
   std::vector<std::string> DaemonArgs(
       const std::vector<std::string>& extra = {},
-      const std::string& cli = std::string(CKPT_BINARY_DIR) + "/services/cli/ckpt-audit") {
+      const std::string& cli = std::string(::ckpt::testing::kBinaryDir) + "/services/cli/ckpt-audit") {
     std::vector<std::string> args = {
         "--listen", "127.0.0.1:0", "--insecure-no-auth", "--db", db_.string(), "--key",
         (dir_ / "key.pem").string(), "--allow-root", dir_.path().string(), "--executor", "slurm",
@@ -404,7 +405,7 @@ TEST_F(DaemonSlurmTest, PartsOfAnotherAuditAreRefused) {
   fs::copy(dst_, other, fs::copy_options::recursive);
   const fs::path wrapper = dir_ / "swapping-ckpt-audit";
   ::ckpt::testing::WriteAll(wrapper, "#!/bin/sh\ncmd=$1\nshift 2\nexec '" +
-                                         std::string(CKPT_BINARY_DIR) +
+                                         std::string(::ckpt::testing::kBinaryDir) +
                                          "/services/cli/ckpt-audit' \"$cmd\" '" +
                                          other.string() + "' \"$@\"\n");
   ::chmod(wrapper.c_str(), 0755);

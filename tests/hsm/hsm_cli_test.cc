@@ -19,6 +19,7 @@
 #include "storage/evidence_log.h"
 #include "tests/daemon/daemon_process.h"
 #include "tests/hsm/softhsm_token.h"
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 
 namespace ckpt {
@@ -303,7 +304,7 @@ TEST_F(HsmCli, DaemonSignsWithATokenKey) {
   auto daemon = [&](const std::string& pin_file) {
     std::string log = (dir_ / "daemon.log").string();
     std::string cmd = absl::StrCat(
-        "timeout 3 '", CKPT_BINARY_DIR, "/services/daemon/ckpt-auditd' --listen 127.0.0.1:0 ",
+        "timeout 3 '", ::ckpt::testing::kBinaryDir, "/services/daemon/ckpt-auditd' --listen 127.0.0.1:0 ",
         "--insecure-no-auth --db ", Db(), " --allow-root ", (dir_ / "models").string(),
         " --key ", Uri("evidence"), " --pkcs11-module ", CKPT_SOFTHSM_MODULE, " --pin-file ",
         pin_file, " > ", log, " 2>&1");

@@ -27,6 +27,7 @@
 #include "core/oci/registry.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 
 namespace ckpt::testing {
@@ -129,7 +130,7 @@ class FakeRegistry {
     std::filesystem::path path = dir / "fake.json";
     WriteAll(path, config);
     child_ = std::make_unique<Child>(std::vector<std::string>{
-        "python3", std::string(CKPT_SOURCE_DIR) + "/tests/oci/fake_registry.py", path.string()});
+        "python3", std::string(::ckpt::testing::kSourceDir) + "/tests/oci/fake_registry.py", path.string()});
     std::string line = child_->Line();
     if (line.rfind("PORT ", 0) == 0) port_ = std::stoi(line.substr(5));
   }

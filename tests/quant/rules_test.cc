@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 
 namespace ckpt::quant {
@@ -20,7 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kSource = CKPT_SOURCE_DIR;
+const fs::path kSource = ::ckpt::testing::kSourceDir;
 
 std::string ReadText(const fs::path& p) {
   const std::vector<uint8_t> b = ::ckpt::testing::ReadAll(p);
