@@ -3,7 +3,7 @@
 #   deploy/install-deps.sh          everything: build, test and benchmark
 #   deploy/install-deps.sh --demo   only what building and running ckpt-audit and ckpt-auditd
 #                                   needs (deploy/demo.sh)
-# ccache caches compiles across clones (CMakeLists.txt). Test parts: munge, slurmctld, slurmd and
+# ccache caches compiles across clones and mold links (CMakeLists.txt). Test parts: munge, slurmctld, slurmd and
 # slurm-client run the single-host Slurm cluster of deploy/slurm/demo.sh (docs/scale-out.md);
 # python3-yaml parses deploy/k8s/*.yaml in its test; docker-registry and skopeo are the real
 # registry the OCI tests start on loopback; softhsm2 is the PKCS#11 token of the HSM key tests
@@ -13,7 +13,7 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
-build=(build-essential cmake ninja-build pkg-config git ca-certificates ccache
+build=(build-essential cmake ninja-build pkg-config git ca-certificates ccache mold
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libcli11-dev nlohmann-json3-dev libssl-dev openssl libsqlite3-dev sqlite3
   zlib1g-dev prometheus-cpp-dev libcurl4-openssl-dev libzstd-dev libp11-kit-dev)
