@@ -4,7 +4,8 @@
 # --dependency=afterok on the array, which appends one signed record (docs/scale-out.md).
 #   bash deploy/slurm/demo.sh [CKPT_AUDIT]
 # CKPT_AUDIT (the argument or the environment) is the ckpt-audit binary; without one the script
-# installs the packages when a program is missing and builds ./build like deploy/demo.sh.
+# installs the packages when a program is missing and builds ckpt-audit into ./build, as
+# deploy/demo.sh does.
 # Everything lives under one temporary directory: its own munge key and socket, slurm.conf, state,
 # spool and logs; slurmctld and slurmd listen on free ports. An existing cluster or munged, and
 # /etc/slurm, are never touched. The daemons started here are stopped on exit, also on failure.
@@ -23,7 +24,7 @@ missing() { slurm_cluster_missing; }
 CLI=${1:-${CKPT_AUDIT:-}}
 if [ -z "$CLI" ]; then
   if [ -n "$(missing)" ]; then bash "$REPO/deploy/install-deps.sh"; fi
-  bash "$REPO/deploy/build.sh"
+  bash "$REPO/deploy/build.sh" -DCKPT_TESTS=OFF -- ckpt-audit
   CLI=$REPO/build/services/cli/ckpt-audit
 fi
 if [ -n "$(missing)" ]; then
