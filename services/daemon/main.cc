@@ -246,6 +246,10 @@ int main(int argc, char** argv) {
     server->GetHealthCheckService()->SetServingStatus(serving_now);
     if (health_server) health_server->GetHealthCheckService()->SetServingStatus(serving_now);
   };
+  // Before health says SERVING and the log says so: a supervisor (or a test) may send SIGTERM as
+  // soon as it sees either, and the default action would kill the daemon without draining.
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
   set_serving(true);
   const bool tls = !serving.tls_cert.empty();
   LogJson("info", {{"msg", "serving on port " + std::to_string(port)},
@@ -264,8 +268,6 @@ int main(int argc, char** argv) {
     LogJson("warn", {{"msg", "recovering jobs: " + note}});
   }
 
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
   IdleMemoryReleaser releaser(/*quiet_ticks=*/3,  // 0.6 s without a new call
                               [b = backend->get()] { b->CloseIdleReaders(); });
   while (!g_stop && !GrpcListenerFailed()) {

@@ -84,7 +84,7 @@ class DaemonProcess {
       int status = 0;
       if (::waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
-        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        exit_code_ = ExitCode(status);
         return false;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -92,14 +92,15 @@ class DaemonProcess {
     return false;
   }
 
-  // SIGTERM and wait; the exit code (0 for a clean stop), or -1 if it was not running.
+  // SIGTERM and wait; the exit code (0 for a clean stop, 128 + N for a death by signal N, as a
+  // shell reports it), or -1 if it was not running.
   int Stop() {
     if (pid_ <= 0) return -1;
     ::kill(pid_, SIGTERM);
     int status = 0;
     ::waitpid(pid_, &status, 0);
     pid_ = -1;
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    exit_code_ = ExitCode(status);
     return exit_code_;
   }
 
@@ -120,6 +121,11 @@ class DaemonProcess {
   std::string log() const { return ReadText(log_); }
 
  private:
+  static int ExitCode(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
+  }
+
   pid_t pid_ = -1;
   int port_ = 0;
   int metrics_port_ = 0;
