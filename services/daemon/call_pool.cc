@@ -55,9 +55,17 @@ void CallPool::Loop() {
       if (waiting_.empty()) return;  // stopping, and nothing left
       work = std::move(waiting_.front().work);
       waiting_.pop_front();
+      ++running_;
     }
     work();
+    std::lock_guard<std::mutex> lock(mu_);
+    --running_;
   }
+}
+
+CallPool::Load CallPool::load() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {running_, waiting_.size()};
 }
 
 }  // namespace ckpt::daemon

@@ -30,6 +30,14 @@ class CallPool {
   // the queue is still full.
   bool Submit(std::function<void()> work, std::function<bool()> abandoned);
 
+  // The calls running on the threads and those waiting for one, at this moment: what a test
+  // waits for before it asserts on a busy pool.
+  struct Load {
+    size_t running = 0;
+    size_t waiting = 0;
+  };
+  Load load() const;
+
  private:
   struct Item {
     std::function<void()> work;
@@ -39,11 +47,12 @@ class CallPool {
 
   const size_t max_threads_;
   const size_t max_waiting_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> waiting_;          // guarded by mu_
   bool stopping_ = false;             // guarded by mu_
   size_t idle_ = 0;                   // guarded by mu_: threads waiting for work
+  size_t running_ = 0;                // guarded by mu_: threads running a call
   std::vector<std::thread> threads_;  // guarded by mu_
 };
 

@@ -50,6 +50,13 @@ void CallerLanes::Dispatch(const std::string& caller, Item item) {
   }
 }
 
+size_t CallerLanes::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [caller, lane] : lanes_) n += lane.waiting.size();
+  return n;
+}
+
 void CallerLanes::Finished(const std::string& caller) {
   std::optional<Item> next;
   {

@@ -33,6 +33,9 @@ class CallerLanes {
   bool Submit(const std::string& caller, std::function<void()> work,
               std::function<bool()> abandoned, std::function<void()> refuse);
 
+  // The calls waiting in every lane for their caller's turn, at this moment.
+  size_t waiting() const;
+
  private:
   struct Item {
     std::function<void()> work;
@@ -50,7 +53,7 @@ class CallerLanes {
   CallPool& pool_;
   const size_t running_;
   const size_t waiting_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<std::string, Lane> lanes_;  // guarded by mu_; a caller's lane while it has calls
 };
 

@@ -192,6 +192,11 @@ GrpcAuditService::GrpcAuditService(AuditBackend& backend, const Authenticator& a
       gate_lanes_(work_, kGatesRunningPerCaller, kGatesWaitingPerCaller),
       work_(work_threads, kMaxWaitingWork) {}
 
+GrpcAuditService::WorkLoad GrpcAuditService::work_load() const {
+  CallPool::Load pool = work_.load();
+  return {pool.running, pool.waiting, gate_lanes_.waiting()};
+}
+
 grpc::ServerUnaryReactor* GrpcAuditService::Answer(grpc::CallbackServerContext* ctx,
                                                    grpc::Status status) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();

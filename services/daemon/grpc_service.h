@@ -77,6 +77,16 @@ class GrpcAuditService final : public internal::AuditServiceBase {
                                       const ckpt_audit::v1::CancelJobRequest*,
                                       ckpt_audit::v1::Job*) override;
 
+  // The work calls running on the work threads, waiting for one, and waiting in the callers'
+  // gate lanes behind those, at this moment: what a test waits for before it asserts on a busy
+  // daemon.
+  struct WorkLoad {
+    size_t running = 0;
+    size_t waiting = 0;
+    size_t in_lanes = 0;
+  };
+  WorkLoad work_load() const;
+
  private:
   // The call answered with `status` now, on the calling thread.
   static grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, grpc::Status status);

@@ -437,11 +437,14 @@ TEST_F(AuthServiceTest, RefusedCallersNeverWaitForTheWorkThreads) {
     ASSERT_EQ(::ftruncate(fd, 1ll << 40), 0);
     ::close(fd);
   }
+  // Two callers: one caller's gates take at most kGatesRunningPerCaller work threads.
+  static_assert(2 * GrpcAuditService::kGatesRunningPerCaller ==
+                GrpcAuditService::kDefaultWorkThreads);
   std::vector<std::future<grpc::StatusCode>> slow;
   for (int i = 0; i < GrpcAuditService::kDefaultWorkThreads; ++i) {
-    slow.push_back(std::async(std::launch::async, [&] {
+    slow.push_back(std::async(std::launch::async, [&, i] {
       grpc::ClientContext ctx;
-      ctx.AddMetadata("authorization", Bearer(Role::kGate));
+      ctx.AddMetadata("authorization", Bearer(i % 2 == 0 ? Role::kGate : Role::kAdmin));
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
       pb::GateRequest req;
       req.set_root((dir_ / "huge").string());
@@ -449,7 +452,14 @@ TEST_F(AuthServiceTest, RefusedCallersNeverWaitForTheWorkThreads) {
       return stub_->Gate(&ctx, req, &resp).error_code();
     }));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // every work thread hashing
+  for (int i = 0; i < 6000 && service_->work_load().running <
+                                 static_cast<size_t>(GrpcAuditService::kDefaultWorkThreads);
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(service_->work_load().running,
+            static_cast<size_t>(GrpcAuditService::kDefaultWorkThreads))
+      << "every work thread hashing";
   std::map<std::string, grpc::StatusCode> no_token = CallAll({});
   std::map<std::string, grpc::StatusCode> reader = CallAll({Bearer(Role::kReader)});
   for (auto& f : slow) {

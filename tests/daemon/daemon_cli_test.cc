@@ -16,6 +16,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "storage/job_table.h"
 #include "tests/core/deep_tree.h"
 #include "tests/daemon/daemon_process.h"
 #include "tests/test_util.h"
@@ -104,13 +105,20 @@ class DaemonCliTest : public ::testing::Test {
     }
     return slow;
   }
-  // Polls until the job runs, then a little longer: its running state is stored just after.
+  // Polls (at most 30 s, a loaded machine) until the job runs and its database row says so:
+  // the daemon stores the running state just after GetJob shows it.
   void WaitRunning(pb::AuditService::Stub& stub, const std::string& id) {
-    for (int i = 0; i < 2000 && GetJob(stub, id).state() == pb::JOB_STATE_QUEUED; ++i) {
+    auto jobs = storage::JobTable::Open((dir_ / "ev.db").string(), "ev.db", std::nullopt);
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    for (int i = 0; i < 6000; ++i) {
+      auto row = (*jobs)->Get(id);
+      if (row.ok() && row->state == "running") break;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     ASSERT_EQ(GetJob(stub, id).state(), pb::JOB_STATE_RUNNING) << id;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto row = (*jobs)->Get(id);
+    ASSERT_TRUE(row.ok()) << row.status();
+    ASSERT_EQ(row->state, "running") << id;
   }
   // SIGKILL, as a crash or the OOM killer would stop it, and a start on the same database.
   void KillAndRestart(std::unique_ptr<pb::AuditService::Stub>& stub, const std::string& log) {

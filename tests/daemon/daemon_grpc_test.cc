@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <set>
@@ -170,6 +171,15 @@ class DaemonTest : public ::testing::Test {
     server_.reset();
     service_.reset();
     backend_.reset();
+  }
+  // Polls (at most 30 s, a loaded machine) until the service's work calls are as `reached`
+  // wants them: the tests of busy work threads assert only once they are busy.
+  void WaitForWork(const std::function<bool(const GrpcAuditService::WorkLoad&)>& reached) {
+    for (int i = 0; i < 6000; ++i) {
+      if (reached(service_->work_load())) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    FAIL() << "the work calls never reached the state this test waits for";
   }
 
   // Starts an audit and follows its stream to the end; returns the final job.
@@ -476,7 +486,7 @@ TEST_F(DaemonTest, HubSnapshotIsAuditedAndGatedAndItsLinksStayInTheAllowList) {
     Stop();
     Start();
     got.Clear();
-    for (int i = 0; i < 200 && got.layout().empty(); ++i) {
+    for (int i = 0; i < 1200 && got.layout().empty(); ++i) {  // at most 30 s
       grpc::ClientContext c;
       ASSERT_TRUE(stub_->GetJob(&c, get, &got).ok());
       if (got.layout().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(25));
@@ -766,9 +776,10 @@ TEST_F(DaemonTest, ReadsAnswerWhileEveryWorkThreadIsBusy) {
   };
   auto slow = std::async(std::launch::async, gate_with_deadline, dir_ / "huge",
                          std::chrono::milliseconds(3000));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the slow gate is hashing
+  WaitForWork([](const auto& w) { return w.running == 1; });  // the slow gate is hashing
   auto next = std::async(std::launch::async, gate_with_deadline, dst_,
                          std::chrono::milliseconds(20000));
+  WaitForWork([](const auto& w) { return w.waiting == 1; });  // the next one waits its turn
   for (int i = 0; i < 20; ++i) {
     pb::QueryAuditsResponse page;
     ASSERT_TRUE(Query({}, &page).ok());
@@ -805,7 +816,10 @@ TEST_F(DaemonTest, OneCallersGatesAreBoundedAndLeaveWorkThreadsFree) {
        ++i) {
     admitted.push_back(std::async(std::launch::async, gate));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // all of them admitted
+  WaitForWork([](const auto& w) {  // all of them admitted
+    return w.running == GrpcAuditService::kGatesRunningPerCaller &&
+           w.in_lanes == GrpcAuditService::kGatesWaitingPerCaller;
+  });
   grpc::Status refused = gate();
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(refused.error_message(), HasSubstr("gates running"));
@@ -833,10 +847,10 @@ TEST_F(DaemonTest, QueuedWorkWhoseCallerLeftDoesNothing) {
     req.set_root((dir_ / "huge").string());
     pb::GateResponse resp;
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
     return stub_->Gate(&ctx, req, &resp).error_code();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the only work thread hashing
+  WaitForWork([](const auto& w) { return w.running == 1; });  // the only work thread hashing
   pb::StartAuditRequest req;
   req.set_root(dst_.string());
   req.set_source_root(src_.string());
@@ -848,7 +862,7 @@ TEST_F(DaemonTest, QueuedWorkWhoseCallerLeftDoesNothing) {
   grpc::ClientContext leaving;
   auto left = std::async(std::launch::async,
                          [&] { return stub_->StartAudit(&leaving, req, &job).error_code(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  WaitForWork([](const auto& w) { return w.waiting == 2; });  // the expired call and this one
   leaving.TryCancel();
   EXPECT_EQ(left.get(), grpc::StatusCode::CANCELLED);
   EXPECT_EQ(slow.get(), grpc::StatusCode::DEADLINE_EXCEEDED);
