@@ -16,7 +16,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,46 +75,34 @@ class Child {
   FILE* out_ = nullptr;
 };
 
-inline int FreeLoopbackPort() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
 inline bool Installed(const std::string& program) {
   return std::system(("command -v " + program + " >/dev/null 2>&1").c_str()) == 0;
 }
 
-// Debian's docker-registry (distribution 2.8) on a loopback port with its storage and config
-// under `dir`; ready once /v2/ answers.
+// Debian's docker-registry (distribution 2.8) on the loopback port the kernel chose (its log
+// names it), with its storage and config under `dir`; ready once it says it is listening, at
+// most 30 s after it starts (a loaded 2-core CI machine).
 class DockerRegistry {
  public:
   explicit DockerRegistry(const TempDir& dir) {
-    port_ = FreeLoopbackPort();
-    std::filesystem::path config = dir / "registry.yml";
-    WriteAll(config, absl::StrCat("version: 0.1\nlog:\n  level: error\n  accesslog:\n",
+    std::filesystem::path config = dir / "registry.yml", log = dir / "registry.log";
+    WriteAll(config, absl::StrCat("version: 0.1\nlog:\n  level: info\n  accesslog:\n",
                                   "    disabled: true\nstorage:\n  filesystem:\n",
                                   "    rootdirectory: ", (dir / "storage").string(),
-                                  "\nhttp:\n  addr: 127.0.0.1:", port_, "\n"));
+                                  "\nhttp:\n  addr: 127.0.0.1:0\n"));
     child_ = std::make_unique<Child>(
-        std::vector<std::string>{"docker-registry", "serve", config.string()},
-        (dir / "registry.log").string());
-    for (int i = 0; i < 100 && !ready_; ++i) {
-      int s = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      a.sin_port = htons(static_cast<uint16_t>(port_));
-      ready_ = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-      ::close(s);
-      if (!ready_) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::vector<std::string>{"docker-registry", "serve", config.string()}, log.string());
+    const std::string said = "msg=\"listening on 127.0.0.1:";
+    for (int i = 0; i < 300 && port_ == 0; ++i) {
+      const std::vector<uint8_t> bytes = ReadAll(log);
+      const std::string text(bytes.begin(), bytes.end());
+      if (size_t at = text.find(said); at != std::string::npos) {
+        port_ = std::atoi(text.c_str() + at + said.size());
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
     }
+    ready_ = port_ > 0;
   }
   bool ready() const { return ready_; }
   std::string host() const { return absl::StrCat("127.0.0.1:", port_); }
