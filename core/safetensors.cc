@@ -124,6 +124,12 @@ std::string DTypeName(DType d) {
   return "?";
 }
 
+std::string ShapeText(const std::vector<uint64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) absl::StrAppend(&out, i ? ", " : "", shape[i]);
+  return out + "]";
+}
+
 int DTypeBits(DType d) {
   switch (d) {
     case DType::kF4: return 4;

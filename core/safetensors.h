@@ -33,6 +33,8 @@ enum class DType {
 // Exact spelling as in safetensors headers ("F8_E4M3"); nullopt for anything else.
 std::optional<DType> ParseDType(std::string_view s);
 std::string DTypeName(DType d);
+// A shape as error messages write it: "[7168, 2048]".
+std::string ShapeText(const std::vector<uint64_t>& shape);
 int DTypeBits(DType d);
 
 struct TensorInfo {

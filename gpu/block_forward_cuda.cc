@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/quant/codecs.h"
+#include "gpu/cuda_status.h"
 #include "gpu/expert_stream.h"
 #include "gpu/moe_kernels.h"
 
@@ -24,15 +25,6 @@ using forward::BlockResult;
 using forward::BlockWeights;
 using forward::DenseMatrix;
 using forward::Fp4Matrix;
-
-absl::Status CudaError(cudaError_t e, const char* what) {
-  return absl::InternalError(absl::StrCat("CUDA ", what, ": ", cudaGetErrorString(e)));
-}
-
-#define CKPT_CUDA_RETURN(expr)                                   \
-  do {                                                           \
-    if (cudaError_t e_ = (expr); e_ != cudaSuccess) return CudaError(e_, #expr); \
-  } while (0)
 
 // Device allocations freed together when the run ends.
 class DeviceArena {

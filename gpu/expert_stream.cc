@@ -1,6 +1,6 @@
 #include "gpu/expert_stream.h"
 
-#include "absl/strings/str_cat.h"
+#include "gpu/cuda_status.h"
 
 namespace ckpt::gpu {
 namespace {
@@ -17,15 +17,6 @@ size_t ExpertBytes(const HostExpert& e) {
   return n;
 }
 
-absl::Status CudaError(cudaError_t e, const char* what) {
-  return absl::InternalError(absl::StrCat("CUDA ", what, ": ", cudaGetErrorString(e)));
-}
-
-#define CKPT_STREAM_RETURN(expr)                                                 \
-  do {                                                                           \
-    if (cudaError_t e_ = (expr); e_ != cudaSuccess) return CudaError(e_, #expr); \
-  } while (0)
-
 }  // namespace
 
 ExpertStreamer::~ExpertStreamer() {
@@ -37,21 +28,21 @@ ExpertStreamer::~ExpertStreamer() {
 }
 
 absl::Status ExpertStreamer::Reserve(size_t bytes, size_t experts) {
-  if (copy_ == nullptr) CKPT_STREAM_RETURN(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+  if (copy_ == nullptr) CKPT_CUDA_RETURN(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   if (bytes > capacity_) {
-    CKPT_STREAM_RETURN(cudaDeviceSynchronize());  // the old buffer may still be read
+    CKPT_CUDA_RETURN(cudaDeviceSynchronize());  // the old buffer may still be read
     cudaFree(buffer_);
     buffer_ = nullptr;
     capacity_ = 0;
-    CKPT_STREAM_RETURN(cudaMalloc(reinterpret_cast<void**>(&buffer_), bytes));
+    CKPT_CUDA_RETURN(cudaMalloc(reinterpret_cast<void**>(&buffer_), bytes));
     capacity_ = bytes;
   }
   if (experts > table_capacity_) {
-    CKPT_STREAM_RETURN(cudaDeviceSynchronize());
+    CKPT_CUDA_RETURN(cudaDeviceSynchronize());
     cudaFree(table_);
     table_ = nullptr;
     table_capacity_ = 0;
-    CKPT_STREAM_RETURN(cudaMalloc(reinterpret_cast<void**>(&table_), experts * sizeof(DeviceExpert)));
+    CKPT_CUDA_RETURN(cudaMalloc(reinterpret_cast<void**>(&table_), experts * sizeof(DeviceExpert)));
     table_capacity_ = experts;
   }
   return absl::OkStatus();
@@ -91,11 +82,11 @@ absl::Status ExpertStreamer::Run(const std::vector<HostExpert>& experts, ExpertL
 
   // The buffer may still be read by the previous run's kernels: copies wait for them.
   cudaEvent_t previous_done;
-  CKPT_STREAM_RETURN(cudaEventCreateWithFlags(&previous_done, cudaEventDisableTiming));
+  CKPT_CUDA_RETURN(cudaEventCreateWithFlags(&previous_done, cudaEventDisableTiming));
   events_.push_back(previous_done);
-  CKPT_STREAM_RETURN(cudaEventRecord(previous_done, compute));
-  CKPT_STREAM_RETURN(cudaStreamWaitEvent(copy_, previous_done, 0));
-  CKPT_STREAM_RETURN(cudaMemcpyAsync(table_, table.data(), table.size() * sizeof(DeviceExpert),
+  CKPT_CUDA_RETURN(cudaEventRecord(previous_done, compute));
+  CKPT_CUDA_RETURN(cudaStreamWaitEvent(copy_, previous_done, 0));
+  CKPT_CUDA_RETURN(cudaMemcpyAsync(table_, table.data(), table.size() * sizeof(DeviceExpert),
                                      cudaMemcpyHostToDevice, compute));
 
   size_t first = 0;
@@ -109,29 +100,29 @@ absl::Status ExpertStreamer::Run(const std::vector<HostExpert>& experts, ExpertL
       const DeviceFp4* d[3] = {&table[i].gate, &table[i].up, &table[i].down};
       const HostFp4* h[3] = {&e.gate, &e.up, &e.down};
       for (int k = 0; k < 3; ++k) {
-        CKPT_STREAM_RETURN(cudaMemcpyAsync(const_cast<uint8_t*>(d[k]->packed), h[k]->packed,
+        CKPT_CUDA_RETURN(cudaMemcpyAsync(const_cast<uint8_t*>(d[k]->packed), h[k]->packed,
                                            h[k]->packed_bytes, cudaMemcpyHostToDevice, copy_));
-        CKPT_STREAM_RETURN(cudaMemcpyAsync(const_cast<uint8_t*>(d[k]->scales), h[k]->scales,
+        CKPT_CUDA_RETURN(cudaMemcpyAsync(const_cast<uint8_t*>(d[k]->scales), h[k]->scales,
                                            h[k]->scale_bytes, cudaMemcpyHostToDevice, copy_));
         bytes_copied_ += h[k]->packed_bytes + h[k]->scale_bytes;
       }
     }
     cudaEvent_t arrived;
-    CKPT_STREAM_RETURN(cudaEventCreateWithFlags(&arrived, cudaEventDisableTiming));
+    CKPT_CUDA_RETURN(cudaEventCreateWithFlags(&arrived, cudaEventDisableTiming));
     events_.push_back(arrived);
-    CKPT_STREAM_RETURN(cudaEventRecord(arrived, copy_));
-    CKPT_STREAM_RETURN(cudaStreamWaitEvent(compute, arrived, 0));
+    CKPT_CUDA_RETURN(cudaEventRecord(arrived, copy_));
+    CKPT_CUDA_RETURN(cudaStreamWaitEvent(compute, arrived, 0));
     ExpertLaunch part = launch;
     part.experts = table_ + first;
     part.pair_offsets = launch.pair_offsets + first;
     part.num_experts = static_cast<int>(last - first);
     LaunchExperts(part, compute);
-    CKPT_STREAM_RETURN(cudaGetLastError());
+    CKPT_CUDA_RETURN(cudaGetLastError());
     ++chunks_;
     first = last;
   }
   // Events are released once the work that records them is done.
-  CKPT_STREAM_RETURN(cudaStreamSynchronize(copy_));
+  CKPT_CUDA_RETURN(cudaStreamSynchronize(copy_));
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   events_.clear();
   return absl::OkStatus();

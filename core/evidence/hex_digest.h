@@ -1,4 +1,4 @@
-// The text form of digests in statements: SHA-256 as 64 lower-case hex characters.
+// The text form of digests in statements: SHA-256 as 64 lower-case hex characters; hex digits.
 #ifndef CKPT_CORE_EVIDENCE_HEX_DIGEST_H_
 #define CKPT_CORE_EVIDENCE_HEX_DIGEST_H_
 
@@ -13,6 +13,14 @@ inline bool IsSha256Hex(std::string_view s) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   }
   return true;
+}
+
+// The value of one hex digit, either case; -1 for any other character.
+inline int HexDigitValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
 }
 
 }  // namespace ckpt::evidence

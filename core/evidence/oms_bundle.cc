@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/evidence/base64.h"
 #include "core/evidence/dsse.h"
+#include "core/evidence/hex_digest.h"
 #include "core/evidence/strict_json.h"
 #include "core/sha256.h"
 #include "core/text/json_dump.h"
@@ -165,12 +166,6 @@ bool IsHex64(const std::string& s) {
          });
 }
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return c - 'A' + 10;  // callers checked IsHex64
-}
-
 std::optional<std::string> StringField(const json& obj, const char* key) {
   auto it = obj.find(key);
   if (it == obj.end() || !it->is_string()) return std::nullopt;
@@ -253,7 +248,8 @@ absl::StatusOr<std::string> OmsRootOf(const std::vector<OmsResourceEntry>& resou
     }
     uint8_t raw[32];
     for (size_t i = 0; i < 32; ++i) {
-      raw[i] = static_cast<uint8_t>(HexValue(r.digest[2 * i]) << 4 | HexValue(r.digest[2 * i + 1]));
+      raw[i] = static_cast<uint8_t>(HexDigitValue(r.digest[2 * i]) << 4 |  // IsHex64 checked
+                                    HexDigitValue(r.digest[2 * i + 1]));
     }
     h.Update(raw);
   }

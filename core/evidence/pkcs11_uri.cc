@@ -2,19 +2,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/evidence/hex_digest.h"
 
 namespace ckpt::evidence {
 namespace {
 
 absl::Status Bad(absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("PKCS#11 URI: ", why));
-}
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 // A literal character RFC 7512 lets a path attribute value carry unescaped: the URI unreserved
@@ -30,8 +24,8 @@ absl::StatusOr<std::string> PercentDecode(absl::string_view name, absl::string_v
   for (size_t i = 0; i < value.size(); ++i) {
     char c = value[i];
     if (c == '%') {
-      int hi = i + 2 < value.size() ? HexValue(value[i + 1]) : -1;
-      int lo = hi >= 0 ? HexValue(value[i + 2]) : -1;
+      int hi = i + 2 < value.size() ? HexDigitValue(value[i + 1]) : -1;
+      int lo = hi >= 0 ? HexDigitValue(value[i + 2]) : -1;
       if (hi < 0 || lo < 0) {
         return Bad(absl::StrCat(name, ": '%' at offset ", i, " is not followed by two hex digits"));
       }

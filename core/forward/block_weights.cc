@@ -64,8 +64,8 @@ class Loader {
     if (!t) return absl::NotFoundError(absl::StrCat(ckpt_.root(), ": tensor ", name, " missing"));
     if (t->info->shape != shape) {
       return absl::InvalidArgumentError(absl::StrCat(
-          t->file->path(), ": tensor ", name, " has shape ", ShapeString(t->info->shape),
-          ", expected ", ShapeString(shape)));
+          t->file->path(), ": tensor ", name, " has shape ", ShapeText(t->info->shape),
+          ", expected ", ShapeText(shape)));
     }
     return *t;
   }
@@ -144,12 +144,6 @@ class Loader {
     }
     if (absl::Status st = m.Validate(); !st.ok()) return st;
     return m;
-  }
-
-  static std::string ShapeString(const std::vector<uint64_t>& s) {
-    std::string out = "[";
-    for (size_t i = 0; i < s.size(); ++i) absl::StrAppend(&out, i ? ", " : "", s[i]);
-    return out + "]";
   }
 
  private:

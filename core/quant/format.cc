@@ -72,12 +72,6 @@ bool AnyMatch(const std::vector<NamePattern>& ps, const std::string& m) {
   return false;
 }
 
-std::string ShapeString(const std::vector<uint64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) absl::StrAppend(&out, i ? ", " : "", s[i]);
-  return out + "]";
-}
-
 // Expected [out, in] of a routed-expert matrix from the text config, if it has the numbers.
 std::optional<std::pair<uint64_t, uint64_t>> ExpertGeometry(const json& tc, const std::string& w) {
   const uint64_t inter = tc.value("moe_intermediate_size", uint64_t{0});
@@ -174,8 +168,8 @@ void CheckCompressedTensors(const Checkpoint& ckpt, const json& q, bool nvfp4, F
     const std::vector<uint64_t> want = {ps[0], ps[1] * 2 / r->group_size};
     if (scale->info->shape != want || (ps[1] * 2) % r->group_size != 0) {
       Add(r, "group-size", m + kScaleSuffix,
-          absl::StrCat(ShapeString(scale->info->shape), " does not give one scale per ",
-                       r->group_size, " elements of ", ShapeString(ps), " packed"));
+          absl::StrCat(ShapeText(scale->info->shape), " does not give one scale per ",
+                       r->group_size, " elements of ", ShapeText(ps), " packed"));
     }
     if (nvfp4) {
       std::optional<TensorRef> gs = ckpt.Find(m + kGlobalScaleSuffix);
@@ -373,7 +367,7 @@ void CheckModelOptModule(const Checkpoint& ckpt, const std::string& m, const std
                          FormatReport* r) {
   const TensorInfo& p = *ckpt.Find(m + kModelOptWeightSuffix)->info;
   if (p.shape.size() != 2) {
-    Add(r, "packed-shape", p.name, ShapeString(p.shape) + ", must be U8 [out, in/2]");
+    Add(r, "packed-shape", p.name, ShapeText(p.shape) + ", must be U8 [out, in/2]");
     return;
   }
   const std::optional<TensorRef> scale = ckpt.Find(m + kScaleSuffix);
@@ -384,8 +378,8 @@ void CheckModelOptModule(const Checkpoint& ckpt, const std::string& m, const std
   } else if ((p.shape[1] * 2) % 16 != 0 ||
              scale->info->shape != std::vector<uint64_t>{p.shape[0], p.shape[1] * 2 / 16}) {
     Add(r, "group-size", m + kScaleSuffix,
-        absl::StrCat(ShapeString(scale->info->shape), " does not give one scale per 16 elements "
-                     "of ", ShapeString(p.shape), " packed"));
+        absl::StrCat(ShapeText(scale->info->shape), " does not give one scale per 16 elements "
+                     "of ", ShapeText(p.shape), " packed"));
   }
   const std::optional<TensorRef> global = ckpt.Find(m + kModelOptGlobalSuffix);
   if (!global) {
@@ -408,7 +402,7 @@ void CheckModelOptModule(const Checkpoint& ckpt, const std::string& m, const std
   } else if (global->info->dtype != DType::kF32 || global->info->shape.size() > 1 ||
              global->info->num_elements() != 1) {
     Add(r, "global-scale-shape", m + kModelOptGlobalSuffix,
-        DTypeName(global->info->dtype) + " " + ShapeString(global->info->shape) +
+        DTypeName(global->info->dtype) + " " + ShapeText(global->info->shape) +
             ", must be F32 [] (or [1])");
   }
   const std::optional<TensorRef> input = ckpt.Find(m + kModelOptInputScaleSuffix);
@@ -446,7 +440,7 @@ size_t CheckModelOptGptOss(const Checkpoint& ckpt, bool w4a4, FormatReport* r) {
                                         : std::pair{"missing-tensor", "tensor-contract"};
         const std::string expected = absl::StrCat(", ModelOpt's gpt-oss export stores ",
                                                   DTypeName(want.dtype), " ",
-                                                  ShapeString(want.shape));
+                                                  ShapeText(want.shape));
         const std::optional<TensorRef> t = ckpt.Find(want.name);
         if (!t) {
           Add(r, missing, want.name, "absent" + expected);
@@ -457,7 +451,7 @@ size_t CheckModelOptGptOss(const Checkpoint& ckpt, bool w4a4, FormatReport* r) {
                           (want.shape.empty() ? i.shape.size() <= 1 && i.num_elements() == 1
                                               : i.shape == want.shape);
         if (!fits) {
-          Add(r, wrong, want.name, DTypeName(i.dtype) + " " + ShapeString(i.shape) + expected);
+          Add(r, wrong, want.name, DTypeName(i.dtype) + " " + ShapeText(i.shape) + expected);
         }
       }
       if (!w4a4 && ckpt.Find(name + "_input_scale")) {
@@ -618,7 +612,7 @@ void CheckGptOss(const Checkpoint& ckpt, const json& q, FormatReport* r) {
       const bool gate_up = absl::EndsWith(base, "gate_up_proj");
       const std::vector<uint64_t> want = gate_up ? std::vector<uint64_t>{e, 2 * i, h / 32, 16}
                                                  : std::vector<uint64_t>{e, h, i / 32, 16};
-      if (b.shape != want) Add(r, "geometry", n, ShapeString(b.shape) + ", config says " + ShapeString(want));
+      if (b.shape != want) Add(r, "geometry", n, ShapeText(b.shape) + ", config says " + ShapeText(want));
     }
   }
 }

@@ -9,15 +9,9 @@
 namespace ckpt::quant {
 namespace {
 
-std::string ShapeString(const std::vector<uint64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) absl::StrAppend(&s, i ? ", " : "", shape[i]);
-  return s + "]";
-}
-
 absl::Status Bad(const std::string& tensor, const TensorInfo& t, const std::string& want) {
   return absl::InvalidArgumentError(absl::StrCat(tensor, ": ", DTypeName(t.dtype), " ",
-                                                 ShapeString(t.shape), ", expected ", want));
+                                                 ShapeText(t.shape), ", expected ", want));
 }
 
 // Whether the X4T container declares the group-major w2 layout (manifest or shard metadata).
