@@ -16,11 +16,11 @@ cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = "--pack" ]; then
   build=${BUILD_DIR:-build-fwd}
-  ninja -C "$build" -j2 cuda_forward_test moe_bench bench_audit daemon_grpc_test || exit 2
+  ninja -C "$build" -j2 gpu_test moe_bench bench_audit daemon_slow_test || exit 2
   ninja -C "$build" -j2 ckpt-audit || echo "ckpt-audit did not build; packing without it"
   rm -rf .device-bin && mkdir -p .device-bin/lib
-  for b in tests/gpu/cuda_forward_test bench/forward/moe_bench bench/audit/bench_audit \
-           services/cli/ckpt-audit tests/daemon/daemon_grpc_test; do
+  for b in tests/gpu/gpu_test bench/forward/moe_bench bench/audit/bench_audit \
+           services/cli/ckpt-audit tests/daemon/daemon_slow_test; do
     [ -x "$build/$b" ] && strip -o ".device-bin/$(basename "$b")" "$build/$b"
   done
   for b in .device-bin/*; do [ -f "$b" ] && ldd "$b"; done | awk '/=> \// {print $3}' | sort -u |
@@ -37,7 +37,7 @@ built_at=${BUILT_AT:-/work/main}
 if [ ! -e "$built_at" ]; then mkdir -p "$(dirname "$built_at")" && ln -s "$PWD" "$built_at"; fi
 
 { date -u; nvidia-smi; } > "$OUT/nvidia-smi.txt" 2>&1
-.device-bin/cuda_forward_test 2>&1 | tee "$OUT/gpu_test.log"
+.device-bin/gpu_test 2>&1 | tee "$OUT/gpu_test.log"
 if [ -x .device-bin/ckpt-audit ]; then
   for d in nvfp4 x4t; do
     echo "== ckpt-audit forward --root tests/data/mini-kimi-$d --source tests/data/mini-kimi-mxfp4 --layer 1 --tokens 8 --seed 3 --device cuda --json"
@@ -73,7 +73,7 @@ if [ "${1:-}" = "--model-audit" ]; then  # issue 11: whole-model forwards and th
   } > "$OUT/gpu_audit.log" 2>&1
   $cli report --db $ev/log.db 0 --format html --trust $ev/trusted > "$OUT/report.html" 2>&1
   # StartAudit with device "cuda" through the daemon's GPU worker (tests/daemon).
-  .device-bin/daemon_grpc_test --gtest_filter='DaemonTest.ForwardLayers*' > "$OUT/daemon_gpu.log" 2>&1
+  .device-bin/daemon_slow_test --gtest_filter='DaemonTest.ForwardLayers*' > "$OUT/daemon_gpu.log" 2>&1
   .device-bin/moe_bench --iters 20 > "$OUT/bench.json" 2> "$OUT/bench.err"
   echo "moe_bench exit code $?" >> "$OUT/bench.err"
   cat "$OUT/bench.err" >> "$OUT/forward_layers.log" && rm "$OUT/bench.err" "$OUT/forward_cuda.log"

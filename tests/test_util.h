@@ -69,6 +69,15 @@ inline std::filesystem::path CopyFixture(const std::string& name, const TempDir&
   return dst;
 }
 
+// The bytes of every regular file under `root`.
+inline uint64_t TreeBytes(const std::filesystem::path& root) {
+  uint64_t n = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
+    if (e.is_regular_file()) n += e.file_size();
+  }
+  return n;
+}
+
 inline std::vector<uint8_t> ReadAll(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

@@ -19,6 +19,7 @@ namespace ckpt::audit {
 namespace {
 
 namespace fs = std::filesystem;
+using ::ckpt::testing::TreeBytes;
 using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::FaultDirectory;
 using ::ckpt::testing::ReadHook;
@@ -43,14 +44,6 @@ void RewriteInPlaceKeepingMtime(const fs::path& file) {
   ASSERT_EQ(::stat(file.c_str(), &after), 0);
   ASSERT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
   ASSERT_EQ(after.st_size, before.st_size);
-}
-
-uint64_t TreeBytes(const fs::path& root) {
-  uint64_t n = 0;
-  for (const auto& e : fs::recursive_directory_iterator(root)) {
-    if (e.is_regular_file()) n += e.file_size();
-  }
-  return n;
 }
 
 class AuditIntegrityTest : public ::testing::Test {

@@ -45,6 +45,7 @@ namespace ckpt::audit {
 namespace {
 
 namespace fs = std::filesystem;
+using ::ckpt::testing::TreeBytes;
 using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::FaultDirectory;
 using ::ckpt::testing::ReadHook;
@@ -82,14 +83,6 @@ constexpr char kScale[] = "language_model.model.layers.1.block_sparse_moe.expert
 // entries (about 340 KiB for the pair). Front to back, every packed weight of a shard is held
 // until its scale arrives: over 896 KiB beside the same headers, more than this window.
 constexpr uint64_t kPackedWindow = 1ull << 20;
-
-uint64_t TreeBytes(const fs::path& root) {
-  uint64_t n = 0;
-  for (const auto& e : fs::recursive_directory_iterator(root)) {
-    if (e.is_regular_file()) n += e.file_size();
-  }
-  return n;
-}
 
 // Rewrites a safetensors file with its tensors' data in the order `rank` gives (ascending,
 // by name among equal ranks); the header keeps every tensor, at its new offsets.

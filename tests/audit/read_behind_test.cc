@@ -33,6 +33,7 @@ namespace fs = std::filesystem;
 using ::ckpt::testing::FaultDirectory;
 using ::ckpt::testing::ReadHook;
 using ::ckpt::testing::TempDir;
+using ::ckpt::testing::TreeBytes;
 using ::testing::HasSubstr;
 
 // One Kimi-K3-shaped MoE layer of 64 small experts in one shard per tree: 1.1 MiB of NVFP4
@@ -46,14 +47,6 @@ bench::ScaleOptions Layer(bench::ScaleFormat format, uint64_t vocab = 0) {
   o.threads = 2;
   o.format = format;
   return o;
-}
-
-uint64_t TreeBytes(const fs::path& root) {
-  uint64_t n = 0;
-  for (const auto& e : fs::recursive_directory_iterator(root)) {
-    if (e.is_regular_file()) n += e.file_size();
-  }
-  return n;
 }
 
 // The signed statement, less what depends on the run: times and the bytes read.

@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 using ::ckpt::testing::Fixture;
 using ::ckpt::testing::TempDir;
 using ::testing::HasSubstr;
-using Result = ::ckpt::testing::CliResult;
+using ::ckpt::testing::CliResult;
 
 constexpr char kSourceCommit[] = "0123456789abcdef0123456789abcdef01234567";
 constexpr char kDerivedCommit[] = "89abcdef0123456789abcdef0123456789abcdef";
@@ -29,21 +29,21 @@ class HfLayoutCliTest : public ::testing::Test {
     hub_ = testing::MakeHubSnapshot("mini-kimi-mxfp4", dir_ / "hub", "org/mini-kimi-mxfp4",
                                     kSourceCommit);
     local_ = testing::MakeLocalDir("mini-kimi-nvfp4", dir_ / "mini-kimi-nvfp4", kDerivedCommit);
-    Result k = Run("keys generate --out " + Key() + " --trust " + Trust());
+    CliResult k = Run("keys generate --out " + Key() + " --trust " + Trust());
     ASSERT_EQ(k.rc, 0) << k.err;
   }
-  Result Run(const std::string& args) {
+  CliResult Run(const std::string& args) {
     return ::ckpt::testing::RunCli(args, dir_.path(),
                                    "XDG_DATA_HOME='" + (dir_ / "xdg").string() + "'");
   }
   std::string Db() { return (dir_ / "log.db").string(); }
   std::string Key() { return (dir_ / "key.pem").string(); }
   std::string Trust() { return (dir_ / "trusted").string(); }
-  Result Audit(const std::string& args) {
+  CliResult Audit(const std::string& args) {
     return Run("audit " + args + " --db " + Db() + " --key " + Key() + " --json");
   }
   nlohmann::json Predicate(int64_t id) {
-    Result r = Run("report --db " + Db() + " " + std::to_string(id) + " --format json --trust " +
+    CliResult r = Run("report --db " + Db() + " " + std::to_string(id) + " --format json --trust " +
                    Trust());
     EXPECT_EQ(r.rc, 0) << r.err;
     auto j = nlohmann::json::parse(r.out, nullptr, false);
@@ -66,28 +66,28 @@ class HfLayoutCliTest : public ::testing::Test {
 };
 
 TEST_F(HfLayoutCliTest, InspectAndFingerprintNameTheLayout) {
-  Result i = Run("inspect " + hub_.snapshot.string());
+  CliResult i = Run("inspect " + hub_.snapshot.string());
   ASSERT_EQ(i.rc, 0) << i.err;
   EXPECT_THAT(i.out, HasSubstr(std::string("layout: hf-cache-snapshot (model ref "
                                            "org/mini-kimi-mxfp4@") + kSourceCommit + ")"));
-  Result j = Run("inspect --json " + local_.string());
+  CliResult j = Run("inspect --json " + local_.string());
   ASSERT_EQ(j.rc, 0) << j.err;
   auto ij = nlohmann::json::parse(j.out);
   EXPECT_EQ(ij["layout"], "hf-local-dir");
   EXPECT_EQ(ij["model_ref"], kDerivedCommit);
 
-  Result snap = Run("fingerprint --no-tensors " + hub_.snapshot.string());
-  Result plain = Run("fingerprint --no-tensors " + Fixture("mini-kimi-mxfp4").string());
+  CliResult snap = Run("fingerprint --no-tensors " + hub_.snapshot.string());
+  CliResult plain = Run("fingerprint --no-tensors " + Fixture("mini-kimi-mxfp4").string());
   ASSERT_EQ(snap.rc, 0) << snap.err;
   EXPECT_THAT(LastLine(snap.out), ::testing::StartsWith("ROOT "));
   EXPECT_EQ(LastLine(snap.out), LastLine(plain.out));
-  Result loc = Run("fingerprint --no-tensors --json " + local_.string());
+  CliResult loc = Run("fingerprint --no-tensors --json " + local_.string());
   auto lj = nlohmann::json::parse(loc.out);
   EXPECT_EQ(lj["layout"], "hf-local-dir");
 }
 
 TEST_F(HfLayoutCliTest, AuditSnapshotRecordsTheModelRefAndVerifies) {
-  Result a = Audit(hub_.snapshot.string());
+  CliResult a = Audit(hub_.snapshot.string());
   ASSERT_EQ(a.rc, 0) << a.err << a.out;
   auto out = nlohmann::json::parse(a.out);
   EXPECT_EQ(out["model_ref"], std::string("org/mini-kimi-mxfp4@") + kSourceCommit);
@@ -99,21 +99,21 @@ TEST_F(HfLayoutCliTest, AuditSnapshotRecordsTheModelRefAndVerifies) {
   EXPECT_EQ(layout["details"]["layout"], "hf-cache-snapshot");
   EXPECT_EQ(layout["details"]["snapshot_is_main"], true);
   EXPECT_EQ(layout["counts"]["links_followed"], 4);
-  Result text = Run("report --db " + Db() + " " + out["record_id"].dump() +
+  CliResult text = Run("report --db " + Db() + " " + out["record_id"].dump() +
                     " --format text --trust " + Trust());
   EXPECT_THAT(text.out, HasSubstr("layout     hf-cache-snapshot"));
   EXPECT_THAT(text.out, HasSubstr(std::string("model ref  org/mini-kimi-mxfp4@") + kSourceCommit));
 
-  Result v = Run("verify --db " + Db() + " --id " + out["record_id"].dump() + " --root " +
+  CliResult v = Run("verify --db " + Db() + " --id " + out["record_id"].dump() + " --root " +
                  hub_.snapshot.string() + " --trust " + Trust());
   EXPECT_EQ(v.rc, 0) << v.out << v.err;
-  Result v2 = Run("verify --db " + Db() + " --id " + out["record_id"].dump() + " --root " +
+  CliResult v2 = Run("verify --db " + Db() + " --id " + out["record_id"].dump() + " --root " +
                   Fixture("mini-kimi-mxfp4").string() + " --trust " + Trust());
   EXPECT_EQ(v2.rc, 0) << v2.out << v2.err;  // the same subjects as the plain copy
 }
 
 TEST_F(HfLayoutCliTest, PairAuditSnapshotSourceLocalDirDerived) {
-  Result a = Audit("--source " + hub_.snapshot.string() + " " + local_.string());
+  CliResult a = Audit("--source " + hub_.snapshot.string() + " " + local_.string());
   ASSERT_EQ(a.rc, 0) << a.err << a.out;
   nlohmann::json p = Predicate(nlohmann::json::parse(a.out)["record_id"].get<int64_t>());
   EXPECT_EQ(p["verdict"], "pass");
@@ -125,14 +125,14 @@ TEST_F(HfLayoutCliTest, PairAuditSnapshotSourceLocalDirDerived) {
   EXPECT_EQ(p["source"]["files"].size(), 4u);
   for (const auto& c : p["checks"]) EXPECT_NE(c["verdict"], "fail") << c["name"];
   // Nothing of .cache/huggingface/ is a subject; the manifest names it as ignored.
-  Result st = Run("report --db " + Db() + " 0 --format json --trust " + Trust());
+  CliResult st = Run("report --db " + Db() + " 0 --format json --trust " + Trust());
   const auto subjects = nlohmann::json::parse(st.out)["statement"]["subject"];
   EXPECT_EQ(subjects.size(), 5u);  // 4 files and the OMS manifest ROOT
   for (const auto& s : subjects) {
     EXPECT_THAT(s["name"].get<std::string>(), ::testing::Not(HasSubstr(".cache")));
   }
   // Refs given on the command line are recorded as given.
-  Result given = Audit("--source " + hub_.snapshot.string() + " " + local_.string() +
+  CliResult given = Audit("--source " + hub_.snapshot.string() + " " + local_.string() +
                        " --model-ref org/derived@v1");
   ASSERT_EQ(given.rc, 0) << given.err;
   const int64_t id = nlohmann::json::parse(given.out)["record_id"].get<int64_t>();
@@ -142,7 +142,7 @@ TEST_F(HfLayoutCliTest, PairAuditSnapshotSourceLocalDirDerived) {
 TEST_F(HfLayoutCliTest, EscapingLinkRefusedAndTamperedBlobFails) {
   testing::WriteAll(dir_ / "secret.json", std::string("{}"));
   fs::create_symlink("../../../../secret.json", hub_.snapshot / "extra.json");
-  Result refused = Audit(hub_.snapshot.string());
+  CliResult refused = Audit(hub_.snapshot.string());
   EXPECT_EQ(refused.rc, 2);
   EXPECT_THAT(refused.err, HasSubstr("PERMISSION_DENIED"));
   EXPECT_THAT(refused.err, HasSubstr("extra.json -> ../../../../secret.json"));
@@ -150,7 +150,7 @@ TEST_F(HfLayoutCliTest, EscapingLinkRefusedAndTamperedBlobFails) {
 
   const std::string blob = testing::HubBlobName(Fixture("mini-kimi-mxfp4/config.json"));
   testing::WriteAll(hub_.repo / "blobs" / blob, std::string("{\"tampered\": 1}"));
-  Result failed = Audit(hub_.snapshot.string());
+  CliResult failed = Audit(hub_.snapshot.string());
   EXPECT_EQ(failed.rc, 1) << failed.err;
   nlohmann::json p = Predicate(nlohmann::json::parse(failed.out)["record_id"].get<int64_t>());
   nlohmann::json layout = CheckNamed(p, "hf_layout");

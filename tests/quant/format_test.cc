@@ -13,19 +13,13 @@ namespace ckpt::quant {
 namespace {
 
 namespace fs = std::filesystem;
+using ::ckpt::quant::testing::Codes;
+using ::ckpt::quant::testing::Detect;
 using ::ckpt::quant::testing::kExpert;
 using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::Fixture;
 using ::ckpt::testing::TempDir;
 using nlohmann::json;
-
-FormatReport Detect(const fs::path& root, const FormatOptions& options = {}) {
-  auto c = Checkpoint::Open(root.string());
-  EXPECT_TRUE(c.ok()) << c.status();
-  return DetectFormat(**c, options);
-}
-
-std::string Codes(const FormatReport& r) { return r.findings.ToJson()["by_code"].dump(); }
 
 // Applies `edit` to both quantization_config copies (top level and text_config).
 void EditConfig(const fs::path& file, const std::function<void(json&)>& edit) {

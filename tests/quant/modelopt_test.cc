@@ -25,6 +25,8 @@ namespace ckpt::quant {
 namespace {
 
 namespace fs = std::filesystem;
+using ::ckpt::quant::testing::Codes;
+using ::ckpt::quant::testing::Detect;
 using ::ckpt::quant::testing::EditJson;
 using ::ckpt::quant::testing::kExpert;
 using ::ckpt::quant::testing::ModelOptFixtureOptions;
@@ -50,9 +52,6 @@ std::unique_ptr<Checkpoint> Open(const fs::path& root) {
   return c.ok() ? *std::move(c) : nullptr;
 }
 
-FormatReport Detect(const fs::path& root) { return DetectFormat(*Open(root)); }
-
-std::string Codes(const FindingList& f) { return f.ToJson()["by_code"].dump(); }
 
 ScaleWindowResult Window(const fs::path& root) {
   auto c = Open(root);

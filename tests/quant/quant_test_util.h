@@ -15,11 +15,23 @@
 #include <vector>
 
 #include "core/checkpoint.h"
+#include "core/quant/format.h"
 #include "core/quant/safetensors_writer.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
 namespace ckpt::quant::testing {
+
+// The format detector's report on the checkpoint at `root`; failing to open it fails the test.
+inline FormatReport Detect(const std::filesystem::path& root, const FormatOptions& options = {}) {
+  auto c = Checkpoint::Open(root.string());
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? DetectFormat(**c, options) : FormatReport{};
+}
+
+// Findings counted by code, as JSON text.
+inline std::string Codes(const FindingList& f) { return f.ToJson()["by_code"].dump(); }
+inline std::string Codes(const FormatReport& r) { return Codes(r.findings); }
 
 inline const std::string kExpert = "language_model.model.layers.1.block_sparse_moe.experts.";
 

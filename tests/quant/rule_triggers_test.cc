@@ -13,6 +13,7 @@
 #include "core/quant/safetensors_writer.h"
 #include "core/quant/scale_window.h"
 #include "gtest/gtest.h"
+#include "tests/quant/modelopt_fixture.h"
 #include "tests/quant/quant_test_util.h"
 #include "tests/test_util.h"
 
@@ -20,6 +21,9 @@ namespace ckpt::quant {
 namespace {
 
 namespace fs = std::filesystem;
+using ::ckpt::quant::testing::Codes;
+using ::ckpt::quant::testing::Detect;
+using ::ckpt::quant::testing::EditJson;
 using ::ckpt::quant::testing::kExpert;
 using ::ckpt::quant::testing::MutateTensor;
 using ::ckpt::quant::testing::WriteCheckpointFrom;
@@ -27,22 +31,6 @@ using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::Fixture;
 using ::ckpt::testing::TempDir;
 using nlohmann::json;
-
-FormatReport Detect(const fs::path& root) {
-  auto c = Checkpoint::Open(root.string());
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? DetectFormat(**c, {}) : FormatReport{};
-}
-
-std::string Codes(const FormatReport& r) { return r.findings.ToJson()["by_code"].dump(); }
-
-// Applies `edit` to a JSON file of a copied fixture.
-void EditJson(const fs::path& file, const std::function<void(json&)>& edit) {
-  auto j = ReadJsonFile(file.string());
-  ASSERT_TRUE(j.ok()) << j.status();
-  edit(*j);
-  ::ckpt::testing::WriteAll(file, j->dump(2));
-}
 
 // Applies `edit` to both quantization_config copies of a Kimi config (top level and nested).
 void EditQuantConfig(const fs::path& file, const std::function<void(json&)>& edit) {

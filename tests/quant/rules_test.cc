@@ -21,7 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kSource = ::ckpt::testing::kSourceDir;
+const fs::path kCheckout = ::ckpt::testing::kSourceDir;
 
 std::string ReadText(const fs::path& p) {
   const std::vector<uint8_t> b = ::ckpt::testing::ReadAll(p);
@@ -93,7 +93,7 @@ std::vector<std::string> StringLiterals(const std::string& s) {
 // Every string literal in core/ except the catalog itself, with the files holding it.
 std::map<std::string, std::set<std::string>> CoreLiterals() {
   std::map<std::string, std::set<std::string>> out;
-  for (const auto& e : fs::recursive_directory_iterator(kSource / "core")) {
+  for (const auto& e : fs::recursive_directory_iterator(kCheckout / "core")) {
     const fs::path& p = e.path();
     if (!e.is_regular_file() || (p.extension() != ".cc" && p.extension() != ".h" &&
                                  p.extension() != ".cu")) {
@@ -101,7 +101,7 @@ std::map<std::string, std::set<std::string>> CoreLiterals() {
     }
     if (p.filename() == "rules.cc") continue;
     for (const std::string& lit : StringLiterals(ReadText(p))) {
-      out[lit].insert(fs::relative(p, kSource).string());
+      out[lit].insert(fs::relative(p, kCheckout).string());
     }
   }
   return out;
@@ -160,7 +160,7 @@ TEST(Rules, EveryCataloguedIdIsEmittedInCore) {
 
 TEST(Rules, EveryNamedTestExistsAndTheTestsMentionTheCode) {
   std::string all_tests;  // every test source and golden record, to find each id in
-  for (const auto& e : fs::recursive_directory_iterator(kSource / "tests")) {
+  for (const auto& e : fs::recursive_directory_iterator(kCheckout / "tests")) {
     const std::string ext = e.path().extension().string();
     const bool golden = e.path().parent_path().filename() == "golden";
     if (e.is_regular_file() && (ext == ".cc" || ext == ".h" || golden)) {
@@ -173,7 +173,7 @@ TEST(Rules, EveryNamedTestExistsAndTheTestsMentionTheCode) {
     std::smatch m;
     const std::string test(r.test);
     ASSERT_TRUE(std::regex_match(test, m, kTest)) << r.id << ": '" << r.test << "'";
-    const fs::path file = kSource / m[1].str();
+    const fs::path file = kCheckout / m[1].str();
     ASSERT_TRUE(fs::exists(file)) << r.id << ": " << file;
     EXPECT_NE(ReadText(file).find("(" + m[2].str() + ", " + m[3].str() + ")"),
               std::string::npos)
@@ -188,7 +188,7 @@ TEST(Rules, EveryNamedTestExistsAndTheTestsMentionTheCode) {
 TEST(FormatsCitations, StayInTheRepositoryAndNameExistingSections) {
   std::set<int> sections;
   static const std::regex kHeading("\n## ([0-9]+)\\. ");
-  const std::string formats = ReadText(kSource / "docs/formats.md");
+  const std::string formats = ReadText(kCheckout / "docs/formats.md");
   for (std::sregex_iterator it(formats.begin(), formats.end(), kHeading), end; it != end; ++it) {
     sections.insert(std::stoi((*it)[1].str()));
   }
@@ -199,9 +199,9 @@ TEST(FormatsCitations, StayInTheRepositoryAndNameExistingSections) {
   static const std::regex kSection("\u00a7([0-9]+)");
   size_t citations = 0;
   for (const char* dir : {"core", "services", "storage", "gpu", "tests", "docs", "deploy", "bench"}) {
-    if (!fs::exists(kSource / dir)) continue;
-    for (const auto& e : fs::recursive_directory_iterator(kSource / dir)) {
-      const std::string rel = fs::relative(e.path(), kSource).string();
+    if (!fs::exists(kCheckout / dir)) continue;
+    for (const auto& e : fs::recursive_directory_iterator(kCheckout / dir)) {
+      const std::string rel = fs::relative(e.path(), kCheckout).string();
       const std::string ext = e.path().extension().string();
       if (!e.is_regular_file() || rel.starts_with("tests/data/") || rel.find("node_modules") !=
           std::string::npos || (ext != ".cc" && ext != ".h" && ext != ".cu" && ext != ".md" &&
@@ -223,7 +223,7 @@ TEST(FormatsCitations, StayInTheRepositoryAndNameExistingSections) {
     }
   }
   EXPECT_GT(citations, 20u);  // the scan sees the existing citations
-  const std::string readme = ReadText(kSource / "README.md");
+  const std::string readme = ReadText(kCheckout / "README.md");
   for (const std::string& o : outside) EXPECT_EQ(readme.find(o), std::string::npos) << o;
 }
 
@@ -257,7 +257,7 @@ TEST_F(RulesCli, ListsEveryRuleAsTextAndJson) {
 TEST_F(RulesCli, CommittedDocsRulesMdIsTheGeneratedText) {
   auto md = Cli("rules --markdown");
   ASSERT_EQ(md.rc, 0) << md.err;
-  const std::string committed = ReadText(kSource / "docs/rules.md");
+  const std::string committed = ReadText(kCheckout / "docs/rules.md");
   if (committed != md.out) {
     size_t at = 0;  // the first differing line, for the message
     while (at < committed.size() && at < md.out.size() && committed[at] == md.out[at]) ++at;

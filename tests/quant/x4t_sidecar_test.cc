@@ -18,6 +18,7 @@ namespace ckpt::quant {
 namespace {
 
 namespace fs = std::filesystem;
+using ::ckpt::quant::testing::Detect;
 using ::ckpt::quant::testing::kExpert;
 using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::Fixture;
@@ -77,12 +78,6 @@ std::map<std::string, std::string> GoodMetadata() {
           {"scale_codec", "x4t-adjacent-pair-fixed-stream-v1"},
           {"w2_packed_layout", "group-major-32-channel-v1"},
           {"exact_mxfp4_reconstruction", "true"}};
-}
-
-FormatReport Detect(const fs::path& root) {
-  auto c = Checkpoint::Open(root.string());
-  EXPECT_TRUE(c.ok()) << c.status();
-  return DetectFormat(**c);
 }
 
 TEST(X4TSidecar, BuiltFromTheSourceDecodesToIt) {
