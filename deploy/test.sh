@@ -14,4 +14,5 @@ fi
 bash deploy/install-deps.sh
 bash deploy/build.sh
 cd build
-ctest --output-on-failure -j"$(nproc)" --timeout 600
+# Two tests per core: most of them wait on processes, sockets and disks (docs/testing.md).
+ctest --output-on-failure -j"$(( $(nproc) * 2 ))" --timeout 600
