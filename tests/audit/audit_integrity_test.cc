@@ -19,11 +19,11 @@ namespace ckpt::audit {
 namespace {
 
 namespace fs = std::filesystem;
-using ::ckpt::testing::TreeBytes;
 using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::FaultDirectory;
 using ::ckpt::testing::ReadHook;
 using ::ckpt::testing::TempDir;
+using ::ckpt::testing::TreeBytes;
 using ::testing::HasSubstr;
 
 constexpr char kShard[] = "model-00001-of-00002.safetensors";

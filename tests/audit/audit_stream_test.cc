@@ -45,11 +45,11 @@ namespace ckpt::audit {
 namespace {
 
 namespace fs = std::filesystem;
-using ::ckpt::testing::TreeBytes;
 using ::ckpt::testing::CopyFixture;
 using ::ckpt::testing::FaultDirectory;
 using ::ckpt::testing::ReadHook;
 using ::ckpt::testing::TempDir;
+using ::ckpt::testing::TreeBytes;
 using ::testing::HasSubstr;
 
 constexpr uint64_t kSmallWindow = 1ull << 20;
