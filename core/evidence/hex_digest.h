@@ -1,4 +1,5 @@
-// The text form of digests in statements: SHA-256 as 64 lower-case hex characters; hex digits.
+// The text form of digests in statements: SHA-256 as 64 lower-case hex characters, and the
+// value of one hex digit.
 #ifndef CKPT_CORE_EVIDENCE_HEX_DIGEST_H_
 #define CKPT_CORE_EVIDENCE_HEX_DIGEST_H_
 
