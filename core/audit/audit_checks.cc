@@ -47,9 +47,10 @@ evidence::PolicyRef PolicyRefOf(const quant::ScaleWindowConfig& policy) {
   return evidence::ScaleWindowPolicyRef(ThresholdsOf(policy));
 }
 
-std::vector<evidence::Subject> SubjectsOf(const Fingerprint& fp) {
+absl::StatusOr<std::vector<evidence::Subject>> SubjectsOf(const Fingerprint& fp) {
   std::vector<evidence::Subject> subjects;
   for (const FileFingerprint& f : fp.files) {
+    if (absl::Status s = evidence::CheckFileSubjectName(fp.root, f.path); !s.ok()) return s;
     if (f.sha256) subjects.push_back({f.path, ToHex(*f.sha256)});
   }
   subjects.push_back({evidence::kManifestRootSubject, fp.manifest.RootHex()});
@@ -101,10 +102,10 @@ forward::ForwardAuditOptions ForwardOptionsOf(const AuditOptions& options) {
 
 // A tree read from an OCI artifact: every raw layer's digest must be the SHA-256 the engine
 // took from the bytes it read (those the verdicts were computed from), and the manifest digest
-// joins the subjects (docs/interop.md, "OCI registries"). A layer file the walk ignored was
-// never read and names no subject; the manifest digest still covers it.
+// becomes `oci_manifest` and joins the subjects (docs/interop.md, "How digests bind"). A layer
+// file the walk ignored was never read and names no subject; the manifest digest still covers it.
 absl::Status Bind(const std::optional<ReadBinding>& binding, const TreeImage& image,
-                  std::vector<evidence::Subject>* subjects) {
+                  std::vector<evidence::Subject>* subjects, std::string* oci_manifest) {
   if (!binding) return absl::OkStatus();
   for (const auto& [name, want] : binding->file_sha256) {
     const ImageFile* f = image.Find(name);
@@ -116,7 +117,8 @@ absl::Status Bind(const std::optional<ReadBinding>& binding, const TreeImage& im
           ", the manifest's layer digest is sha256:", want, " (a tampered layer); nothing signed"));
     }
   }
-  subjects->push_back(binding->subject);
+  subjects->push_back({evidence::kOciManifestSubject, binding->manifest_digest.substr(7)});
+  *oci_manifest = binding->manifest_digest;
   return absl::OkStatus();
 }
 
@@ -185,17 +187,27 @@ absl::StatusOr<evidence::EvidenceRecord> AuditRun::Record(
   const TreeImage& derived_read = *images[0];
   const Fingerprint derived_fp = FingerprintOf(derived_read, e.root().walk.ignore_paths);
   rec.root = derived_read.root;
-  rec.subjects = SubjectsOf(derived_fp);
-  if (absl::Status s = Bind(options_.root_binding, derived_read, &rec.subjects); !s.ok()) return s;
+  auto subjects = SubjectsOf(derived_fp);
+  if (!subjects.ok()) return subjects.status();
+  rec.subjects = *std::move(subjects);
+  if (absl::Status s = Bind(options_.root_binding, derived_read, &rec.subjects, &rec.oci_manifest);
+      !s.ok()) {
+    return s;
+  }
   rec.checks.push_back(RecordOf(derived_fp));
   if (e.has_source()) {
     const TreeImage& source_read = *images[1];
     const Fingerprint source_fp = FingerprintOf(source_read, e.source().walk.ignore_paths);
-    std::vector<evidence::Subject> files = SubjectsOf(source_fp);
-    files.pop_back();  // the manifest ROOT has its own field
-    if (absl::Status s = Bind(options_.source_binding, source_read, &files); !s.ok()) return s;
+    auto files = SubjectsOf(source_fp);
+    if (!files.ok()) return files.status();
+    files->pop_back();  // the manifest ROOT has its own field
+    std::string oci_manifest;
+    if (absl::Status s = Bind(options_.source_binding, source_read, &*files, &oci_manifest);
+        !s.ok()) {
+      return s;
+    }
     rec.source = evidence::SourceBinding{source_read.root, source_fp.manifest.RootHex(),
-                                         std::move(files)};
+                                         *std::move(files), std::move(oci_manifest)};
   }
   // Storage bytes read by the whole audit (both trees): each byte once.
   rec.checks.front().counts["bytes_read"] = static_cast<int64_t>(bytes_read);

@@ -32,19 +32,14 @@ namespace ckpt::audit {
 
 inline constexpr char kDefaultPolicy[] = "scale-window";
 
-// The subject that names the digest of the OCI manifest a tree was read from. It names no file:
-// a comparison with a tree on disk passes over it when the tree has no file of that name
-// (core/interop/tree_subjects.h SubjectDifferences), so one record binds the same files from disk
-// or registry.
-inline constexpr char kOciManifestSubject[] = "oci-manifest";
-
 // A tree read from elsewhere than a file system: an OCI artifact (core/oci/artifact.h,
-// docs/interop.md "OCI registries"). `subject` (its manifest digest) joins the record's subjects
-// beside the file digests and the OMS ROOT (for a source: its files), and each named file's
+// docs/interop.md "OCI registries"). Its manifest digest becomes the record's typed
+// `oci_manifest` (for a source: the source binding's) and joins the subjects under
+// evidence::kOciManifestSubject beside the file digests and the OMS ROOT; and each named file's
 // SHA-256, taken by the engine from the bytes it read, must be the one given (a raw layer's
 // digest): DATA_LOSS naming the file otherwise, and nothing is signed.
 struct ReadBinding {
-  evidence::Subject subject;
+  std::string manifest_digest;                     // "sha256:HEX"
   std::map<std::string, std::string> file_sha256;  // recorded name -> lowercase hex
 };
 
@@ -81,9 +76,11 @@ struct AuditOptions {
 absl::StatusOr<quant::ScaleWindowConfig> PolicyByName(const std::string& name);
 std::vector<std::string> PolicyNames();
 
-// The record's policy entry, and its subjects: every file digest plus the OMS manifest ROOT.
+// The record's policy entry, and its subjects: every file digest plus the OMS manifest ROOT;
+// INVALID_ARGUMENT for a file named like a subject that names no file
+// (evidence::CheckFileSubjectName).
 evidence::PolicyRef PolicyRefOf(const quant::ScaleWindowConfig& policy);
-std::vector<evidence::Subject> SubjectsOf(const Fingerprint& fp);
+absl::StatusOr<std::vector<evidence::Subject>> SubjectsOf(const Fingerprint& fp);
 
 // The record's fingerprint check (each other check's record form is in its own file).
 evidence::CheckResult RecordOf(const Fingerprint& fp);

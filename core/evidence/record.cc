@@ -1,6 +1,7 @@
 #include "core/evidence/record.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/evidence/hex_digest.h"
 #include "core/evidence/json_guard.h"
@@ -35,7 +36,20 @@ absl::StatusOr<std::string> Finish(const ojson& statement) {
   return DumpJson(statement);
 }
 
+// "sha256:" and 64 lowercase hex characters, or empty.
+bool IsManifestDigestOrEmpty(const std::string& d) {
+  return d.empty() || (absl::StartsWith(d, "sha256:") && IsSha256Hex(d.substr(7)));
+}
+
 }  // namespace
+
+absl::Status CheckFileSubjectName(const std::string& root, const std::string& name) {
+  if (name != kManifestRootSubject && name != kOciManifestSubject) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      EncodeName(root), "/", name, ": a file may not be named '", name,
+      "', the subject name statements give a digest that names no file (docs/evidence.md, "
+      "\"Reserved names\"); rename or remove it"));
+}
 
 PolicyRef ScaleWindowPolicyRef(const ScaleWindowThresholds& thresholds) {
   return {thresholds.name, std::to_string(thresholds.version), ToJson(thresholds)};
@@ -51,6 +65,10 @@ Verdict EvidenceRecord::OverallVerdict() const {
 absl::StatusOr<std::string> RecordPayload(const EvidenceRecord& r) {
   auto subjects = SubjectsJson(r.subjects);
   if (!subjects.ok()) return subjects.status();
+  if (!IsManifestDigestOrEmpty(r.oci_manifest) ||
+      (r.source && !IsManifestDigestOrEmpty(r.source->oci_manifest))) {
+    return absl::InvalidArgumentError("an OCI manifest digest is not sha256:<64 hex>");
+  }
   ojson checks = ojson::array();
   for (const CheckResult& c : r.checks) checks.push_back(c.ToJson());
   ojson predicate = {
@@ -73,6 +91,9 @@ absl::StatusOr<std::string> RecordPayload(const EvidenceRecord& r) {
     predicate["source"] = {{"root", EncodeName(r.source->root)},
                            {"manifest_root", r.source->manifest_root},
                            {"files", *files}};
+    if (!r.source->oci_manifest.empty()) {
+      predicate["source"]["oci_manifest"] = r.source->oci_manifest;
+    }
   }
   ojson refs = ojson::object();
   for (const auto& [key, value] : {std::pair{"model_ref", &r.refs.model_ref},
@@ -82,6 +103,7 @@ absl::StatusOr<std::string> RecordPayload(const EvidenceRecord& r) {
   }
   if (!refs.empty()) predicate["refs"] = refs;
   if (!r.invoker.empty()) predicate["invoker"] = r.invoker;
+  if (!r.oci_manifest.empty()) predicate["oci_manifest"] = r.oci_manifest;
   if (!r.parts.empty()) {
     ojson parts = ojson::array();
     for (const PartRef& p : r.parts) {
@@ -161,6 +183,12 @@ absl::StatusOr<RecordIndex> IndexPayload(const std::string& payload) {
       idx.policy = p.at("policy").at("name").get<std::string>();
       idx.verdict = p.at("verdict").get<std::string>();
       idx.time = p.at("finished_at").get<std::string>();
+      if (p.contains("oci_manifest")) {
+        idx.oci_manifest = p.at("oci_manifest").get<std::string>();
+        if (idx.oci_manifest.empty() || !IsManifestDigestOrEmpty(idx.oci_manifest)) {
+          return bad("oci_manifest is not sha256:<64 hex>");
+        }
+      }
       if (p.contains("source") && p.at("source").is_object()) {
         const auto& src = p.at("source");
         for (const auto& f : src.at("files")) {

@@ -31,10 +31,19 @@ inline constexpr int kEvidenceSchemaVersion = 2;
 inline constexpr char kVerificationSummaryType[] = "https://slsa.dev/verification_summary/v1";
 // The subject name that carries the OMS manifest ROOT digest.
 inline constexpr char kManifestRootSubject[] = "oms-manifest-root";
+// The subject name that carries the digest of the OCI manifest a tree was read from, beside the
+// typed `oci_manifest` field that alone binds a record to it (docs/interop.md, "How digests
+// bind").
+inline constexpr char kOciManifestSubject[] = "oci-manifest";
 struct Subject {
   std::string name;    // POSIX path relative to the root, or kManifestRootSubject
   std::string sha256;  // lowercase hex
 };
+
+// The subject names above name no file, so no file may carry one: INVALID_ARGUMENT naming
+// `root`/`name` when `name`, a file's recorded name, is one of them (docs/evidence.md,
+// "Reserved names"). Called wherever a tree's files become subjects.
+absl::Status CheckFileSubjectName(const std::string& root, const std::string& name);
 
 // A policy as statements name it. `thresholds` stays JSON: provenance statements read it back
 // and carry it on unchanged (provenance.h); records make it with ScaleWindowPolicyRef.
@@ -54,6 +63,7 @@ struct SourceBinding {
   std::string root;           // real path of the source directory as opened
   std::string manifest_root;  // its OMS manifest ROOT (hex)
   std::vector<Subject> files;  // every file's SHA-256, as in subjects
+  std::string oci_manifest;    // as EvidenceRecord::oci_manifest, for the source
 };
 
 // Strings the caller vouches for, recorded exactly as given (empty: not recorded).
@@ -73,6 +83,10 @@ struct PartRef {
 
 struct EvidenceRecord {
   std::string root;  // real path of the audited checkpoint directory as opened
+  // "sha256:HEX" of the OCI manifest the root was read from, set only by the audit engine from a
+  // registry read (core/audit ReadBinding); empty for a root on a file system. attach binds a
+  // record to a manifest by this field alone: no file of a tree can set it.
+  std::string oci_manifest;
   std::optional<SourceBinding> source;  // pair audits only
   ExternalRefs refs;
   std::string invoker;  // who caused the audit (the daemon's authenticated caller), if known
@@ -111,6 +125,7 @@ struct RecordIndex {
   std::string policy;
   std::string verdict;  // "pass" / "fail"
   std::string time;     // finished_at (or timeVerified)
+  std::string oci_manifest;  // an evidence record's EvidenceRecord::oci_manifest
   std::vector<Subject> subjects;
   // A pair audit's bound source: its files and, under kManifestRootSubject, its OMS ROOT.
   std::vector<Subject> source_subjects;

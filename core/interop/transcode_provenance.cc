@@ -28,8 +28,12 @@ absl::StatusOr<ProvenancedTranscode> TranscodeWithProvenance(const std::string& 
   auto result = quant::TranscodeToNvfp4(source, output, options, progress);
   if (!result.ok()) return result.status();
   const TreeWalkOptions walk;
-  p.source = audit::SubjectsOf(FingerprintOf(*result->source, walk.ignore_paths));
-  p.derived = audit::SubjectsOf(FingerprintOf(*result->output, walk.ignore_paths));
+  auto source_subjects = audit::SubjectsOf(FingerprintOf(*result->source, walk.ignore_paths));
+  if (!source_subjects.ok()) return source_subjects.status();
+  auto derived_subjects = audit::SubjectsOf(FingerprintOf(*result->output, walk.ignore_paths));
+  if (!derived_subjects.ok()) return derived_subjects.status();
+  p.source = *std::move(source_subjects);
+  p.derived = *std::move(derived_subjects);
   p.source_ref = source_ref;
   p.target_format = "nvfp4";
   p.layout = quant::TranscodeLayoutName(options.layout);

@@ -28,7 +28,7 @@ std::vector<std::string> SubjectDifferences(const std::map<std::string, std::str
   for (const auto& [name, digest] : stated) {
     auto it = disk.find(name);
     // The manifest digest of an audit over oci:// is no file (a file of that name is compared).
-    if (it == disk.end() && name == audit::kOciManifestSubject) continue;
+    if (it == disk.end() && name == evidence::kOciManifestSubject) continue;
     if (it == disk.end()) {
       out.push_back(absl::StrCat("missing on disk: ", name));
     } else if (it->second != digest) {

@@ -22,8 +22,8 @@ std::map<std::string, std::string> SubjectMap(const std::vector<evidence::Subjec
 
 // One line per difference between what a statement names (`stated`) and what is on disk
 // ("changed: f", "missing on disk: f", "not stated: f"); empty when they are equal. A stated
-// `oci-manifest` subject (core/audit kOciManifestSubject) is passed over unless the disk has a
-// file of that name.
+// `oci-manifest` subject (evidence::kOciManifestSubject) names no file and is passed over when
+// the disk has none of that name (a tree holding one has no subjects: CheckFileSubjectName).
 std::vector<std::string> SubjectDifferences(const std::map<std::string, std::string>& stated,
                                             const std::map<std::string, std::string>& disk);
 

@@ -1,7 +1,6 @@
 #include "core/oci/attach_record.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/audit/audit_checks.h"
 #include "core/evidence/dsse.h"
 #include "core/evidence/environment.h"
 #include "core/evidence/oms_bundle.h"
@@ -44,7 +43,7 @@ absl::StatusOr<Statement> SummaryFor(const storage::EvidenceLog& log, uint64_t i
                     nlohmann::ordered_json::object()};
   summary.environment = evidence::CollectEnvironment();
   summary.started_at = summary.finished_at = idx.time;
-  summary.subjects = {{audit::kOciManifestSubject, hex}};
+  summary.subjects = {{evidence::kOciManifestSubject, hex}};
   for (const evidence::Subject& s : idx.source_subjects) {
     if (s.name == evidence::kManifestRootSubject) {
       summary.source = evidence::SourceBinding{"", s.sha256, {}};
@@ -75,7 +74,7 @@ absl::StatusOr<Statement> TestResultFor(const storage::EvidenceLog& log, uint64_
     auto j = evidence::ParseStrictJson(env->payload, absl::StrCat("test result ", companion));
     if (!j.ok()) return j.status();
     (*j)["subject"] = nlohmann::json::array(
-        {{{"name", audit::kOciManifestSubject}, {"digest", {{"sha256", hex}}}}});
+        {{{"name", evidence::kOciManifestSubject}, {"digest", {{"sha256", hex}}}}});
     return Statement{evidence::kTestResultPredicateType, DumpJson(*j)};
   }
   return absl::NotFoundError(absl::StrCat("record ", id, " has no test result in the log"));
@@ -109,16 +108,15 @@ absl::StatusOr<std::vector<AttachedStatement>> AttachRecord(const storage::Evide
   }
   auto idx = evidence::IndexPayload(env->payload);
   if (!idx.ok()) return idx.status();
+  // The binding is the typed field only the engine sets, from a registry read; a subject
+  // named oci-manifest is not read (docs/interop.md, "How digests bind").
   const std::string hex = manifest.digest.substr(7);
-  std::string audited;
-  for (const evidence::Subject& s : idx->subjects) {
-    if (s.name == audit::kOciManifestSubject) audited = s.sha256;
-  }
-  if (audited != hex) {
+  auto root = ParseReference(idx->root);
+  if (idx->oci_manifest != manifest.digest || !root.ok() || root->digest != manifest.digest) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "not-audited-from-manifest: record ", id, " was ",
-        audited.empty() ? "not audited from an OCI manifest"
-                        : absl::StrCat("audited from manifest sha256:", audited),
+        "not-audited-from-manifest: record ", id, " (root ", idx->root, ") was ",
+        idx->oci_manifest.empty() ? "not audited from an OCI manifest"
+                                  : absl::StrCat("audited from manifest ", idx->oci_manifest),
         ", not from ", manifest.ToString()));
   }
   auto summary = SummaryFor(log, id, entry->envelope, env->payload, *idx, hex, verifier_id);

@@ -29,8 +29,9 @@ struct AttachedStatement {
 // `id` of `log` as referrers of the manifest `manifest` names by digest. Errors, before
 // anything is pushed: INVALID_ARGUMENT for a `manifest` without a digest or an entry that is no
 // evidence record; FAILED_PRECONDITION for a record not signed by `key` and, starting
-// "not-audited-from-manifest", for one whose oci-manifest subject is not that digest; NOT_FOUND
-// for a record with no test result in the log. Then the registry's (core/oci/registry.h) and
+// "not-audited-from-manifest", for one whose typed `oci_manifest` is not that digest or whose
+// root is not a reference by it (a subject named oci-manifest never counts); NOT_FOUND for a
+// record with no test result in the log. Then the registry's (core/oci/registry.h) and
 // AttachBundle's; a summary already pushed stays when the test result's push fails.
 absl::StatusOr<std::vector<AttachedStatement>> AttachRecord(const storage::EvidenceLog& log,
                                                             uint64_t id,

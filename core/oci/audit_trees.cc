@@ -15,8 +15,7 @@ absl::Status Open(const std::string& text, uint64_t window, std::string* path,
   const Artifact& a = **artifact;
   *dir = a.root();
   *path = a.reference().ToString();
-  *binding = audit::ReadBinding{
-      {audit::kOciManifestSubject, a.manifest_digest().substr(7)}, a.raw_files()};
+  *binding = audit::ReadBinding{a.manifest_digest(), a.raw_files()};
   if (ref->empty()) *ref = a.reference().ToString();
   return absl::OkStatus();
 }

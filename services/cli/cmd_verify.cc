@@ -21,6 +21,7 @@
 #include "core/evidence/record.h"
 #include "core/evidence/strict_json.h"
 #include "core/fingerprint/fingerprint.h"
+#include "core/interop/tree_subjects.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
 #include "services/cli/cli_util.h"
@@ -74,35 +75,17 @@ void CheckSubjects(const std::vector<evidence::Subject>& subjects, const std::st
                                  fp.status().message()));
     return;
   }
-  std::map<std::string, std::string> disk;
-  for (const FileFingerprint& f : fp->files) {
-    if (f.sha256) disk[f.path] = ToHex(*f.sha256);
+  auto disk = audit::SubjectsOf(*fp);
+  if (!disk.ok()) {
+    out->Add(false, absl::StrCat(what, ": ", disk.status().message()));
+    return;
   }
-  disk[evidence::kManifestRootSubject] = fp->manifest.RootHex();
-  std::map<std::string, std::string> signed_subjects;
-  for (const auto& s : subjects) signed_subjects[s.name] = s.sha256;
-  size_t bad = 0;
-  for (const auto& [name, digest] : signed_subjects) {
-    auto it = disk.find(name);
-    // An audit over oci:// binds its manifest digest too; it names no file (docs/interop.md).
-    if (it == disk.end() && name == audit::kOciManifestSubject) continue;
-    if (it == disk.end()) {
-      out->Add(false, absl::StrCat(what, " ", name, ": missing under ", root));
-      ++bad;
-    } else if (it->second != digest) {
-      out->Add(false, absl::StrCat(what, " ", name, ": digest differs (on disk ", it->second,
-                                   ", signed ", digest, ")"));
-      ++bad;
-    }
-  }
-  for (const auto& [name, _] : disk) {
-    if (!signed_subjects.count(name)) {
-      out->Add(false, absl::StrCat("file ", name, " under ", root, " is not signed in ", what));
-      ++bad;
-    }
-  }
-  if (bad == 0) {
-    out->Add(true, absl::StrCat(what, ": all ", signed_subjects.size(), " digests match ", root));
+  const std::map<std::string, std::string> stated = interop::SubjectMap(subjects);
+  const std::vector<std::string> differences =
+      interop::SubjectDifferences(stated, interop::SubjectMap(*disk));
+  for (const std::string& d : differences) out->Add(false, absl::StrCat(what, " ", d));
+  if (differences.empty()) {
+    out->Add(true, absl::StrCat(what, ": all ", stated.size(), " digests match ", root));
   }
 }
 

@@ -58,7 +58,10 @@ absl::StatusOr<Content> ContentFingerprinter::Fingerprint(
   content.root = listing->root_dir->label();
   content.files.resize(listing->files.size());
   uint64_t total = 0;
-  for (const TreeFile& f : listing->files) total += f.size;
+  for (const TreeFile& f : listing->files) {
+    if (absl::Status s = evidence::CheckFileSubjectName(content.root, f.name); !s.ok()) return s;
+    total += f.size;
+  }
   progress.Begin("gate-fingerprint", total);
   // Every file, in parallel, each through its own descriptor.
   std::vector<uint64_t> read(listing->files.size(), 0);

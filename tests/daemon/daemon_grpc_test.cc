@@ -247,7 +247,7 @@ class DaemonTest : public ::testing::Test {
     EXPECT_TRUE(fp.ok());
     evidence::EvidenceRecord r;
     r.root = fs::canonical(root).string();
-    r.subjects = audit::SubjectsOf(*fp);
+    r.subjects = *audit::SubjectsOf(*fp);
     r.source = evidence::SourceBinding{"/models/source", source_manifest_root,
                                        {{"model.safetensors", std::string(64, '0')}}};
     r.policy = audit::PolicyRefOf(*audit::PolicyByName(policy));

@@ -164,7 +164,7 @@ TEST_F(CliTest, AuditVerifyQueryAndReport) {
   Result changed =
       Run("verify --db " + Db() + " --id 4 --root " + bad.string() + " --trust " + Trust());
   EXPECT_EQ(changed.rc, 1);
-  EXPECT_THAT(changed.out, HasSubstr("subject config.json: digest differs"));
+  EXPECT_THAT(changed.out, HasSubstr("subject changed: config.json"));
 }
 
 TEST_F(CliTest, PairRecordBindsTheSourceAndItsRefsAndVerifyChecksIt) {
@@ -192,7 +192,7 @@ TEST_F(CliTest, PairRecordBindsTheSourceAndItsRefsAndVerifyChecksIt) {
   Result changed = Run("verify --db " + Db() + " --id 0 --source " + source.string() +
                        " --trust " + Trust());
   EXPECT_EQ(changed.rc, 1);
-  EXPECT_THAT(changed.out, HasSubstr("source config.json: digest differs"));
+  EXPECT_THAT(changed.out, HasSubstr("source changed: config.json"));
   // A record without a source binds none (record 2: record 1 is the first audit's test result).
   ASSERT_EQ(Audit(Fixture("mini-kimi-mxfp4").string()).rc, 0);
   Result none = Run("verify --db " + Db() + " --id 2 --source " + source.string() +

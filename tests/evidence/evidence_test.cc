@@ -349,6 +349,38 @@ TEST(Record, StoredJsonIsReadBackBounded) {
   EXPECT_THAT(std::string(idx.status().message()), HasSubstr("duplicate"));
 }
 
+// An OCI binding is a typed field (docs/evidence.md): written only when set, read back by the
+// index, and refused in either direction unless it is sha256:<64 hex>. A file named like a
+// subject that names no file is refused.
+TEST(Record, OciManifestIsATypedFieldReadBackByTheIndex) {
+  EvidenceRecord r = SampleRecord();
+  EXPECT_FALSE(nlohmann::json::parse(*RecordPayload(r))["predicate"].contains("oci_manifest"));
+  EXPECT_TRUE(IndexPayload(*RecordPayload(r))->oci_manifest.empty());
+  r.oci_manifest = "sha256:" + std::string(64, 'e');
+  auto payload = RecordPayload(r);
+  ASSERT_TRUE(payload.ok()) << payload.status();
+  auto idx = IndexPayload(*payload);
+  ASSERT_TRUE(idx.ok()) << idx.status();
+  EXPECT_EQ(idx->oci_manifest, r.oci_manifest);
+  for (const std::string bad : {"sha256:" + std::string(63, 'e'), std::string(64, 'e'),
+                                "sha256:" + std::string(64, 'E')}) {
+    r.oci_manifest = bad;
+    EXPECT_EQ(RecordPayload(r).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    std::string forged = *payload;
+    forged.replace(forged.find("sha256:" + std::string(64, 'e')), 71, bad);
+    EXPECT_THAT(std::string(IndexPayload(forged).status().message()),
+                HasSubstr("oci_manifest is not sha256:<64 hex>"))
+        << bad;
+  }
+  EXPECT_TRUE(CheckFileSubjectName("/m", "config.json").ok());
+  EXPECT_TRUE(CheckFileSubjectName("/m", "sub/oci-manifest").ok());
+  for (const char* reserved : {kOciManifestSubject, kManifestRootSubject}) {
+    auto s = CheckFileSubjectName("/m", reserved);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()), HasSubstr(std::string("/m/") + reserved + ": "));
+  }
+}
+
 TEST(Record, VerificationSummary) {
   EvidenceRecord r = SampleRecord();
   auto vsa = VerificationSummaryPayload(r, "https://ckpt-audit.dev/verifier", "log#3",

@@ -194,7 +194,7 @@ TEST(DaemonOci, PairFromARegistryAuditsLikeTheFilesOnDiskAndAttaches) {
   EXPECT_EQ(job.verdict(), "pass");
   std::map<std::string, std::string> expected;
   for (const evidence::Subject& sub : local->subjects) expected[sub.name] = sub.sha256;
-  expected[audit::kOciManifestSubject] = nv.substr(7);
+  expected[evidence::kOciManifestSubject] = nv.substr(7);
   nlohmann::json statement = d.Statement(job.record_id());
   EXPECT_EQ(Subjects(statement), expected);
   EXPECT_EQ(statement["predicate"]["root"], model);
@@ -252,7 +252,7 @@ TEST(DaemonOci, AttachToARegistryThatRefusesPushesKeepsTheRecord) {
                                              " failed (the record stays in the log)"));
   EXPECT_THAT(job.error_message(), HasSubstr("405"));
   EXPECT_THAT(s.Log(), HasSubstr("registry POST /v2/m/blobs/uploads/"));
-  EXPECT_EQ(Subjects(d.Statement(job.record_id()))[audit::kOciManifestSubject],
+  EXPECT_EQ(Subjects(d.Statement(job.record_id()))[evidence::kOciManifestSubject],
             digest.substr(7));
   EXPECT_THAT(d.process().log(), HasSubstr("\"msg\":\"attach failed\""));
   EXPECT_THAT(testing::ScrapeMetrics(d.process().metrics_port()),

@@ -16,6 +16,9 @@
 #include "gmock/gmock.h"
 #include "core/audit/audit_checks.h"
 #include "core/evidence/base64.h"
+#include "core/evidence/dsse.h"
+#include "core/evidence/ed25519.h"
+#include "core/evidence/record.h"
 #include "core/interop/tree_subjects.h"
 #include "core/oci/artifact.h"
 #include "core/oci/audit_trees.h"
@@ -23,6 +26,7 @@
 #include "core/oci/referrers.h"
 #include "core/oci/tar_layer.h"
 #include "nlohmann/json.hpp"
+#include "storage/evidence_log.h"
 #include "tests/oci/oci_harness.h"
 
 namespace ckpt {
@@ -674,10 +678,10 @@ TEST(OciDockerRegistry, PairOverOciAuditsLikeTheSameFilesOnDisk) {
     return out;
   };
   auto expected = subjects(local->subjects);
-  expected.emplace_back(audit::kOciManifestSubject, nv.substr(7));
+  expected.emplace_back(evidence::kOciManifestSubject, nv.substr(7));
   EXPECT_EQ(subjects(remote->subjects), expected);
   auto expected_source = subjects(local->source->files);
-  expected_source.emplace_back(audit::kOciManifestSubject, mx.substr(7));
+  expected_source.emplace_back(evidence::kOciManifestSubject, mx.substr(7));
   EXPECT_EQ(subjects(remote->source->files), expected_source);
   EXPECT_EQ(remote->source->manifest_root, local->source->manifest_root);
   EXPECT_EQ(remote->root, "oci://" + pair.host() + "/m@" + nv);
@@ -711,7 +715,7 @@ TEST(OciDockerRegistry, PairOverOciAuditsLikeTheSameFilesOnDisk) {
 TEST(OciSubjects, ManifestSubjectNamesNoFileUnlessTheTreeHasOne) {
   const std::string hex(64, 'a'), other(64, 'b');
   std::map<std::string, std::string> stated = {{"a.json", hex},
-                                               {audit::kOciManifestSubject, other}};
+                                               {evidence::kOciManifestSubject, other}};
   EXPECT_TRUE(interop::SubjectDifferences(stated, {{"a.json", hex}}).empty());
   // A file of that name on disk is compared like any other.
   EXPECT_EQ(interop::SubjectDifferences(stated, {{"a.json", hex}, {"oci-manifest", hex}}).size(),
@@ -896,8 +900,15 @@ TEST(OciDockerRegistry, AttachKeepsConcurrentReferrersAndVerifiesThem) {
 // attach tests against the fake registry start from.
 struct AuditedOnFake {
   std::shared_ptr<oci::Registry> reg;
+  std::filesystem::path dir;
   std::string nv, env, db, model;
   uint64_t id = 0;
+
+  // `ckpt-audit attach --json MODEL --id ID` with the audit's log and key.
+  testing::CliResult Attach(uint64_t record) const {
+    return testing::RunCli("attach --json " + model + " --id " + std::to_string(record) + db,
+                           dir, env);
+  }
 };
 
 void AuditOnFake(const TempDir& dir, const FakeRegistry& fake, AuditedOnFake* out) {
@@ -906,6 +917,7 @@ void AuditOnFake(const TempDir& dir, const FakeRegistry& fake, AuditedOnFake* ou
   auto reg = oci::Registry::Connect(*oci::ParseReference("oci://" + fake.host() + "/m:x"));
   ASSERT_TRUE(reg.ok()) << reg.status();
   out->reg = *std::move(reg);
+  out->dir = dir.path();
   out->nv = Push(*out->reg, "mini-kimi-nvfp4", "nvfp4", false);
   ASSERT_FALSE(out->nv.empty());
   out->env = "DOCKER_CONFIG='" + dir.path().string() + "' XDG_DATA_HOME='" +
@@ -927,9 +939,8 @@ TEST(OciFakeRegistry, AttachUsesTheReferrersApiWhenTheRegistryHasOne) {
   AuditedOnFake a;
   ASSERT_NO_FATAL_FAILURE(AuditOnFake(dir, fake, &a));
   const std::shared_ptr<oci::Registry>& reg = a.reg;
-  const std::string &nv = a.nv, &env = a.env, &db = a.db, &model = a.model;
-  testing::CliResult attached = testing::RunCli(
-      "attach --json " + model + " --id " + std::to_string(a.id) + db, dir.path(), env);
+  const std::string &nv = a.nv, &env = a.env, &model = a.model;
+  testing::CliResult attached = a.Attach(a.id);
   ASSERT_EQ(attached.rc, 0) << attached.err << attached.out;
   EXPECT_THAT(attached.out, HasSubstr("\"referrers_api\": true"));
   // With the API, no tag index is written.
@@ -954,6 +965,67 @@ TEST(OciFakeRegistry, AttachUsesTheReferrersApiWhenTheRegistryHasOne) {
   EXPECT_THAT(after.out, HasSubstr("no-passing-vsa"));
 }
 
+// A record binds a manifest by its typed `oci_manifest` alone, which only an audit that read the
+// manifest from a registry sets (docs/interop.md, "How digests bind"). A tree cannot pose as one:
+// a file named like the binding's subject is refused before anything is signed, and a record
+// that names the manifest only by that subject (signed by hand, or made before the typed field)
+// is attached to nothing.
+TEST(OciFakeRegistry, AFileNamedLikeTheBindingBindsNothing) {
+  TempDir dir;
+  FakeRegistry fake(dir, R"({"repo": "m", "writable": true})");
+  AuditedOnFake a;
+  ASSERT_NO_FATAL_FAILURE(AuditOnFake(dir, fake, &a));
+  auto manifest = a.reg->GetManifest(a.nv);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  const std::string log_path = (dir / "log.db").string();
+  auto size = [&] { return *(*storage::EvidenceLog::OpenReadOnly(log_path))->Size(); };
+  const uint64_t before = size();
+
+  const std::filesystem::path tree = dir / "posing";
+  std::filesystem::copy(Fixture("mini-kimi-nvfp4"), tree,
+                        std::filesystem::copy_options::recursive);
+  for (const char* name : {evidence::kOciManifestSubject, evidence::kManifestRootSubject}) {
+    WriteAll(tree / name, manifest->bytes);
+    testing::CliResult posing =
+        testing::RunCli("audit --json" + a.db + " " + tree.string(), dir.path(), a.env);
+    EXPECT_EQ(posing.rc, 2) << posing.err << posing.out;
+    EXPECT_THAT(posing.err, HasSubstr(std::string("/") + name + ": a file may not be named"));
+    std::filesystem::remove(tree / name);
+  }
+  EXPECT_EQ(size(), before);
+
+  auto key = evidence::SigningKey::Load((dir / "key.pem").string());
+  ASSERT_TRUE(key.ok()) << key.status();
+  for (const std::string& root : {tree.string(), a.model}) {
+    evidence::EvidenceRecord r;
+    r.root = root;
+    r.subjects = {{"config.json", std::string(64, 'c')},
+                  {evidence::kOciManifestSubject, a.nv.substr(7)},
+                  {evidence::kManifestRootSubject, std::string(64, 'f')}};
+    r.policy = audit::PolicyRefOf(*audit::PolicyByName("scale-window"));
+    r.started_at = r.finished_at = "2026-12-07T00:00:00Z";
+    auto payload = evidence::RecordPayload(r);
+    ASSERT_TRUE(payload.ok()) << payload.status();
+    uint64_t id = 0;
+    {
+      auto log = storage::EvidenceLog::Open(log_path, false);
+      ASSERT_TRUE(log.ok()) << log.status();
+      auto appended = (*log)->Append(
+          *evidence::SignEnvelope(*payload, evidence::kInTotoPayloadType, *key), *key);
+      ASSERT_TRUE(appended.ok()) << appended.status();
+      id = appended->seq;
+    }
+    testing::CliResult attached = a.Attach(id);
+    EXPECT_EQ(attached.rc, 2) << attached.err << attached.out;
+    EXPECT_THAT(attached.err, HasSubstr("not-audited-from-manifest: record " + std::to_string(id) +
+                                        " (root " + root + ") was not audited from an OCI "
+                                        "manifest"));
+  }
+  // The audit that read the manifest binds it.
+  testing::CliResult ok = a.Attach(a.id);
+  EXPECT_EQ(ok.rc, 0) << ok.err << ok.out;
+}
+
 // Two attaches at once against Debian's registry: a read of the referrers tag that meets the
 // other attach's write of it may be answered 500. Such reads are tried again (the fake answers
 // the first 3 with 500); a registry that keeps answering 500 ends the attach with its answer.
@@ -964,8 +1036,7 @@ TEST(OciFakeRegistry, ATagIndexReadAnswered500IsTriedAgain) {
                                         failures, "}"));
     AuditedOnFake a;
     ASSERT_NO_FATAL_FAILURE(AuditOnFake(dir, fake, &a));
-    testing::CliResult attached = testing::RunCli(
-        "attach --json " + a.model + " --id " + std::to_string(a.id) + a.db, dir.path(), a.env);
+    testing::CliResult attached = a.Attach(a.id);
     if (failures == 3) {
       ASSERT_EQ(attached.rc, 0) << attached.err << attached.out;
       EXPECT_THAT(attached.out, HasSubstr("\"index_writes\": 1"));
@@ -993,8 +1064,7 @@ TEST(OciFakeRegistry, AManifestPutThatMeetsABlobInFluxIsTriedAgain) {
                                         failures, R"(, "log": ")", log, R"("})"));
     AuditedOnFake a;
     ASSERT_NO_FATAL_FAILURE(AuditOnFake(dir, fake, &a));
-    testing::CliResult attached = testing::RunCli(
-        "attach --json " + a.model + " --id " + std::to_string(a.id) + a.db, dir.path(), a.env);
+    testing::CliResult attached = a.Attach(a.id);
     if (failures == 2) {
       ASSERT_EQ(attached.rc, 0) << attached.err << attached.out;
       EXPECT_EQ(testing::RunCli("verify-oci " + a.model + " --trust " +
@@ -1036,9 +1106,8 @@ TEST(OciFakeRegistry, ListedReferrerThatIsGoneFailsVerification) {
   AuditedOnFake a;
   ASSERT_NO_FATAL_FAILURE(AuditOnFake(dir, fake, &a));
   const std::shared_ptr<oci::Registry>& reg = a.reg;
-  const std::string &nv = a.nv, &env = a.env, &db = a.db, &model = a.model;
-  testing::CliResult attached = testing::RunCli(
-      "attach --json " + model + " --id " + std::to_string(a.id) + db, dir.path(), env);
+  const std::string &nv = a.nv, &env = a.env, &model = a.model;
+  testing::CliResult attached = a.Attach(a.id);
   ASSERT_EQ(attached.rc, 0) << attached.err << attached.out;
   EXPECT_THAT(attached.out, HasSubstr("\"referrers_api\": false"));
   EXPECT_THAT(attached.out, HasSubstr("\"index_writes\": 2"));  // the lost write, then again
