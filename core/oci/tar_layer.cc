@@ -95,6 +95,8 @@ struct TarLayer::Impl {
   std::string extended;  // a pax or GNU long-name record being assembled
   std::optional<std::string> next_path;  // from a pax `path` or GNU 'L' record
   std::optional<uint64_t> next_size;     // from a pax `size`
+  bool pax_pending = false;   // a pax 'x' header names the next entry's properties
+  bool long_pending = false;  // a GNU 'L' header names the next entry
   std::shared_ptr<std::vector<uint8_t>> file;
   std::string file_path;
   uint64_t zero_blocks = 0, trailer = 0, entries = 0;
@@ -121,15 +123,38 @@ struct TarLayer::Impl {
     uint64_t size = ParseOctal(h + 124, 12, &ok);
     if (!ok) return Bad(absl::StrCat("tar header ", entries, ": size is not octal"));
     std::string name = Field(h, 100);
-    if (std::memcmp(h + 257, "ustar", 5) == 0) {
+    // Only a POSIX ustar header keeps a name prefix at 345; old-GNU headers keep atime and
+    // ctime there, star ones times after a 131-byte prefix, and extractors disagree on what
+    // such bytes name (docs/interop.md, "Tar headers").
+    if (std::memcmp(h + 257, "ustar\0" "00", 8) == 0) {
       std::string prefix = Field(h + 345, 155);
+      if (!std::all_of(h + 345 + prefix.size(), h + 500, [](uint8_t b) { return b == 0; })) {
+        return Bad(absl::StrCat("tar header ", entries,
+                                ": bytes after the name prefix's end (extractors disagree on the "
+                                "name of such an entry)"));
+      }
       if (!prefix.empty()) name = absl::StrCat(prefix, "/", name);
+    } else if (h[345] != 0) {
+      return Bad(absl::StrCat("tar header ", entries,
+                              ": a header that is not POSIX ustar holds bytes where ustar keeps a "
+                              "name prefix (extractors disagree on the name of such an entry)"));
     }
     const char type = static_cast<char>(h[156]);
     if (type == 'x' || type == 'g' || type == 'L') {
       if (size > kMaxExtendedHeader) {
         return Bad(absl::StrCat("an extended header of ", size, " bytes (at most ",
                                 kMaxExtendedHeader, ")"));
+      }
+      // One pax header and one GNU long name at most per entry, never both naming it: the
+      // extractors take different ones as the name.
+      if ((type == 'x' && pax_pending) || (type == 'L' && long_pending)) {
+        return Bad(absl::StrCat("tar header ", entries, ": a second ",
+                                type == 'x' ? "pax header" : "GNU long name", " for one entry"));
+      }
+      if (type == 'x') pax_pending = true;
+      if (type == 'L') {
+        if (next_path) return BothNames();
+        long_pending = true;
       }
       extended_type = type;
       extended.clear();
@@ -140,6 +165,7 @@ struct TarLayer::Impl {
     }
     if (next_path) name = *std::exchange(next_path, std::nullopt);
     if (next_size) size = *std::exchange(next_size, std::nullopt);
+    pax_pending = long_pending = false;
     const std::string entry = absl::StrCat(label, ": entry '", name, "'");
     if (type == '1' || type == '2') {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -156,6 +182,10 @@ struct TarLayer::Impl {
       return absl::InvalidArgumentError(
           absl::StrCat(entry, " has type '", std::string(1, type),
                        "'; only regular files and directories are accepted"));
+    }
+    if (absl::EndsWith(name, "/")) {  // an extractor makes a directory of it, or fails
+      return absl::InvalidArgumentError(
+          absl::StrCat(entry, " is a regular file named with a trailing '/'"));
     }
     auto path = CleanLayerPath(name, label);
     if (!path.ok()) return path.status();
@@ -186,14 +216,22 @@ struct TarLayer::Impl {
     state = padding ? State::kSkip : State::kHeader;
   }
 
+  absl::Status BothNames() const {
+    return Bad(absl::StrCat("tar header ", entries,
+                            ": an entry named by both a pax path and a GNU long name"));
+  }
+
   absl::Status EndExtended() {
     state = padding ? State::kSkip : State::kHeader;
     if (extended_type == 'L') {
       next_path = Field(reinterpret_cast<const uint8_t*>(extended.data()), extended.size());
       return absl::OkStatus();
     }
-    if (extended_type == 'g') return absl::OkStatus();
-    // pax records: "LEN key=value\n"
+    const bool global = extended_type == 'g';
+    // pax records: "LEN key=value\n". A key that names, sizes or links an entry is refused in
+    // a global header (GNU tar applies it to every later entry) and in a GNU sparse form (its
+    // real name and map live in other records); one key appears once per header.
+    std::vector<absl::string_view> keys;
     absl::string_view rest = extended;
     while (!rest.empty()) {
       size_t sp = rest.find(' ');
@@ -207,7 +245,22 @@ struct TarLayer::Impl {
       size_t eq = rec.find('=');
       if (eq == absl::string_view::npos) return Bad("a pax record without '='");
       absl::string_view key = rec.substr(0, eq), value = rec.substr(eq + 1);
-      if (key == "path") next_path = std::string(value);
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
+        return Bad(absl::StrCat("a pax header with two '", key, "' records"));
+      }
+      keys.push_back(key);
+      if (absl::StartsWith(key, "GNU.sparse.")) {
+        return Bad(absl::StrCat("a pax '", key, "' record (GNU sparse files are refused)"));
+      }
+      if (global && (key == "path" || key == "linkpath" || key == "size")) {
+        return Bad(absl::StrCat("a global pax header with a '", key,
+                                "' record (it would apply to every later entry)"));
+      }
+      if (global) continue;
+      if (key == "path") {
+        if (long_pending) return BothNames();
+        next_path = std::string(value);
+      }
       if (key == "linkpath") return Bad("a pax linkpath record (links are refused)");
       if (key == "size") {
         uint64_t s = 0;
@@ -346,7 +399,8 @@ absl::StatusOr<std::vector<TarEntry>> TarLayer::Finish() {
   }
   // An archive without its two zero blocks is accepted only between entries.
   if (i.state != Impl::State::kEnd &&
-      !(i.state == Impl::State::kHeader && i.block.empty() && !i.next_path && !i.next_size)) {
+      !(i.state == Impl::State::kHeader && i.block.empty() && !i.next_path && !i.next_size &&
+        !i.pax_pending && !i.long_pending)) {
     return i.Bad("the archive ends inside an entry");
   }
   return std::move(i.out);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
@@ -25,6 +26,7 @@
 #include "core/oci/credentials.h"
 #include "core/oci/referrers.h"
 #include "core/oci/tar_layer.h"
+#include "core/sha256.h"
 #include "nlohmann/json.hpp"
 #include "storage/evidence_log.h"
 #include "tests/oci/oci_harness.h"
@@ -165,6 +167,65 @@ TEST(OciTarLayer, NamesOfEmptyFilesCountAgainstTheWindowToo) {
   ASSERT_TRUE(fits.ok()) << fits.status();
   EXPECT_EQ(fits->size(), 1000u);
   EXPECT_EQ(fits->back().path, "999/" + std::string(4000, 'n'));
+}
+
+// Whether `entries` pass the artifact's rule for its files (core/oci/artifact.cc AddFile): no
+// name twice, and no file where another's directory is.
+bool ArtifactTakes(const std::vector<oci::TarEntry>& entries) {
+  std::set<std::string> files;
+  for (const oci::TarEntry& e : entries) {
+    if (!files.insert(e.path).second) return false;
+  }
+  for (const std::string& f : files) {
+    for (size_t slash = f.find('/'); slash != std::string::npos; slash = f.find('/', slash + 1)) {
+      if (files.contains(f.substr(0, slash))) return false;
+    }
+  }
+  return true;
+}
+
+// The names audited are the names extractors write (docs/interop.md, "Tar headers"):
+// tests/oci/tar_differential.py writes a corpus of odd headers (old-GNU times where ustar keeps
+// a prefix, a pax path beside a GNU long name, global and sparse pax names, links, `..`,
+// absolute paths, NUL in names, duplicates) beside archives that Python's tarfile and GNU tar
+// make in each of their formats, and what `tar -xf` and tarfile make of each. An archive the
+// layer reader (with the artifact's rule for names) accepts must give exactly the files both
+// write; the corpus says which archives must be accepted and which refused.
+TEST(OciTarLayer, AcceptedArchivesNameWhatGnuTarAndPythonTarfileWrite) {
+  TempDir dir;
+  const std::string script = std::string(testing::kSourceDir) + "/tests/oci/tar_differential.py";
+  ASSERT_EQ(std::system(("python3 '" + script + "' '" + dir.path().string() + "'").c_str()), 0);
+  const nlohmann::json cases = nlohmann::json::parse(Text(ReadAll(dir / "cases.json")));
+  ASSERT_GE(cases.size(), 40u);
+  int accepted = 0, refused = 0;
+  for (const nlohmann::json& c : cases) {
+    const std::string name = c["name"];
+    auto entries = Unpack(Text(ReadAll(c["file"].get<std::string>())), oci::Compression::kNone);
+    const bool ok = entries.ok() && ArtifactTakes(*entries);
+    if (c["must_accept"] == true) {
+      EXPECT_TRUE(ok) << name << ": " << entries.status();
+      EXPECT_EQ(c["gnu"], c["python"]) << name << ": the two extractors disagree";
+    } else if (c["must_accept"] == false) {
+      EXPECT_FALSE(ok) << name << ": accepted";
+    }
+    if (!entries.ok()) {
+      EXPECT_EQ(entries.status().code(), absl::StatusCode::kInvalidArgument)
+          << name << ": " << entries.status();
+    }
+    if (!ok) {
+      ++refused;
+      continue;
+    }
+    ++accepted;
+    nlohmann::json ours = nlohmann::json::object();
+    for (const oci::TarEntry& e : *entries) {
+      ours[ToHex({reinterpret_cast<const uint8_t*>(e.path.data()), e.path.size()})] =
+          ToHex(Sha256Of(*e.bytes));
+    }
+    EXPECT_EQ(ours, c["gnu"]) << name << ": GNU tar writes other files";
+    EXPECT_EQ(ours, c["python"]) << name << ": Python's tarfile names other files";
+  }
+  std::printf("tar corpus: %d archives accepted, %d refused\n", accepted, refused);
 }
 
 TEST(OciManifest, IndexIsRefusedByName) {
