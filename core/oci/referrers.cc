@@ -179,7 +179,8 @@ absl::StatusOr<ReferrerList> ListReferrers(const Registry& reg, const std::strin
     return api.status();
   }
   for (Descriptor& d : all) {
-    if (d.artifact_type == evidence::kSigstoreBundleV03MediaType) {
+    // A referrer listed twice is checked and reported once.
+    if (d.artifact_type == evidence::kSigstoreBundleV03MediaType && !Lists(out.bundles, d.digest)) {
       out.bundles.push_back(std::move(d));
     }
   }

@@ -45,7 +45,9 @@ absl::StatusOr<Attached> AttachBundle(const Registry& reg, const Descriptor& sub
                                       const std::string& predicate_type);
 
 struct ReferrerList {
-  std::vector<Descriptor> bundles;  // referrers of artifactType kSigstoreBundleV03MediaType
+  // Referrers of artifactType kSigstoreBundleV03MediaType, each digest once however often the
+  // registry lists it.
+  std::vector<Descriptor> bundles;
   bool referrers_api = false;       // listed by the API (else the tag index, maybe absent)
 };
 absl::StatusOr<ReferrerList> ListReferrers(const Registry& reg, const std::string& digest);

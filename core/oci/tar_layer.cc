@@ -46,6 +46,23 @@ uint64_t ParseOctal(const uint8_t* p, size_t n, bool* ok) {
   return v;
 }
 
+// What a stream's first bytes are: a gzip member (RFC 1952: 1f 8b), a zstd frame (RFC 8878:
+// 28 b5 2f fd), or neither. `head` holds up to 4 bytes.
+Compression Sniff(const std::string& head) {
+  if (absl::StartsWith(head, "\x1f\x8b")) return Compression::kGzip;
+  if (absl::StartsWith(head, "\x28\xb5\x2f\xfd")) return Compression::kZstd;
+  return Compression::kNone;
+}
+
+const char* CompressionName(Compression c) {
+  switch (c) {
+    case Compression::kGzip: return "gzip";
+    case Compression::kZstd: return "zstd";
+    case Compression::kNone: break;
+  }
+  return "an uncompressed tar";
+}
+
 std::string Field(const uint8_t* p, size_t n) {
   size_t len = 0;
   while (len < n && p[len] != 0) ++len;
@@ -80,6 +97,11 @@ struct TarLayer::Impl {
   std::string label;
   Compression compression;
   uint64_t* budget;
+
+  // The stream's first bytes, held until there are 4 (or the stream ends) and checked against
+  // the media type's compression before anything is decompressed.
+  std::string head;
+  bool head_checked = false;
 
   z_stream z{};
   bool z_open = false;
@@ -324,6 +346,43 @@ struct TarLayer::Impl {
     return absl::OkStatus();
   }
 
+  // A layer whose bytes are not what its media type says is refused, naming both: read as
+  // declared it would be a decompressor's or the tar parser's error at best.
+  absl::Status CheckHead() {
+    head_checked = true;
+    const Compression seen = Sniff(head);
+    if (seen == compression || head.size() < 4) return absl::OkStatus();
+    std::string hex;
+    for (unsigned char c : head) {
+      absl::StrAppend(&hex, hex.empty() ? "" : " ", absl::Hex(c, absl::kZeroPad2));
+    }
+    return Bad(absl::StrCat("the media type says ", CompressionName(compression),
+                            ", but the layer starts with ", hex, " (",
+                            seen == Compression::kNone ? "neither gzip nor zstd"
+                                                       : CompressionName(seen),
+                            ")"));
+  }
+
+  // Compressed (or plain) layer bytes: the first 4 are held for CheckHead.
+  absl::Status Take(std::span<const uint8_t> in) {
+    if (!head_checked) {
+      const size_t take = std::min<size_t>(4 - head.size(), in.size());
+      head.append(reinterpret_cast<const char*>(in.data()), take);
+      in = in.subspan(take);
+      if (head.size() < 4) return absl::OkStatus();
+      if (absl::Status s = TakeHead(); !s.ok()) return s;
+    }
+    return in.empty() ? absl::OkStatus() : Feed(in);
+  }
+
+  // Checks and feeds the held first bytes (at the stream's end: however few there are).
+  absl::Status TakeHead() {
+    if (absl::Status s = CheckHead(); !s.ok()) return s;
+    const std::string held = std::exchange(head, {});
+    if (held.empty()) return absl::OkStatus();
+    return Feed({reinterpret_cast<const uint8_t*>(held.data()), held.size()});
+  }
+
   absl::Status Feed(std::span<const uint8_t> in) {
     if (compression == Compression::kNone) return Parse(in);
     std::vector<uint8_t> chunk(kOutChunk);
@@ -389,11 +448,14 @@ absl::Status TarLayer::Feed(std::span<const uint8_t> compressed) {
       (impl_->compression == Compression::kZstd && impl_->zstd == nullptr)) {
     return absl::InternalError(absl::StrCat(impl_->label, ": cannot start the decompressor"));
   }
-  return impl_->Feed(compressed);
+  return impl_->Take(compressed);
 }
 
 absl::StatusOr<std::vector<TarEntry>> TarLayer::Finish() {
   Impl& i = *impl_;
+  if (!i.head_checked) {
+    if (absl::Status s = i.TakeHead(); !s.ok()) return s;
+  }
   if (i.compression != Compression::kNone && !i.stream_ended) {
     return i.Bad("the compressed stream ends early");
   }

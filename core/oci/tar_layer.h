@@ -4,11 +4,12 @@
 // absolute, has a `..` component or is empty is INVALID_ARGUMENT naming the layer and the
 // entry. So are headers whose name two common extractors read differently (docs/interop.md,
 // "Tar headers"): a name prefix outside POSIX ustar, a pax path beside a GNU long name, names in
-// global or sparse pax records, a regular file named with a trailing '/'. Each file kept (its
-// contents, its name and a fixed 256 bytes of bookkeeping) is counted against a byte budget
-// before it is allocated (RESOURCE_EXHAUSTED naming `--memory-window` when one does not fit);
-// decompressed bytes that are not file contents (headers, padding, the archive's end) are
-// bounded too.
+// global or sparse pax records, a regular file named with a trailing '/'; and a layer whose first
+// bytes are not the compression its media type says (checked before any is decompressed). Each
+// file kept (its contents, its name and a fixed 256 bytes of bookkeeping) is counted against a
+// byte budget before it is allocated (RESOURCE_EXHAUSTED naming `--memory-window` when one does
+// not fit); decompressed bytes that are not file contents (headers, padding, the archive's end)
+// are bounded too.
 #ifndef CKPT_CORE_OCI_TAR_LAYER_H_
 #define CKPT_CORE_OCI_TAR_LAYER_H_
 

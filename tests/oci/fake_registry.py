@@ -3,7 +3,8 @@
 
 Serves what a JSON config names, on 127.0.0.1 (an ephemeral port, printed as "PORT <n>" on
 stdout once listening), with behaviours a real registry does not show on demand:
-  manifests   {ref: {"path": file, "media_type": type}}   by tag or digest
+  manifests   {ref: {"path": file, "media_type": type, "digest_header"?: digest}}   by tag or
+              digest; with digest_header, answered with that Docker-Content-Digest
   blobs       {digest: file}                               served under that digest as they are
   token       {"user", "password", "token", "refresh"}: /v2/ answers 401 with a Bearer challenge
               whose realm is this server's /token, which issues `token` for Basic user:password
@@ -172,7 +173,9 @@ class Registry(BaseHTTPRequestHandler):
             if not entry:
                 self.send_error(404)
                 return
-            send_bytes(self, open(entry["path"], "rb").read(), entry["media_type"])
+            extra = ({"Docker-Content-Digest": entry["digest_header"]}
+                     if "digest_header" in entry else None)
+            send_bytes(self, open(entry["path"], "rb").read(), entry["media_type"], extra)
             return
         if ref not in cfg.get("blobs", {}):
             self.send_error(404)

@@ -61,11 +61,11 @@ std::string Zstd(const std::string& in) {
 }
 
 absl::StatusOr<std::vector<oci::TarEntry>> Unpack(const std::string& bytes, oci::Compression c,
-                                                  uint64_t budget = 1 << 20) {
+                                                  uint64_t budget = 1 << 20, size_t piece = 100) {
   oci::TarLayer tar("layer", c, &budget);
   const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
-  for (size_t i = 0; i < bytes.size(); i += 100) {  // in pieces, as the network gives them
-    absl::Status s = tar.Feed({p + i, std::min<size_t>(100, bytes.size() - i)});
+  for (size_t i = 0; i < bytes.size(); i += piece) {  // in pieces, as the network gives them
+    absl::Status s = tar.Feed({p + i, std::min<size_t>(piece, bytes.size() - i)});
     if (!s.ok()) return s;
   }
   return tar.Finish();
@@ -109,6 +109,35 @@ TEST(OciTarLayer, UnpacksPlainGzipAndZstd) {
     EXPECT_EQ((*entries)[0].path, "dir/a.json");
     EXPECT_EQ(Text(*(*entries)[0].bytes), "{}");
     EXPECT_EQ((*entries)[1].bytes->size(), 700u);
+  }
+}
+
+// A layer whose bytes are not the compression its media type says is refused, naming both,
+// before anything is decompressed (docs/interop.md, "What is refused"); whether the bytes come
+// one at a time or in pieces.
+TEST(OciTarLayer, AMediaTypeThatLiesAboutCompressionIsNamed) {
+  const std::string tar = TarEntry("a.json", '0', "{}") + TarEnd();
+  const std::vector<std::pair<std::string, std::string>> bytes = {
+      {tar, "(neither gzip nor zstd)"}, {Gzip(tar), "(gzip)"}, {Zstd(tar), "(zstd)"}};
+  const std::vector<std::pair<oci::Compression, std::string>> declared = {
+      {oci::Compression::kNone, "an uncompressed tar"},
+      {oci::Compression::kGzip, "gzip"},
+      {oci::Compression::kZstd, "zstd"}};
+  for (size_t piece : {size_t{1}, size_t{100}}) {
+    for (size_t b = 0; b < bytes.size(); ++b) {
+      for (size_t d = 0; d < declared.size(); ++d) {
+        auto got = Unpack(bytes[b].first, declared[d].first, 1 << 20, piece);
+        if (b == d) {
+          ASSERT_TRUE(got.ok()) << got.status();
+          EXPECT_EQ(got->size(), 1u);
+          continue;
+        }
+        EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << b << d;
+        EXPECT_THAT(got.status().message(), HasSubstr("the media type says " + declared[d].second))
+            << got.status();
+        EXPECT_THAT(got.status().message(), HasSubstr(bytes[b].second)) << got.status();
+      }
+    }
   }
 }
 
@@ -340,6 +369,18 @@ TEST(OciFakeRegistry, ManifestWhoseBytesAreNotTheDigestAskedFor) {
   auto a = oci::Artifact::Open("oci://" + reg->host() + "/m@" + other, NoCredentials(s));
   EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(a.status().message(), HasSubstr("not the digest asked for"));
+}
+
+// A tag answered with a Docker-Content-Digest that is not the digest of the bytes served.
+TEST(OciFakeRegistry, ATagAnsweredWithAnotherDigestIsRefused) {
+  FakeSetup s;
+  const std::string other = oci::DigestOf("another manifest");
+  s.Manifest(ModelManifest({}, ""), "v1");
+  s.cfg()["manifests"]["v1"]["digest_header"] = other;
+  auto reg = s.Start();
+  auto a = oci::Artifact::Open("oci://" + reg->host() + "/m:v1", NoCredentials(s));
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(a.status().message(), HasSubstr("the registry says " + other));
 }
 
 TEST(OciFakeRegistry, LayerLongerOrShorterThanItsDescriptor) {
@@ -1085,6 +1126,56 @@ TEST(OciFakeRegistry, AFileNamedLikeTheBindingBindsNothing) {
   // The audit that read the manifest binds it.
   testing::CliResult ok = a.Attach(a.id);
   EXPECT_EQ(ok.rc, 0) << ok.err << ok.out;
+}
+
+// What verify-oci makes of a registry's list (docs/interop.md, "Attaching verdicts"): a referrer
+// listed twice is checked and reported once, and a referrer listed for the model whose manifest
+// names another manifest as its subject fails verification as subject-mismatch.
+TEST(OciFakeRegistry, AReferrerListedTwiceOrAboutAnotherManifest) {
+  TempDir dir;
+  FakeRegistry fake(dir, R"({"repo": "m", "writable": true})");
+  AuditedOnFake a;
+  ASSERT_NO_FATAL_FAILURE(AuditOnFake(dir, fake, &a));
+  testing::CliResult attached = a.Attach(a.id);
+  ASSERT_EQ(attached.rc, 0) << attached.err << attached.out;
+  const std::string tag = oci::ReferrersTag(a.nv);
+  const std::string trust = " --trust " + (dir / "trusted").string();
+  auto saved = a.reg->GetManifest(tag);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  auto index = oci::ParseIndex(saved->bytes, "index");
+  ASSERT_TRUE(index.ok()) << index.status();
+  ASSERT_EQ(index->size(), 2u);
+
+  std::vector<oci::Descriptor> twice = *index;
+  twice.push_back((*index)[0]);
+  ASSERT_TRUE(a.reg->PushManifest(tag, oci::kOciIndex, oci::IndexBytes(twice)).ok());
+  testing::CliResult listed_twice =
+      testing::RunCli("verify-oci --json " + a.model + trust, dir.path(), a.env);
+  EXPECT_EQ(listed_twice.rc, 0) << listed_twice.err << listed_twice.out;
+  EXPECT_EQ(nlohmann::json::parse(listed_twice.out)["referrers"].size(), 2u) << listed_twice.out;
+
+  // The first referrer's manifest, its subject moved to another manifest, listed for the model.
+  const std::string mx = Push(*a.reg, "mini-kimi-mxfp4", "mxfp4", false);
+  auto mx_manifest = a.reg->GetManifest(mx);
+  ASSERT_TRUE(mx_manifest.ok()) << mx_manifest.status();
+  auto first = a.reg->GetManifest((*index)[0].digest);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto moved = oci::ParseManifest(first->bytes, first->media_type, "referrer");
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  moved->subject = oci::Descriptor{oci::kOciManifest, mx, mx_manifest->bytes.size()};
+  const std::string moved_bytes = oci::ManifestBytes(*moved);
+  auto pushed = a.reg->PushManifest(oci::DigestOf(moved_bytes), oci::kOciManifest, moved_bytes);
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  std::vector<oci::Descriptor> listed = *index;
+  listed.push_back((*index)[0]);
+  listed.back().digest = *pushed;
+  listed.back().size = moved_bytes.size();
+  ASSERT_TRUE(a.reg->PushManifest(tag, oci::kOciIndex, oci::IndexBytes(listed)).ok());
+  testing::CliResult about_other =
+      testing::RunCli("verify-oci " + a.model + trust, dir.path(), a.env);
+  EXPECT_EQ(about_other.rc, 1) << about_other.err << about_other.out;
+  EXPECT_THAT(about_other.out, HasSubstr(*pushed + " subject-mismatch the referrer manifest's "
+                                         "subject is " + mx + ", not " + a.nv));
 }
 
 // Two attaches at once against Debian's registry: a read of the referrers tag that meets the
