@@ -1,5 +1,6 @@
 #include "core/quant/transcode.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/file.h>
@@ -26,6 +27,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/checkpoint.h"
 #include "core/io/fd.h"
@@ -532,6 +534,7 @@ struct Staging {
   std::string parent_label, dst_name, tmp_name, tmp_label;
   std::unique_ptr<DstLock> lock;
   Fd tmp;
+  std::vector<std::string> resumed;  // resume: the entries the interrupted run left
   bool remove_on_failure = false;  // a run the policy refused can never be continued
 
   absl::Status Fail(absl::Status s) {
@@ -576,8 +579,60 @@ absl::StatusOr<Staging> OpenParent(const std::string& dst) {
   return st;
 }
 
+// The entries of a temporary directory that only this process's user can have written
+// (docs/quant.md, "Only our own directory is continued"): the directory `dir` (opened without following a link) owned by
+// that user with mode 0700, and every entry a regular file owned by that user with one link.
+// Anything else another user may have made, or may still rewrite after we publish and sign it:
+// FAILED_PRECONDITION naming the directory or the entry.
+absl::StatusOr<std::vector<std::string>> OwnStagingEntries(int dir, const std::string& label) {
+  const uid_t me = ::geteuid();
+  auto refuse = [&](const std::string& what, const std::string& why) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " ", why, "; only a temporary directory that this user alone can have written "
+        "(mode 0700, every entry a regular file of this user with one link) is continued"));
+  };
+  struct stat d;
+  if (::fstat(dir, &d) != 0) return absl::DataLossError(absl::StrCat(label, ": ", Errno()));
+  if (d.st_uid != me) {
+    return refuse(label, absl::StrCat("is owned by uid ", d.st_uid, ", not by uid ", me));
+  }
+  if ((d.st_mode & 07777) != 0700) {
+    return refuse(label, absl::StrFormat("has mode %04o, not 0700", d.st_mode & 07777));
+  }
+  const int listing = ::openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR* stream = listing >= 0 ? ::fdopendir(listing) : nullptr;  // owns `listing` from here
+  if (stream == nullptr) {
+    const std::string error = Errno();
+    if (listing >= 0) ::close(listing);
+    return absl::DataLossError(absl::StrCat(label, ": cannot list: ", error));
+  }
+  std::vector<std::string> names;
+  absl::Status status;
+  while (const dirent* e = ::readdir(stream)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    const std::string shown = absl::StrCat(label, "/", EncodeName(name));
+    struct stat f;
+    if (::fstatat(dir, name.c_str(), &f, AT_SYMLINK_NOFOLLOW) != 0) {
+      status = absl::DataLossError(absl::StrCat(shown, ": ", Errno()));
+    } else if (!S_ISREG(f.st_mode)) {
+      status = refuse(shown, "is not a regular file");
+    } else if (f.st_uid != me) {
+      status = refuse(shown, absl::StrCat("is owned by uid ", f.st_uid, ", not by uid ", me));
+    } else if (f.st_nlink != 1) {
+      status = refuse(shown, absl::StrCat("has ", f.st_nlink, " links"));
+    }
+    if (!status.ok()) break;
+    names.push_back(name);
+  }
+  ::closedir(stream);
+  if (!status.ok()) return status;
+  return names;
+}
+
 // Makes (fresh) or opens (resume) the temporary directory, refusing one that is a link, that
-// is not a directory, that belongs to another run or, without resume, that exists at all.
+// is not a directory, that belongs to another run or user (OwnStagingEntries) or, without
+// resume, that exists at all; --resume is suggested only for one it would continue.
 absl::Status OpenStaging(Staging& st, const nlohmann::json& record, bool resume) {
   struct stat s;
   const bool exists = ::fstatat(st.parent.get(), st.tmp_name.c_str(), &s, AT_SYMLINK_NOFOLLOW) == 0;
@@ -593,8 +648,10 @@ absl::Status OpenStaging(Staging& st, const nlohmann::json& record, bool resume)
     absl::StatusOr<nlohmann::json> stored;
     Fd dir(::openat(st.parent.get(), st.tmp_name.c_str(),
                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (dir.ok()) stored = ReadRunRecord(dir.get(), st.tmp_label);
-    if (dir.ok() && stored.ok() && MatchRecord(*stored, record, st.tmp_label).ok()) {
+    if (dir.ok() && OwnStagingEntries(dir.get(), st.tmp_label).ok()) {
+      stored = ReadRunRecord(dir.get(), st.tmp_label);
+    }
+    if (stored.ok() && MatchRecord(*stored, record, st.tmp_label).ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           st.tmp_label, ": an interrupted transcode of this source left it; continue it with "
                         "--resume, or remove it"));
@@ -615,6 +672,13 @@ absl::Status OpenStaging(Staging& st, const nlohmann::json& record, bool resume)
     return absl::DataLossError(absl::StrCat(st.tmp_label, ": cannot open: ", Errno()));
   }
   if (exists) {
+    auto own = OwnStagingEntries(st.tmp.get(), st.tmp_label);
+    if (!own.ok()) {
+      st.tmp.Reset();  // not ours: never removed
+      return absl::Status(own.status().code(),
+                          absl::StrCat("--resume: ", own.status().message()));
+    }
+    st.resumed = *std::move(own);
     absl::StatusOr<nlohmann::json> stored = ReadRunRecord(st.tmp.get(), st.tmp_label);
     if (!stored.ok()) {
       st.tmp.Reset();
@@ -770,19 +834,16 @@ absl::Status OpenShards(Staging& st, Plan& plan, bool resume) {
 // resume: everything in the temporary directory must be something this run writes.
 absl::Status CheckStagingEntries(const Staging& st, const Plan& plan,
                                  const std::set<std::string>& small_files) {
-  std::error_code ec;
   std::set<std::string> expected = small_files;
   expected.insert(kRunRecord);
   for (const auto& s : plan.shards) expected.insert(s->rel);
-  for (const auto& e : fs::directory_iterator(st.tmp_label, ec)) {
-    const std::string name = e.path().filename().string();
+  for (const std::string& name : st.resumed) {
     if (!expected.count(name)) {
       return absl::AlreadyExistsError(absl::StrCat(
           "--resume: ", st.tmp_label, " holds ", EncodeName(name),
           ", which this transcode does not write; it belongs to another run"));
     }
   }
-  if (ec) return absl::DataLossError(absl::StrCat(st.tmp_label, ": cannot list: ", ec.message()));
   return absl::OkStatus();
 }
 

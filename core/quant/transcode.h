@@ -23,7 +23,9 @@
 // An interrupted run (killed, disk full, I/O error) leaves its temporary directory; `resume`
 // continues it: every output shard already there is compared, byte for byte, with what the
 // transcoder derives from the source bytes read now, and rewritten where it differs, so the
-// result is byte-identical to an uninterrupted run whatever the kill left (docs/quant.md).
+// result is byte-identical to an uninterrupted run whatever the kill left (docs/quant.md). Only
+// a directory this user alone can have written is continued (owned by the user, 0700, every
+// entry a regular file of the user with one link).
 #ifndef CKPT_CORE_QUANT_TRANSCODE_H_
 #define CKPT_CORE_QUANT_TRANSCODE_H_
 
@@ -88,7 +90,8 @@ nlohmann::json Nvfp4QuantizationConfig(const nlohmann::json& mxfp4_config);
 // one),
 // NOT_FOUND (DST's parent is missing; `resume` without a temporary directory),
 // FAILED_PRECONDITION (the source is not transcodable: over-span or NaN scale; in the
-// compressed-tensors layout, a global beyond F32), ALREADY_EXISTS (the temporary
+// compressed-tensors layout, a global beyond F32; `resume` of a temporary directory that another
+// user could have written), ALREADY_EXISTS (the temporary
 // name is a link, not a directory, or another run's: another target, layout, policy or
 // source), ABORTED (another transcode to DST holds the lock; `resume` after the source
 // changed), RESOURCE_EXHAUSTED (a unit over the window), DATA_LOSS (I/O, naming file and

@@ -4,7 +4,10 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -32,6 +35,7 @@ using ::ckpt::testing::ReadAll;
 using ::ckpt::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 absl::StatusOr<TranscodeResult> Transcode(const fs::path& src, const fs::path& dst,
                                           TranscodeOptions options = {}) {
@@ -219,6 +223,7 @@ TEST(Transcode, ResumeRefusesWhatIsNotThisRunsTemporaryDirectory) {
 
   // A directory another run left (no run record), fresh or resumed: never touched.
   fs::create_directory(dir / ".out.transcode-tmp");
+  fs::permissions(dir / ".out.transcode-tmp", fs::perms::owner_all);
   ::ckpt::testing::WriteAll(dir / ".out.transcode-tmp" / "theirs", std::string("x"));
   for (bool r : {false, true}) {
     TranscodeOptions o;
@@ -246,6 +251,62 @@ TEST(Transcode, ResumeRefusesWhatIsNotThisRunsTemporaryDirectory) {
               HasSubstr("the source changed since the interrupted run: model-0000"));
   EXPECT_TRUE(fs::is_directory(dir / ".out.transcode-tmp"));
   EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+// --resume continues only a temporary directory this user alone can have written (docs/quant.md,
+// "Resuming"): mode 0700 and owned by this user, every entry a regular file of this user with
+// one link. Anything else is refused naming it, untouched, and a plain rerun does not suggest
+// --resume for it.
+TEST(Transcode, ResumeContinuesOnlyATemporaryDirectoryThisUserAloneWrote) {
+  TempDir dir;
+  auto src = CopyFixture("mini-kimi-mxfp4", dir);
+  {
+    FileSizeLimit limit(1 << 20);
+    ASSERT_FALSE(Transcode(src, dir / "out").ok());
+  }
+  const fs::path tmp = dir / ".out.transcode-tmp";
+  ASSERT_TRUE(fs::is_directory(tmp));
+  const fs::path shard = tmp / "model-00001-of-00002.safetensors";
+  ASSERT_TRUE(fs::is_regular_file(shard));
+  TranscodeOptions resume;
+  resume.resume = true;
+  // Each way the directory could be someone else's, undone after it is tried.
+  auto refused = [&](const std::string& what, const std::string& reason) {
+    auto plain = Transcode(src, dir / "out");
+    EXPECT_EQ(plain.status().code(), absl::StatusCode::kAlreadyExists) << what;
+    EXPECT_THAT(std::string(plain.status().message()), Not(HasSubstr("--resume"))) << what;
+    auto r = Transcode(src, dir / "out", resume);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << what << r.status();
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(reason)) << what;
+    EXPECT_FALSE(fs::exists(dir / "out")) << what;
+  };
+  fs::permissions(tmp, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                           fs::perms::others_read | fs::perms::others_exec);
+  refused("mode 0755", ".out.transcode-tmp has mode 0755, not 0700");
+  fs::permissions(tmp, fs::perms::owner_all);
+  fs::create_hard_link(shard, dir / "a-second-name");
+  refused("a hard link", "model-00001-of-00002.safetensors has 2 links");
+  fs::remove(dir / "a-second-name");
+  ASSERT_EQ(::mkfifo((tmp / "fifo").c_str(), 0600), 0);
+  refused("a FIFO", "/fifo is not a regular file");
+  fs::remove(tmp / "fifo");
+  fs::create_symlink(shard, tmp / "link");
+  refused("a symbolic link", "/link is not a regular file");
+  fs::remove(tmp / "link");
+  if (::geteuid() == 0) {  // owners other than this user need root to make
+    ASSERT_EQ(::chown(tmp.c_str(), 65534, 65534), 0);
+    refused("another user's directory", ".out.transcode-tmp is owned by uid 65534, not by uid 0");
+    ASSERT_EQ(::chown(tmp.c_str(), 0, 0), 0);
+    ASSERT_EQ(::chown(shard.c_str(), 65534, 65534), 0);
+    refused("another user's shard", "safetensors is owned by uid 65534, not by uid 0");
+    ASSERT_EQ(::chown(shard.c_str(), 0, 0), 0);
+  } else {
+    std::printf("not root: the other-owner cases need root to chown, and are not run\n");
+  }
+  // The directory as the interrupted run left it is continued.
+  auto resumed = Transcode(src, dir / "out", resume);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_FALSE(fs::exists(tmp));
 }
 
 TEST(Transcode, SecondTranscodeToTheSameDestinationIsRefused) {
