@@ -458,12 +458,28 @@ absl::StatusOr<evidence::EvidenceRecord> MergeAuditParts(const std::vector<Signe
   if (!options.ok()) return options.status();
   options->threads = merge.threads;
   options->memory_window = merge.memory_window;
+  if (merge.root_dir != nullptr) options->root_dir = merge.root_dir;
+  if (merge.source_dir != nullptr) options->source_dir = merge.source_dir;
   auto run = AuditRun::Open(*options, progress);
   if (!run.ok()) return run.status();
   AuditRun& r = **run;
   absl::StatusOr<WorkPlan> plan = r.engine().Plan(r.checks());
   if (!plan.ok()) return plan.status();
   const std::vector<std::shared_ptr<const TreeImage>> opened = r.engine().images();
+  // Each part read the trees the merge opened, by their real paths: a root swapped for a link
+  // to another tree while the parts ran, or a node that mounts another tree at the path, would
+  // otherwise merge into a record of the tree the merge opened.
+  for (const SignedPart* p : parts) {
+    for (unsigned t = 0; t < opened.size(); ++t) {
+      const std::string& seen = t == 0 ? p->part.root_seen : p->part.source_seen;
+      if (seen != opened[t]->root) {
+        return Refuse(absl::StrCat(Named(*p), " read the ", t == 0 ? "root" : "source", " at ",
+                                   EncodeName(seen), ", the merge opened ",
+                                   EncodeName(opened[t]->root), ": not the tree the audit was "
+                                   "started on"));
+      }
+    }
+  }
   const PartAssignment assigned = AssignParts(opened, *plan, count);
   Merger merger(parts, assigned);
   auto images = merger.Files(opened);

@@ -13,6 +13,7 @@
 #define CKPT_CORE_AUDIT_PARTS_H_
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -132,11 +133,15 @@ struct SignedPart {
 // part (or the merge, which reads every header again) saw; a tensor range whose digest differs
 // from the one the part that hashed the file took (naming the file, the tensor and both parts).
 // The trees' headers are read again (not their tensor data) from the roots as the parts were
-// given them, with the merge's own threads and memory window; errors of that read as
-// RunAudit's.
+// given them, or through `root_dir` / `source_dir` when set (the directories the daemon opened
+// and checked when the audit was started), with the merge's own threads and memory window;
+// errors of that read as RunAudit's. Every part must have read the trees the merge opened: a
+// part whose `root_seen` / `source_seen` is not the real path the merge opened is refused,
+// naming it (docs/audit-parts.md, "What a part trusts").
 struct MergeOptions {
   unsigned threads = 0;
   uint64_t memory_window = kDefaultMemoryWindow;
+  std::shared_ptr<const io::Directory> root_dir, source_dir;
 };
 absl::StatusOr<evidence::EvidenceRecord> MergeAuditParts(const std::vector<SignedPart>& parts,
                                                          Progress& progress,

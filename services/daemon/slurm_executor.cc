@@ -386,7 +386,10 @@ absl::StatusOr<evidence::EvidenceRecord> SlurmExecutor::Run(const JobSpec& spec,
     }
     parts.push_back(*std::move(part));
   }
-  return audit::MergeAuditParts(parts, run, {options.threads, options.memory_window});
+  // The merge reads through the directories the job checked, and every part must have read
+  // the trees at their real paths (docs/audit-parts.md, "What a part trusts").
+  return audit::MergeAuditParts(
+      parts, run, {options.threads, options.memory_window, options.root_dir, options.source_dir});
 }
 
 }  // namespace ckpt::daemon

@@ -17,6 +17,7 @@
 #include "core/evidence/base64.h"
 #include "core/evidence/dsse.h"
 #include "core/evidence/record.h"
+#include "core/io/file_system.h"
 #include "core/text/json_dump.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -85,14 +86,15 @@ class PartsTest : public ::testing::Test {
   }
   std::vector<std::string> Parts(unsigned count) { return Parts(count, Options()); }
 
-  absl::StatusOr<evidence::EvidenceRecord> Merge(const std::vector<std::string>& files) {
+  absl::StatusOr<evidence::EvidenceRecord> Merge(const std::vector<std::string>& files,
+                                                 const MergeOptions& merge = {}) {
     std::vector<SignedPart> parts;
     for (size_t i = 0; i < files.size(); ++i) {
       auto part = OpenAuditPart(files[i], trust_, "part-" + std::to_string(i) + ".json");
       if (!part.ok()) return part.status();
       parts.push_back(*std::move(part));
     }
-    return MergeAuditParts(parts, NoProgress());
+    return MergeAuditParts(parts, NoProgress(), merge);
   }
 
   // The part file with its payload rewritten by `edit` and signed again with `key` (or, with
@@ -394,6 +396,35 @@ TEST_F(PartsTest, TreeChangedBetweenThePartsAndTheMergeIsRefused) {
   auto merged = Merge(parts);
   EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(merged.status().message(), HasSubstr("config.json"));
+}
+
+// The parts read another tree than the one the audit was started on: the root, checked and
+// opened then (the daemon's merge reads through that directory), was swapped for a link to a
+// tree elsewhere while the parts waited. Each part's real path must be the one the merge opened.
+TEST_F(PartsTest, PartThatReadAnotherTreeThanTheMergeOpensIsRefused) {
+  const std::string real = fs::canonical(derived_).string();
+  auto started = io::RealFileSystem().OpenRoot(real);
+  ASSERT_TRUE(started.ok()) << started.status();
+  MergeOptions through_started;
+  through_started.root_dir = *std::move(started);
+  const fs::path elsewhere = tmp_ / "elsewhere";
+  fs::rename(derived_, elsewhere);
+  fs::create_directory_symlink(elsewhere, derived_);
+  std::vector<std::string> swapped = Parts(2);
+  auto merged = Merge(swapped, through_started);
+  EXPECT_EQ(merged.status().code(), absl::StatusCode::kFailedPrecondition) << merged.status();
+  EXPECT_THAT(merged.status().message(),
+              HasSubstr("read the root at " + fs::canonical(elsewhere).string() +
+                        ", the merge opened " + real +
+                        ": not the tree the audit was started on"));
+  EXPECT_THAT(merged.status().message(), HasSubstr("part-0.json"));
+
+  // The tree back in place: the parts read it, and merge through the same directory.
+  fs::remove(derived_);
+  fs::rename(elsewhere, derived_);
+  auto back = Merge(Parts(2), through_started);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->root, real);
 }
 
 // A trusted node's part that is not a well-formed part: refused as such, never trusted in part.

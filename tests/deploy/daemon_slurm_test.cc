@@ -164,6 +164,17 @@ class DaemonSlurmTest : public ::testing::Test {
     return now.executor_job();
   }
 
+  // Releases the held `array` and follows job `id` to its end: the job as it ended.
+  pb::Job ReleaseAndFinish(pb::AuditService::Stub& stub, const std::string& array,
+                           const std::string& id) {
+    int rc = -1;
+    Shell("scontrol release " + array, &rc);
+    EXPECT_EQ(rc, 0);
+    std::vector<pb::JobEvent> events = Watch(stub, id);
+    EXPECT_TRUE(!events.empty() && events.back().done());
+    return events.empty() ? pb::Job() : events.back().job();
+  }
+
   TempDir dir_;
   fs::path src_, dst_;
   fs::path db_ = dir_ / "ev.db", parts_ = dir_ / "parts";
@@ -379,12 +390,7 @@ TEST_F(DaemonSlurmTest, FailedPartFailsTheJobNamingPartAndState) {
   ASSERT_FALSE(array.empty()) << d.log();
   const uint64_t before = LogSize(db_);
   fs::remove_all(doomed);
-  int rc = -1;
-  Shell("scontrol release " + array, &rc);
-  ASSERT_EQ(rc, 0);
-  std::vector<pb::JobEvent> events = Watch(*stub, job.id());
-  ASSERT_TRUE(events.back().done());
-  const pb::Job& end = events.back().job();
+  const pb::Job end = ReleaseAndFinish(*stub, array, job.id());
   EXPECT_EQ(end.state(), pb::JOB_STATE_FAILED);
   EXPECT_EQ(end.error_code(), static_cast<int>(grpc::StatusCode::ABORTED));
   EXPECT_THAT(end.error_message(),
@@ -394,6 +400,35 @@ TEST_F(DaemonSlurmTest, FailedPartFailsTheJobNamingPartAndState) {
   EXPECT_THAT(end.error_message(), HasSubstr(doomed.string()));
   EXPECT_FALSE(fs::exists(parts_ / job.id() / "pwned"));
   EXPECT_EQ(LogSize(db_), before);
+  EXPECT_EQ(d.Stop(), 0);
+}
+
+// The root replaced, while the array is held, by a link to a tree outside --allow-root: the
+// parts read that tree through the checked path, and the merge, which reads through the
+// directory StartAudit opened and checked, refuses them; nothing is signed (docs/audit-parts.md,
+// "What a part trusts").
+TEST_F(DaemonSlurmTest, ARootSwappedForALinkWhileThePartsWaitIsRefused) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.Start(DaemonArgs({"--slurm-sbatch-arg=--hold"}), dir_ / "daemon.log")) << d.log();
+  auto stub = Stub(d);
+  const fs::path root = dir_ / "swapped";
+  fs::copy(dst_, root, fs::copy_options::recursive);
+  TempDir outside;
+  const fs::path foreign = outside / "foreign";
+  fs::copy(dst_, foreign, fs::copy_options::recursive);
+  pb::Job job = Start(*stub, root, 2);
+  const std::string array = WaitForArray(*stub, job.id());
+  ASSERT_FALSE(array.empty()) << d.log();
+  fs::rename(root, dir_ / "moved-away");
+  fs::create_directory_symlink(foreign, root);
+  const pb::Job end = ReleaseAndFinish(*stub, array, job.id());
+  EXPECT_EQ(end.state(), pb::JOB_STATE_FAILED);
+  EXPECT_EQ(end.error_code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION))
+      << end.error_message();
+  EXPECT_THAT(end.error_message(),
+              HasSubstr("read the root at " + fs::canonical(foreign).string()));
+  EXPECT_THAT(end.error_message(), HasSubstr("not the tree the audit was started on"));
+  EXPECT_EQ(LogSize(db_), 0u);
   EXPECT_EQ(d.Stop(), 0);
 }
 
