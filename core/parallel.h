@@ -17,6 +17,10 @@ namespace ckpt {
 // Number of worker threads to use by default: the machine's hardware threads (at least 1).
 unsigned DefaultThreads();
 
+// The most worker threads a caller may ask for (`--threads`, ckpt-auditd's
+// `--threads-per-audit`): more than any machine here has cores, few enough to start.
+inline constexpr unsigned kMaxThreads = 1024;
+
 // Runs fn(i) for every i in [0, n) on min(threads, n) threads (0 means DefaultThreads()), or on
 // fewer, down to the calling thread alone, when the system refuses to create more.
 // Work items are handed out in index order. After the first failure no new items start; the

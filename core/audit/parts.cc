@@ -155,6 +155,7 @@ PartAssignment AssignParts(const std::vector<std::shared_ptr<const TreeImage>>& 
   }
   const std::vector<unsigned> part_of_group = AssignLargestFirst(group_size, count);
   PartAssignment a;
+  a.groups = group_size.size();
   a.file_part.resize(images.size());
   for (unsigned t = 0; t < images.size(); ++t) {
     for (size_t i = 0; i < images[t]->files.size(); ++i) {
@@ -170,10 +171,7 @@ PartAssignment AssignParts(const std::vector<std::shared_ptr<const TreeImage>>& 
 
 absl::StatusOr<AuditPart> RunAuditPart(const AuditOptions& options, const PartSpec& spec,
                                        Progress& progress, AuditStats* stats) {
-  if (spec.count == 0 || spec.index >= spec.count) {
-    return absl::InvalidArgumentError(absl::StrCat("part ", spec.index, " of ", spec.count,
-                                                   ": expected 0 <= I < N"));
-  }
+  if (absl::Status s = CheckPartSpec(spec, "--part"); !s.ok()) return s;
   AuditPart part;
   part.spec = spec;
   part.options = PartOptionsOf(options);
@@ -187,6 +185,7 @@ absl::StatusOr<AuditPart> RunAuditPart(const AuditOptions& options, const PartSp
   if (!plan.ok()) return plan.status();
   const std::vector<std::shared_ptr<const TreeImage>> opened = e.images();
   const PartAssignment assigned = AssignParts(opened, *plan, spec.count);
+  if (absl::Status s = CheckPartSpec(spec, "--part", assigned.groups); !s.ok()) return s;
   absl::Status kept = plan->KeepOnly(
       [&](const std::string& key) { return assigned.key_part.at(key) == spec.index; });
   if (!kept.ok()) return kept;

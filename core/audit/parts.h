@@ -109,6 +109,7 @@ struct AuditPart {
 struct PartAssignment {
   std::vector<std::map<std::string, unsigned>> file_part;  // by tree, by file name
   std::map<std::string, unsigned> key_part;                // by WorkPlan key
+  size_t groups = 0;  // the file groups shared out: one per root file, plus unpaired sources
 };
 PartAssignment AssignParts(const std::vector<std::shared_ptr<const TreeImage>>& images,
                            const WorkPlan& plan, unsigned count);

@@ -1,5 +1,9 @@
 #include "core/fingerprint/fingerprint.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
 #include "core/fingerprint/partition.h"
 #include "core/text/name_encoding.h"
 
@@ -10,9 +14,7 @@ absl::Status CheckOptions(const FingerprintOptions& o) {
   if (o.manifest_mode == OmsMode::kFiles && !o.file_digests) {
     return absl::InvalidArgumentError("fingerprint: files-mode manifest needs file digests");
   }
-  if (o.part.count == 0 || o.part.index >= o.part.count) {
-    return absl::InvalidArgumentError("fingerprint: part index must be below the part count");
-  }
+  if (absl::Status s = CheckPartSpec(o.part, "--part"); !s.ok()) return s;
   if (o.part.count > 1 && o.manifest_mode != OmsMode::kFiles) {
     return absl::InvalidArgumentError("fingerprint: parts are supported in files mode only");
   }
@@ -56,6 +58,18 @@ Fingerprint Collect(const TreeImage& image, const FingerprintOptions& o,
 
 }  // namespace
 
+absl::Status CheckPartSpec(const PartSpec& spec, const std::string& field, size_t groups) {
+  const size_t most = spec.count == 1 ? 1 : std::min<size_t>(kMaxParts, groups);
+  if (spec.count == 0 || spec.index >= spec.count || spec.count > most) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " ", spec.index, "/", spec.count, ": expected I/N with 0 <= I < N <= ", most,
+        groups < kMaxParts && spec.count != 1
+            ? absl::StrCat(" (the tree has ", groups, " file groups to share out)")
+            : absl::StrCat(" (at most ", kMaxParts, " parts)")));
+  }
+  return absl::OkStatus();
+}
+
 Fingerprint FingerprintOf(const TreeImage& image, const std::vector<std::string>& ignore_paths) {
   FingerprintOptions o;
   std::vector<OmsResource> resources;
@@ -73,7 +87,22 @@ absl::StatusOr<Fingerprint> FingerprintTree(const std::string& root,
   absl::StatusOr<LayoutListing> layout = ListLayout(root, options.links, options.walk);
   if (!layout.ok()) return layout.status();
   TreeListing* tree = &layout->listing;
+  if (absl::Status s = CheckPartSpec(options.part, "--part", tree->files.size()); !s.ok()) {
+    return s;
+  }
   if (options.part.count > 1) tree->files = FilesOfPart(tree->files, options.part);
+  if (options.manifest_mode == OmsMode::kShards) {
+    uint64_t shards = 0;
+    for (const TreeFile& f : tree->files) {
+      shards += f.size == 0 ? 1 : (f.size - 1) / options.shard_size + 1;
+    }
+    if (shards > kMaxOmsShards) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--shard-size ", options.shard_size, " cuts ", EncodeName(tree->root_dir->label()),
+          " into ", shards, " shards, more than ", kMaxOmsShards,
+          " (a digest and a name each); choose a larger --shard-size"));
+    }
+  }
   ReadOptions read;
   read.keep = ReadOptions::Keep::kNothing;
   read.threads = options.threads;

@@ -33,6 +33,16 @@ struct PartSpec {
   unsigned count = 1;
 };
 
+// The most parts one tree is split into: more than any cluster runs one audit on, few enough
+// that the split's bookkeeping (a slot per part) stays small whatever a caller asks for.
+inline constexpr unsigned kMaxParts = 4096;
+
+// INVALID_ARGUMENT naming `field` unless 0 <= index < count <= kMaxParts, and, given the number
+// of `groups` the split shares out (files, or an audit's file groups), count <= groups (a
+// part beyond them would read nothing); a split into one part always passes.
+absl::Status CheckPartSpec(const PartSpec& spec, const std::string& field,
+                           size_t groups = SIZE_MAX);
+
 struct FingerprintOptions {
   unsigned threads = 0;  // 0: DefaultThreads()
   OmsMode manifest_mode = OmsMode::kFiles;

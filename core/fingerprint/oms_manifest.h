@@ -46,6 +46,9 @@ struct OmsManifest {
 
 // model_signing's default shard size (bytes).
 inline constexpr uint64_t kDefaultOmsShardSize = 1'000'000'000;
+// The most shards one manifest lists: each is a digest and a name held until the manifest is
+// built, so a tiny shard size over a large tree must not make billions of them.
+inline constexpr uint64_t kMaxOmsShards = 1u << 20;
 
 // The [start, end) ranges of a file of `size` bytes in shards mode; none when size is 0.
 std::vector<std::pair<uint64_t, uint64_t>> OmsShardRanges(uint64_t size, uint64_t shard_size);

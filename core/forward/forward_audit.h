@@ -28,6 +28,10 @@
 
 namespace ckpt::forward {
 
+// The most tokens of a seeded input: its [tokens, hidden] activations and each expert's share
+// of them stay in the hundreds of megabytes at real geometry (hidden 7168).
+inline constexpr int64_t kMaxTokens = 4096;
+
 // What the evidence records about a GPU a forward ran on.
 struct GpuProperties {
   std::string name;    // e.g. "NVIDIA H200"
@@ -63,7 +67,7 @@ struct ForwardAuditOptions {
   std::string root;    // the derived checkpoint (or the only one)
   std::string source;  // optional: the source checkpoint to compare against
   int layer = 1;
-  int64_t tokens = 8;  // for the seeded input; an --input file sets its own
+  int64_t tokens = 8;  // for the seeded input (1..kMaxTokens); an --input file sets its own
   uint64_t seed = 0;
   Precision precision = Precision::kF64;
   std::string input_path;   // optional safetensors with BF16 `input`

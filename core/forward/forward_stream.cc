@@ -81,9 +81,9 @@ absl::StatusOr<std::pair<BlockInput, evidence::ForwardInput>> MakeInput(
     input_ref.origin = "file";
     input_ref.path = o.input_path;
   } else {
-    if (o.tokens <= 0 || o.tokens > (1 << 20)) {
-      return absl::InvalidArgumentError(absl::StrCat("--tokens must be in [1, 2^20], got ",
-                                                     o.tokens));
+    if (o.tokens <= 0 || o.tokens > kMaxTokens) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tokens must be in [1, ", kMaxTokens, "], got ", o.tokens));
     }
     input = SeededInput(o.tokens, hidden, o.seed);
     input_ref.origin = "seed";

@@ -3,13 +3,14 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/io/tree_stream.h"
+#include "core/parallel.h"
 #include "core/text/name_encoding.h"
 #include "services/cli/commands.h"
 
@@ -155,6 +156,12 @@ void TerminalProgress::Draw(uint64_t done, bool final_line) {
   std::fprintf(stderr, "%s: %d%% (%.1fs)\n", phase_.c_str(), decile * 10, secs);
 }
 
+void AddThreadsOption(CLI::App* cmd, unsigned* threads) {
+  cmd->add_option("--threads", *threads,
+                  absl::StrCat("worker threads (0: all cores; at most ", kMaxThreads, ")"))
+      ->check(CLI::Range(0u, kMaxThreads));
+}
+
 void AddLinkFlags(CLI::App* cmd, LinkOptions* links) {
   cmd->add_flag("--allow-symlinks", links->allow_symlinks,
                 "follow symbolic links whose targets stay under the root or a --confine "
@@ -165,13 +172,18 @@ void AddLinkFlags(CLI::App* cmd, LinkOptions* links) {
 
 absl::StatusOr<PartSpec> ParsePartSpec(const std::string& text) {
   PartSpec spec;
-  char slash = 0;
-  std::istringstream in(text);
-  if (!(in >> spec.index >> slash >> spec.count) || slash != '/' || !in.eof() ||
-      spec.count == 0 || spec.index >= spec.count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--part '", text, "': expected I/N with 0 <= I < N"));
+  const size_t slash = text.find('/');
+  // Digits only: a sign or a space is refused, and so is a number past 2^32 - 1.
+  auto digits = [](absl::string_view s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), absl::ascii_isdigit);
+  };
+  if (slash == std::string::npos || !digits(text.substr(0, slash)) ||
+      !digits(text.substr(slash + 1)) || !absl::SimpleAtoi(text.substr(0, slash), &spec.index) ||
+      !absl::SimpleAtoi(text.substr(slash + 1), &spec.count)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--part '", text, "': expected I/N with 0 <= I < N <= ", kMaxParts));
   }
+  if (absl::Status s = CheckPartSpec(spec, "--part"); !s.ok()) return s;
   return spec;
 }
 

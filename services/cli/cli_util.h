@@ -61,7 +61,8 @@ void AddMemoryWindowFlag(CLI::App* cmd, uint64_t* window);
 // that signs.
 void AddPkcs11Flags(CLI::App* cmd, evidence::KeySource* source);
 
-// `--part I/N` of `fingerprint` and `audit`: INVALID_ARGUMENT unless 0 <= I < N.
+// `--part I/N` of `fingerprint` and `audit`: INVALID_ARGUMENT unless 0 <= I < N <= kMaxParts
+// (the tree's file groups bound N again when it is read).
 absl::StatusOr<PartSpec> ParsePartSpec(const std::string& text);
 
 }  // namespace ckpt::cli

@@ -226,7 +226,7 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--device", a->device, "device of the block forward: cpu (default) or cuda");
   cmd->add_option("--emulate", a->emulate,
                   "also run the block forward as a backend loads it: vllm-w13-collapse");
-  cmd->add_option("--threads", a->options.threads, "worker threads (0: all cores)");
+  AddThreadsOption(cmd, &a->options.threads);
   AddMemoryWindowFlag(cmd, &a->options.memory_window);
   cmd->add_option("--model-ref", a->options.refs.model_ref,
                   "recorded as given: where ROOT came from, e.g. a repo@revision (default: "

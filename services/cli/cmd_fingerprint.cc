@@ -116,7 +116,7 @@ void AddFingerprintCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"oms", "oms-shards"}));
   cmd->add_option("--shard-size", args->shard_size, "bytes per shard for --manifest oms-shards")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", args->threads, "worker threads (default: all cores)");
+  AddThreadsOption(cmd, &args->threads);
   cmd->add_flag("--json", args->json, "every file and tensor digest and the ROOT, as JSON");
   cmd->add_flag("--no-tensors", args->no_tensors,
                 "file digests only; *.safetensors files are then not parsed");

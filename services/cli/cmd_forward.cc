@@ -184,7 +184,7 @@ void AddForwardCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--emulate", a->emulate,
                   "also compute the derived side as a backend loads it: vllm-w13-collapse");
   AddMemoryWindowFlag(cmd, &a->options.memory_window);
-  cmd->add_option("--threads", a->options.threads, "reading threads (0: all cores)");
+  AddThreadsOption(cmd, &a->options.threads);
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->callback([=] { *exit_code = Run(*a); });
 }

@@ -88,7 +88,7 @@ void AddQuantCheckCommand(CLI::App& app, int* exit_code) {
   a->engine.file_digests = false;
   cmd->add_option("ROOT", a->engine.root, "checkpoint root")->required();
   cmd->add_flag("--json", a->json, "machine-readable output");
-  cmd->add_option("--threads", a->engine.threads, "worker threads (0 = all cores)");
+  AddThreadsOption(cmd, &a->engine.threads);
   AddMemoryWindowFlag(cmd, &a->engine.memory_window);
   cmd->add_option("--max-findings", a->max_findings, "findings listed per kind");
   cmd->add_option("--map-root", a->map_root,

@@ -57,7 +57,7 @@ void AddSignCommand(CLI::App& app, int* exit_code) {
   AddPkcs11Flags(cmd, &a->key);
   cmd->add_option("--signature", a->signature, "signature file to write (default model.sig)");
   cmd->add_option("--ignore-paths", a->ignore_paths, "files or directories not to sign");
-  cmd->add_option("--threads", a->threads, "worker threads (0: all cores)");
+  AddThreadsOption(cmd, &a->threads);
   cmd->callback([=] { *exit_code = Run(*a); });
 }
 

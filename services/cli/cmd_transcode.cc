@@ -147,7 +147,7 @@ void AddTranscodeCommand(CLI::App& app, int* exit_code) {
                   "signing key PEM or pkcs11:URI (default: per-user, generated)");
   AddPkcs11Flags(cmd, &a->key);
   cmd->add_flag("--json", a->json, "machine-readable output");
-  cmd->add_option("--threads", a->threads, "worker threads (0 = all cores)");
+  AddThreadsOption(cmd, &a->threads);
   AddMemoryWindowFlag(cmd, &a->memory_window);
   cmd->add_flag("--resume", a->resume,
                 "continue an interrupted transcode to DST: its finished shards are checked "

@@ -87,7 +87,7 @@ void AddVerifyChainCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--provenance", a->options.provenance,
                   "provenance file (default DERIVED.intoto.jsonl, else the log)");
   cmd->add_option("--trust", a->trust, "trust file (default: per-user)");
-  cmd->add_option("--threads", a->options.threads, "worker threads (0: all cores)");
+  AddThreadsOption(cmd, &a->options.threads);
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->callback([=] { *exit_code = Run(*a); });
 }

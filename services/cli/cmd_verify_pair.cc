@@ -143,7 +143,7 @@ void AddVerifyPairCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--derived", a->engine.root, "NVFP4 or X4T checkpoint root")->required();
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->add_option("--max-findings", a->max_findings, "mismatches to list (all are counted)");
-  cmd->add_option("--threads", a->engine.threads, "worker threads (0 = all cores)");
+  AddThreadsOption(cmd, &a->engine.threads);
   AddMemoryWindowFlag(cmd, &a->engine.memory_window);
   cmd->add_option("--map-root", a->map_root,
                   "/DECLARED=/ACTUAL: where an X4T checkpoint_root is mounted now");

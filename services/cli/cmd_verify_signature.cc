@@ -118,7 +118,7 @@ void AddVerifySignatureCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--certificate-chain", a->certificate_chain,
                   "trusted certificate PEM files (certificate signatures)");
   cmd->add_option("--ignore-paths", a->ignore_paths, "files or directories not to check");
-  cmd->add_option("--threads", a->threads, "worker threads (0: all cores)");
+  AddThreadsOption(cmd, &a->threads);
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->callback([=] { *exit_code = Run(*a); });
 }

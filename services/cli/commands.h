@@ -33,6 +33,9 @@ void AddOciCommands(CLI::App& app, int* exit_code);     // attach, verify-oci
 
 // `--allow-symlinks` and `--confine DIR` (docs/hf-layouts.md), stored in `*links`.
 void AddLinkFlags(CLI::App* cmd, LinkOptions* links);
+// `--threads N` into `threads`: 0 (all cores) to kMaxThreads (core/parallel.h); more is a usage
+// error naming the flag and the limit, never an attempt to start them.
+void AddThreadsOption(CLI::App* cmd, unsigned* threads);
 
 }  // namespace ckpt::cli
 

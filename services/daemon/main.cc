@@ -14,6 +14,8 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "core/evidence/key_source.h"
+#include "core/fingerprint/fingerprint.h"
+#include "core/parallel.h"
 #include "services/daemon/grpc_service.h"
 #include "services/daemon/json_log.h"
 #include "services/daemon/metrics.h"
@@ -119,8 +121,10 @@ int main(int argc, char** argv) {
   app.add_flag("--attach", options.attach,
                "after an audit of an oci:// root, push its record's verification summary and "
                "test result as referrers of the manifest (docs/daemon.md \"OCI subjects\")");
-  app.add_option("--workers", options.workers, "audits run at once");
-  app.add_option("--threads-per-audit", options.threads_per_audit, "0: all cores");
+  app.add_option("--workers", options.workers, "audits run at once")
+      ->check(CLI::Range(1u, ckpt::kMaxThreads));
+  app.add_option("--threads-per-audit", options.threads_per_audit, "0: all cores")
+      ->check(CLI::Range(0u, ckpt::kMaxThreads));
   int work_threads = GrpcAuditService::kDefaultWorkThreads, malloc_arenas = 2;
   app.add_option("--work-threads", work_threads,
                  "Gate, StartAudit, CancelJob and VerifyLog calls run at once (more wait)")
@@ -147,7 +151,8 @@ int main(int argc, char** argv) {
                  "slurm: the ckpt-audit binary as the nodes see it (default: on their PATH)");
   app.add_option("--slurm-sbatch-arg", slurm.sbatch_args,
                  "slurm: an sbatch option for every array, e.g. --partition=audit (repeatable)");
-  app.add_option("--slurm-max-parts", slurm.max_parts, "slurm: most parts one audit may have");
+  app.add_option("--slurm-max-parts", slurm.max_parts, "slurm: most parts one audit may have")
+      ->check(CLI::Range(1u, ckpt::kMaxParts));
   app.add_option("--slurm-part-bytes", slurm.bytes_per_part,
                  "slurm: parts when a request names none: one per this many bytes of both trees");
   app.add_option("--slurm-poll-ms", poll_ms, "slurm: how often the parts' states are read")

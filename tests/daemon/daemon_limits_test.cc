@@ -4,6 +4,7 @@
 // looked at, and reflection streams held open by the hundred. Each failed on the daemon before
 // its limits (outside reviews, 2026-12-01).
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ckpt_audit/v1/audit.grpc.pb.h"
@@ -44,6 +45,27 @@ class DaemonLimitsTest : public ::testing::Test {
   }
   TempDir dir_;
 };
+
+// Flags that size thread pools and splits are bounded (README.md, "Limits"): past the bound
+// the daemon does not start, and says which flag and range.
+TEST_F(DaemonLimitsTest, WorkersThreadsAndPartsFlagsHaveAMaximum) {
+  for (const char* flag : {"--workers", "--threads-per-audit", "--slurm-max-parts"}) {
+    std::vector<std::string> args = Args();
+    args.insert(args.end(), {flag, "100000"});
+    std::string cmd =
+        "'" + std::string(::ckpt::testing::kBinaryDir) + "/services/daemon/ckpt-auditd'";
+    for (const std::string& a : args) cmd += " '" + a + "'";
+    std::string said;
+    FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) said.append(buf, n);
+    const int status = ::pclose(p);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << flag << ": " << said;
+    EXPECT_NE(said.find(flag), std::string::npos) << said;
+    EXPECT_NE(said.find("not in range"), std::string::npos) << said;
+  }
+}
 
 // Connections take file descriptors. The daemon raises its soft open-file limit to the hard
 // one at start, so a soft limit of 128 (a systemd unit's default is 1024) is not what a peer
