@@ -506,12 +506,14 @@ absl::Status EvidenceLog::Migrate() {
 }
 
 absl::StatusOr<AppendResult> EvidenceLog::Append(const std::string& envelope,
-                                                 const evidence::SigningKey& log_key) {
-  return AppendBatch({envelope}, log_key);
+                                                 const evidence::SigningKey& log_key,
+                                                 const evidence::SigningKey* previous_key) {
+  return AppendBatch({envelope}, log_key, previous_key);
 }
 
 absl::StatusOr<AppendResult> EvidenceLog::AppendBatch(const std::vector<std::string>& envelopes,
-                                                      const evidence::SigningKey& log_key) {
+                                                      const evidence::SigningKey& log_key,
+                                                      const evidence::SigningKey* previous_key) {
   if (envelopes.empty()) return absl::InvalidArgumentError("nothing to append");
   if (!append_status_.ok()) return append_status_;
   if (!unsaved_head_.empty()) {
@@ -524,7 +526,7 @@ absl::StatusOr<AppendResult> EvidenceLog::AppendBatch(const std::vector<std::str
   // IMMEDIATE takes the write lock now, so two appenders never both read the same size.
   if (auto s = Exec(db_, "BEGIN IMMEDIATE", label_); !s.ok()) return s;
   RollbackGuard tx(db_);
-  auto result = AppendLocked(envelopes, log_key);
+  auto result = AppendLocked(envelopes, log_key, previous_key);
   if (!result.ok()) return result.status();
   if (auto s = Exec(db_, "COMMIT", label_); !s.ok()) return s;
   tx.Committed();
@@ -536,14 +538,53 @@ absl::StatusOr<AppendResult> EvidenceLog::AppendBatch(const std::vector<std::str
   return result;
 }
 
+absl::Status EvidenceLog::OtherKey(uint64_t size, const evidence::SigningKey& log_key) const {
+  // The key that signed the latest entry, as its envelope names it (the writer signs both).
+  std::string other = "another key";
+  if (auto entry = Get(size - 1); entry.ok()) {
+    if (auto env = evidence::ParseEnvelope(entry->envelope); env.ok() && !env->signatures.empty()) {
+      other = absl::StrCat("key ", env->signatures[0].keyid, " (which signed entry ", size - 1,
+                           ")");
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      label_, ": its checkpoints are signed by ", other, ", not by key ",
+      log_key.public_key().KeyId(), " that would sign this append; a log is signed by one key, "
+      "or no trust file verifies it. Nothing was appended: give that log's key (--key), or use "
+      "another log (--db)"));
+}
+
+absl::StatusOr<bool> EvidenceLog::SignsLatest(uint64_t size,
+                                              const evidence::SigningKey& key) const {
+  if (size == 0) return true;
+  auto latest = LatestCheckpoint();
+  if (!latest.ok()) return latest.status();
+  evidence::TrustStore own;
+  own.Add(key.public_key());
+  return VerifyCheckpoint(latest->second, origin_, own).ok();
+}
+
 absl::StatusOr<AppendResult> EvidenceLog::AppendLocked(const std::vector<std::string>& envelopes,
-                                                       const evidence::SigningKey& log_key) {
+                                                       const evidence::SigningKey& log_key,
+                                                       const evidence::SigningKey* previous_key) {
   auto size = Size();
   if (!size.ok()) return size.status();
   if (*size != size_) {
     return absl::FailedPreconditionError(absl::StrCat(
         label_, ": the log holds ", *size, " entries but this writer saw ", size_,
         "; another process changed it, so nothing is appended (a record id is never reused)"));
+  }
+  // One key signs a log's checkpoints (docs/evidence.md, "One key per log"): the latest must be
+  // this key's, or, for a rotation, the previous key's, which then cosigns the new one.
+  auto mine = SignsLatest(*size, log_key);
+  if (!mine.ok()) return mine.status();
+  bool cosign = false;
+  if (!*mine) {
+    auto previous = previous_key == nullptr ? absl::StatusOr<bool>(false)
+                                            : SignsLatest(*size, *previous_key);
+    if (!previous.ok()) return previous.status();
+    if (!*previous) return OtherKey(*size, log_key);
+    cosign = true;
   }
   uint64_t seq = *size;
   for (const std::string& env : envelopes) {
@@ -558,6 +599,11 @@ absl::StatusOr<AppendResult> EvidenceLog::AppendLocked(const std::vector<std::st
   r.root = *root;
   auto checkpoint = SignCheckpoint({origin_, seq, r.root}, log_key);
   if (!checkpoint.ok()) return checkpoint.status();  // the transaction rolls back
+  if (cosign) {
+    auto handover = SignCheckpoint({origin_, seq, r.root}, *previous_key);
+    if (!handover.ok()) return handover.status();
+    *checkpoint += handover->substr(handover->find("\n\n") + 2);  // its signature line
+  }
   r.checkpoint = *std::move(checkpoint);
   auto put = Prepare("INSERT INTO checkpoints(size, note) VALUES(?, ?)");
   if (!put.ok()) return put.status();

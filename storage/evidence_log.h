@@ -123,12 +123,18 @@ class EvidenceLog final : public NodeReader {
   absl::Status KeepHeadIn(const std::string& path);
 
   // Appends one envelope (its payload must be an evidence or verification-summary Statement)
-  // and signs the new tree head with `log_key`.
+  // and signs the new tree head with `log_key`, which must be the key that signed the latest
+  // checkpoint: FAILED_PRECONDITION naming both keys otherwise, and nothing is appended. A key
+  // rotation names the old key as `previous_key`: the latest checkpoint must be its, and the
+  // new one is signed by both, so either key's trust file verifies the handover
+  // (docs/evidence.md, "One key per log").
   absl::StatusOr<AppendResult> Append(const std::string& envelope,
-                                      const evidence::SigningKey& log_key);
+                                      const evidence::SigningKey& log_key,
+                                      const evidence::SigningKey* previous_key = nullptr);
   // Appends many envelopes in one transaction with one checkpoint at the end (bulk import).
   absl::StatusOr<AppendResult> AppendBatch(const std::vector<std::string>& envelopes,
-                                           const evidence::SigningKey& log_key);
+                                           const evidence::SigningKey& log_key,
+                                           const evidence::SigningKey* previous_key = nullptr);
 
   absl::StatusOr<uint64_t> Size() const;
   absl::StatusOr<LogEntry> Get(uint64_t seq) const;
@@ -174,8 +180,13 @@ class EvidenceLog final : public NodeReader {
   absl::Status ReadOrigin();
   absl::Status Migrate();
   absl::StatusOr<int64_t> SchemaVersion() const;
+  // FAILED_PRECONDITION naming the key that signed the latest entry and `log_key`.
+  absl::Status OtherKey(uint64_t size, const evidence::SigningKey& log_key) const;
+  // Whether the latest checkpoint of a log of `size` entries is signed by `key`.
+  absl::StatusOr<bool> SignsLatest(uint64_t size, const evidence::SigningKey& key) const;
   absl::StatusOr<AppendResult> AppendLocked(const std::vector<std::string>& envelopes,
-                                            const evidence::SigningKey& log_key);
+                                            const evidence::SigningKey& log_key,
+                                            const evidence::SigningKey* previous_key);
   absl::Status InsertOne(uint64_t seq, const std::string& envelope);
   absl::StatusOr<Statement> Prepare(const std::string& sql) const;
   // A statement prepared once per connection and reused (appends, proofs and the daemon's reads

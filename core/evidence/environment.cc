@@ -8,7 +8,9 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 
 namespace ckpt::evidence {
 namespace {
@@ -53,6 +55,20 @@ Environment CollectEnvironment() {
   env.cpu_model = CpuModel();
   env.cpu_threads = static_cast<int>(std::thread::hardware_concurrency());
   return env;
+}
+
+std::string VersionText(const std::string& tool) {
+  const std::string archs = CKPT_CUDA_ARCHS;
+  std::string cuda = "none (built without CUDA)";
+  if (!archs.empty()) {
+    cuda.clear();
+    for (absl::string_view a : absl::StrSplit(archs, ' ', absl::SkipEmpty())) {
+      absl::StrAppend(&cuda, cuda.empty() ? "" : " ", "sm_", a);
+    }
+  }
+  return absl::StrCat(tool, " ", CKPT_VERSION, "\ncommit ", CKPT_GIT_COMMIT, "\nbuild type ",
+                      std::string(CKPT_BUILD_TYPE).empty() ? "(none)" : CKPT_BUILD_TYPE,
+                      "\nCUDA architectures ", cuda);
 }
 
 std::string Rfc3339Now() {

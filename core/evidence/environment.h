@@ -33,6 +33,10 @@ struct Environment {
 // Fills everything but `gpu` from the build and the running machine.
 Environment CollectEnvironment();
 
+// What `--version` prints for `tool`: its version, the git commit it was built from, the build
+// type and the CUDA architectures its kernels were built for ("none" without CUDA).
+std::string VersionText(const std::string& tool);
+
 // Now as "YYYY-MM-DDTHH:MM:SS.mmmZ".
 std::string Rfc3339Now();
 

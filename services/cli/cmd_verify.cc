@@ -44,6 +44,7 @@ struct VerifyArgs {
   std::string source;
   std::string trust;
   bool json = false;
+  bool require_pass = false;  // verify: a record whose verdict is fail exits 1
   int64_t expect_size = -1;  // verify-log: a head the log must extend
   std::string expect_root;
 };
@@ -162,6 +163,11 @@ int Verify(const VerifyArgs& a) {
   auto keyid = evidence::VerifyEnvelope(*env, *trust);
   out.Add(keyid.ok(), keyid.ok() ? absl::StrCat("signature: valid, key ", *keyid)
                                  : absl::StrCat("signature: ", keyid.status().message()));
+  if (a.require_pass) {
+    out.Add(idx->verdict == "pass",
+            absl::StrCat("verdict: the record says ", idx->verdict,
+                         idx->verdict == "pass" ? "" : " (--require-pass)"));
+  }
   if (!a.root.empty()) CheckSubjects(idx->subjects, "subject", a.root, &out);
   if (!a.source.empty()) CheckSubjects(idx->source_subjects, "source", a.source, &out);
   if (log && idx->predicate_type == evidence::kVerificationSummaryType) {
@@ -297,6 +303,8 @@ void AddVerifyCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--source", a->source,
                   "source checkpoint whose files must match a pair audit's bound source");
   cmd->add_option("--trust", a->trust, "trust file (default: per-user)");
+  cmd->add_flag("--require-pass", a->require_pass,
+                "also require the record's verdict to be pass (else exit 1)");
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->callback([=] { *exit_code = Verify(*a); });
 

@@ -1,12 +1,13 @@
 // ckpt-audit: the command-line interface for people and CI. See README.md for the commands.
 #include "CLI/CLI.hpp"
+#include "core/evidence/environment.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ckpt-audit: prove things about quantized LLM checkpoints"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "ckpt-audit 0.1.0");
+  app.set_version_flag("--version", ckpt::evidence::VersionText("ckpt-audit"));
   int exit_code = ckpt::cli::kExitOk;
   ckpt::cli::AddInspectCommand(app, &exit_code);
   ckpt::cli::AddFingerprintCommand(app, &exit_code);

@@ -13,6 +13,7 @@
 #include "CLI/CLI.hpp"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
+#include "core/evidence/environment.h"
 #include "core/evidence/key_source.h"
 #include "core/fingerprint/fingerprint.h"
 #include "core/parallel.h"
@@ -76,6 +77,7 @@ int Fail(const absl::Status& s) {
 int main(int argc, char** argv) {
   using namespace ckpt::daemon;
   CLI::App app{"ckpt-auditd: audits checkpoints as jobs and serves signed evidence over gRPC"};
+  app.set_version_flag("--version", ckpt::evidence::VersionText("ckpt-auditd"));
   std::string db, trust_path;
   ckpt::evidence::KeySource key_source;
   int drain_seconds = 5;
@@ -157,7 +159,13 @@ int main(int argc, char** argv) {
                  "slurm: parts when a request names none: one per this many bytes of both trees");
   app.add_option("--slurm-poll-ms", poll_ms, "slurm: how often the parts' states are read")
       ->check(CLI::Range(50, 60000));
-  CLI11_PARSE(app, argc, argv);
+  // Usage errors exit 2, as every ckpt-audit command's do (README.md, "Exit codes"); --help and
+  // --version exit 0.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   if (executor == "slurm") {
     slurm.poll = absl::Milliseconds(poll_ms);
     auto made = ckpt::daemon::SlurmExecutor::Create(slurm);

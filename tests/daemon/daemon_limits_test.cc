@@ -46,24 +46,48 @@ class DaemonLimitsTest : public ::testing::Test {
   TempDir dir_;
 };
 
+// The daemon run to its exit with `args` (no listener is opened when they are refused): its
+// exit code (-1 if killed) and what it printed.
+std::pair<int, std::string> RunDaemon(const std::vector<std::string>& args) {
+  std::string cmd =
+      "'" + std::string(::ckpt::testing::kBinaryDir) + "/services/daemon/ckpt-auditd'";
+  for (const std::string& a : args) cmd += " '" + a + "'";
+  std::string said;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) said.append(buf, n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, said};
+}
+
 // Flags that size thread pools and splits are bounded (README.md, "Limits"): past the bound
-// the daemon does not start, and says which flag and range.
+// the daemon does not start, exits 2 and says which flag and range.
 TEST_F(DaemonLimitsTest, WorkersThreadsAndPartsFlagsHaveAMaximum) {
   for (const char* flag : {"--workers", "--threads-per-audit", "--slurm-max-parts"}) {
     std::vector<std::string> args = Args();
     args.insert(args.end(), {flag, "100000"});
-    std::string cmd =
-        "'" + std::string(::ckpt::testing::kBinaryDir) + "/services/daemon/ckpt-auditd'";
-    for (const std::string& a : args) cmd += " '" + a + "'";
-    std::string said;
-    FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) said.append(buf, n);
-    const int status = ::pclose(p);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << flag << ": " << said;
+    auto [rc, said] = RunDaemon(args);
+    EXPECT_EQ(rc, 2) << flag << ": " << said;
     EXPECT_NE(said.find(flag), std::string::npos) << said;
     EXPECT_NE(said.find("not in range"), std::string::npos) << said;
+  }
+}
+
+// Usage errors exit 2 as the CLI's do (README.md, "Exit codes"); --version names the version,
+// commit, build type and CUDA architectures and exits 0.
+TEST_F(DaemonLimitsTest, UsageErrorsExitTwoAndVersionSaysWhatWasBuilt) {
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--no-such-flag"}, std::vector<std::string>{"--workers", "x"},
+        std::vector<std::string>{}}) {
+    auto [rc, said] = RunDaemon(bad);
+    EXPECT_EQ(rc, 2) << said;
+  }
+  auto [rc, said] = RunDaemon({"--version"});
+  EXPECT_EQ(rc, 0) << said;
+  for (const char* part :
+       {"ckpt-auditd ", "\ncommit ", "\nbuild type ", "\nCUDA architectures "}) {
+    EXPECT_NE(said.find(part), std::string::npos) << part << " in " << said;
   }
 }
 

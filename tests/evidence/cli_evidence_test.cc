@@ -167,6 +167,62 @@ TEST_F(CliTest, AuditVerifyQueryAndReport) {
   EXPECT_THAT(changed.out, HasSubstr("subject changed: config.json"));
 }
 
+// A log is signed by one key (docs/evidence.md, "One key per log"): `audit --db shared.db`
+// with another key than the one that signs it (here the per-user key, no --key) is refused,
+// naming both keys, and appends nothing; the log still verifies, and its own key appends.
+TEST_F(CliTest, AppendWithAnotherKeyThanTheLogsIsRefused) {
+  MakeKey();
+  const std::string root = Fixture("mini-kimi-mxfp4").string();
+  ASSERT_EQ(Audit(root).rc, 0);
+  auto size = [&] { return *(*storage::EvidenceLog::OpenReadOnly(Db()))->Size(); };
+  const uint64_t before = size();
+  auto key = evidence::SigningKey::Load(Key());
+  ASSERT_TRUE(key.ok()) << key.status();
+
+  Result other = Run("audit " + root + " --db " + Db() + " --json");  // the per-user key
+  EXPECT_EQ(other.rc, 2) << other.out << other.err;
+  EXPECT_THAT(other.err, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(other.err, HasSubstr("its checkpoints are signed by key " +
+                                   key->public_key().KeyId()));
+  EXPECT_THAT(other.err, HasSubstr("give that log's key (--key)"));
+  EXPECT_EQ(size(), before);
+  EXPECT_EQ(VerifyLog(Db()).rc, 0);
+
+  ASSERT_EQ(Audit(root).rc, 0);
+  EXPECT_GT(size(), before);
+  EXPECT_EQ(VerifyLog(Db()).rc, 0);
+}
+
+// `verify --require-pass` also requires the record's verdict to be pass: a valid, logged record
+// of a failed audit exits 1 with it (0 without: the record is genuine).
+TEST_F(CliTest, VerifyRequirePassExitsOneOnAFailedRecord) {
+  MakeKey();
+  Result pass = Audit(Fixture("mini-kimi-mxfp4").string());
+  ASSERT_EQ(pass.rc, 0) << pass.err;
+  Result fail = Audit(OverSpanCopy(dir_).string());
+  ASSERT_EQ(fail.rc, 1) << fail.err;
+  const auto id = [](const Result& r) {
+    return std::to_string(nlohmann::json::parse(r.out)["record_id"].get<int>());
+  };
+  const std::string verify = "verify --db " + Db() + " --trust " + Trust() + " --id ";
+  EXPECT_EQ(Run(verify + id(fail)).rc, 0);
+  Result required = Run(verify + id(fail) + " --require-pass");
+  EXPECT_EQ(required.rc, 1) << required.out << required.err;
+  EXPECT_THAT(required.out, HasSubstr("[FAIL] verdict: the record says fail (--require-pass)"));
+  Result passed = Run(verify + id(pass) + " --require-pass");
+  EXPECT_EQ(passed.rc, 0) << passed.out << passed.err;
+  EXPECT_THAT(passed.out, HasSubstr("[ok] verdict: the record says pass"));
+}
+
+// `--version` names the version, the commit, the build type and the CUDA architectures.
+TEST_F(CliTest, VersionSaysWhatWasBuilt) {
+  Result v = Run("--version");
+  EXPECT_EQ(v.rc, 0) << v.err;
+  for (const char* part : {"ckpt-audit ", "\ncommit ", "\nbuild type ", "\nCUDA architectures "}) {
+    EXPECT_THAT(v.out, HasSubstr(part));
+  }
+}
+
 TEST_F(CliTest, PairRecordBindsTheSourceAndItsRefsAndVerifyChecksIt) {
   MakeKey();
   fs::path source = CopyFixture("mini-kimi-mxfp4", dir_);

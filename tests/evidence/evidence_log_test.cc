@@ -337,12 +337,26 @@ TEST_F(LogTest, VerifyDetectsTruncatedFile) {
   EXPECT_FALSE(VerifyLogFile(path_, trust_).ok());
 }
 
+// A rotation names the old key (docs/evidence.md, "One key per log"): the first checkpoint under
+// the new key is cosigned by the old one. Without it, another key's append is refused.
 TEST_F(LogTest, KeyRotationKeepsOldEntriesVerifiable) {
   Fill(3);  // records and checkpoints 1..3 signed by the old key
   auto next = *evidence::SigningKey::Generate();
   {
     auto log = Open();
-    for (int i = 3; i < 6; ++i) ASSERT_TRUE(log->Append(SampleEnvelope(next, i), next).ok());
+    auto refused = log->Append(SampleEnvelope(next, 3), next);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr("its checkpoints are signed by key " + key_->public_key().KeyId()));
+    EXPECT_EQ(*log->Size(), 3u);
+    auto handover = log->Append(SampleEnvelope(next, 3), next, &*key_);
+    ASSERT_TRUE(handover.ok()) << handover.status();
+    evidence::TrustStore old_only;
+    old_only.Add(key_->public_key());
+    EXPECT_TRUE(storage::VerifyCheckpoint(handover->checkpoint, "test.example/log", old_only).ok());
+    for (int i = 4; i < 6; ++i) ASSERT_TRUE(log->Append(SampleEnvelope(next, i), next).ok());
+    // The old key alone no longer appends: the latest checkpoint is the new key's.
+    EXPECT_FALSE(log->Append(SampleEnvelope(*key_, 6), *key_).ok());
   }
   trust_.Add(next.public_key());  // old key kept in the trust file: everything verifies
   EXPECT_TRUE(VerifyLogFile(path_, trust_).ok());
@@ -353,6 +367,7 @@ TEST_F(LogTest, KeyRotationKeepsOldEntriesVerifiable) {
   EXPECT_THAT(problems, HasSubstr("entry 2: DSSE envelope signed only by untrusted keys"));
   EXPECT_THAT(problems, HasSubstr("checkpoint test.example/log@3: no signature by a trusted key"));
   EXPECT_THAT(problems, ::testing::Not(HasSubstr("entry 3:")));
+  EXPECT_THAT(problems, ::testing::Not(HasSubstr("log@4")));  // cosigned by the new key
 }
 
 TEST_F(LogTest, RejectsEnvelopeThatIsNotEvidence) {
