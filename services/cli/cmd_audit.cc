@@ -6,6 +6,7 @@
 // PART.json` runs one part and writes it signed (exit 0 once written, 2 on error, nothing
 // written); `audit --merge PART.json... --part-trust NODE_KEYS --db --key` checks the parts and
 // appends the one record, as `audit` does.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -187,10 +188,19 @@ int Run(AuditArgs a) {
   } else {
     for (const auto& c : rec->checks) {
       std::printf("  %-22s %s", c.name.c_str(), evidence::VerdictName(c.verdict).c_str());
-      if (absl::EndsWith(c.name, "hf_layout")) {  // docs/hf-layouts.md
-        std::printf(" (%s)", c.details.String("layout").c_str());
-        for (size_t i = 0; i < c.findings.size() && i < 5; ++i) {
+      const bool layout = absl::EndsWith(c.name, "hf_layout");  // docs/hf-layouts.md
+      if (layout) std::printf(" (%s)", c.details.String("layout").c_str());
+      // A failing check says why: its first findings and how many there are in all.
+      if (layout || c.verdict == evidence::Verdict::kFail) {
+        constexpr size_t kShown = 5;
+        const uint64_t total = c.findings_total.value_or(c.findings.size());
+        const size_t shown = std::min(c.findings.size(), kShown);
+        for (size_t i = 0; i < shown; ++i) {
           std::printf("\n    %s: %s", c.findings[i].code.c_str(), c.findings[i].message.c_str());
+        }
+        if (total > shown) {
+          std::printf("\n    ... %llu more (`audit --json` or `report` lists them)",
+                      static_cast<unsigned long long>(total - shown));
         }
       }
       std::printf("\n");

@@ -223,6 +223,20 @@ TEST_F(CliTest, VersionSaysWhatWasBuilt) {
   }
 }
 
+// A failing check says why on the terminal: its first findings, and how many there are.
+TEST_F(CliTest, FailingChecksPrintTheirFirstFindings) {
+  MakeKey();
+  const std::string log = " --db " + Db() + " --key " + Key();
+  Result over = Run("audit " + OverSpanCopy(dir_).string() + log);
+  EXPECT_EQ(over.rc, 1) << over.err;
+  EXPECT_THAT(over.out, HasSubstr("scale_window           fail\n    over-span: ")) << over.out;
+  fs::create_directories(dir_ / "readme-only");
+  ::ckpt::testing::WriteAll(dir_ / "readme-only" / "README.md", std::string("# a model\n"));
+  Result none = Run("audit " + (dir_ / "readme-only").string() + log);
+  EXPECT_THAT(none.out, HasSubstr("checkpoint_structure   fail\n    unreadable-checkpoint: "))
+      << none.out;
+}
+
 TEST_F(CliTest, PairRecordBindsTheSourceAndItsRefsAndVerifyChecksIt) {
   MakeKey();
   fs::path source = CopyFixture("mini-kimi-mxfp4", dir_);
