@@ -67,16 +67,6 @@ void AddLayoutCheck(const char* name, const LayoutInfo& layout, const TreeImage&
   if (ref->empty()) *ref = layout.ModelRef();
 }
 
-// A checkpoint the strict reader refused, as a finding: the message names the file, the
-// tensor and the offset.
-evidence::Finding Unreadable(const char* code, const absl::Status& s) {
-  evidence::Finding f;
-  f.code = code;
-  f.status = absl::StatusCodeToString(s.code());
-  f.message = std::string(s.message());
-  return f;
-}
-
 }  // namespace
 
 namespace {
@@ -154,6 +144,16 @@ absl::StatusOr<std::unique_ptr<AuditRun>> AuditRun::Open(const AuditOptions& opt
   eopt.tensor_digests = tensor_digests;
   auto engine = Engine::Open(eopt, progress);
   if (!engine.ok()) return engine.status();
+  // A tree the strict reader refuses is no checkpoint to judge: an error naming the file and
+  // why, before anything more is read, and no record (docs/audit-engine.md, "Not a checkpoint").
+  for (const TreeHeaders* tree : {&(*engine)->root(),
+                                 (*engine)->has_source() ? &(*engine)->source() : nullptr}) {
+    if (tree == nullptr || tree->checkpoint != nullptr) continue;
+    const absl::Status& why = tree->checkpoint_status;
+    return absl::Status(why.code(), absl::StrCat(tree == &(*engine)->root() ? "" : "source: ",
+                                                 "not a checkpoint the strict reader accepts: ",
+                                                 why.message(), "; nothing was signed"));
+  }
   run->engine_ = *std::move(engine);
   return run;
 }
@@ -216,27 +216,15 @@ absl::StatusOr<evidence::EvidenceRecord> AuditRun::Record(
     AddLayoutCheck("source_hf_layout", e.source().layout, *images[1], &rec.refs.source_ref,
                    &rec);
   }
-  CheckResult structure;
+  CheckResult structure;  // both trees opened as checkpoints (AuditRun::Open)
   structure.name = "checkpoint_structure";
-  if (ckpt == nullptr) {
-    structure.verdict = evidence::Verdict::kFail;
-    structure.findings.push_back(Unreadable("unreadable-checkpoint", e.root().checkpoint_status));
-  } else {
-    structure.counts["shards"] = static_cast<int64_t>(ckpt->shards().size());
-    structure.counts["tensors"] = static_cast<int64_t>(ckpt->TensorNames().size());
-    structure.counts["tensor_bytes"] = static_cast<int64_t>(ckpt->total_tensor_bytes());
-    structure.details.Set("layout", std::string(LayoutName(ckpt->layout())));
-    AddUncheckedWeightFiles(*ckpt, &structure);  // fails for weights a loader reads unchecked
-  }
+  structure.counts["shards"] = static_cast<int64_t>(ckpt->shards().size());
+  structure.counts["tensors"] = static_cast<int64_t>(ckpt->TensorNames().size());
+  structure.counts["tensor_bytes"] = static_cast<int64_t>(ckpt->total_tensor_bytes());
+  structure.details.Set("layout", std::string(LayoutName(ckpt->layout())));
+  AddUncheckedWeightFiles(*ckpt, &structure);  // fails for weights a loader reads unchecked
   rec.checks.push_back(std::move(structure));
-  if (ckpt != nullptr) rec.checks.push_back(RecordOf(std::move(window_).Result()));
-  if (e.has_source() && e.source().checkpoint == nullptr) {
-    CheckResult c;
-    c.name = "pair_verify";
-    c.verdict = evidence::Verdict::kFail;
-    c.findings.push_back(Unreadable("unreadable-source", e.source().checkpoint_status));
-    rec.checks.push_back(std::move(c));
-  }
+  rec.checks.push_back(RecordOf(std::move(window_).Result()));
   if (pair_.planned()) {
     quant::PairVerifyResult r = std::move(pair_).Result();
     rec.checks.push_back(RecordOf(r));

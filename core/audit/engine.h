@@ -50,8 +50,9 @@ struct TreeHeaders {
   TreeWalkOptions walk;  // the ignore_paths its fingerprint records
   LayoutInfo layout;
   std::shared_ptr<io::LinkResolver> resolver;  // what the listing's links resolved through
-  // The checkpoint on those headers, or why the strict reader refused it (a finding for the
-  // checks, not an engine error: the bytes were read consistently but break the format).
+  // The checkpoint on those headers, or why the strict reader refused it (not an engine error:
+  // the bytes were read consistently but break the format; the audit refuses such a tree,
+  // AuditRun::Open, and the other commands report it their way).
   std::unique_ptr<Checkpoint> checkpoint;
   absl::Status checkpoint_status;
 };

@@ -345,12 +345,6 @@ constexpr Rule kRules[] = {
      "mini-kimi-mxfp4 and a ModelOpt conversion with w3's global changed",
      "tests/quant/modelopt_test.cc ModelOptPair.FusedKmaxNotSharedIsAHazard"},
     // The audit's own checks (docs/audit-engine.md, docs/forward.md).
-    {"unreadable-checkpoint", K::kAudit, "the audited checkpoint is refused by the strict reader",
-     "own: docs/formats.md §1, §2", "mini-kimi-nvfp4 with a shard's header length past the file",
-     "tests/audit/record_golden_test.cc RecordGoldenTest.MalformedPair"},
-    {"unreadable-source", K::kAudit, "the pair's source checkpoint is refused by the strict reader",
-     "own: docs/formats.md §1, §2", "mini-kimi-mxfp4 with a shard's header length past the file",
-     "tests/audit/audit_integrity_test.cc AuditIntegrityTest.MalformedSourceFailsThePairCheck"},
     {"unchecked-weights-file", K::kAudit,
      "a weight-like file no check read and no common loader reads by default (listed only)",
      "own: evidence must say what it did not cover",

@@ -223,7 +223,8 @@ TEST_F(CliTest, VersionSaysWhatWasBuilt) {
   }
 }
 
-// A failing check says why on the terminal: its first findings, and how many there are.
+// A failing check says why on the terminal: its first findings, and how many there are; a
+// folder that is no checkpoint is exit 2 with the reason, and nothing is appended.
 TEST_F(CliTest, FailingChecksPrintTheirFirstFindings) {
   MakeKey();
   const std::string log = " --db " + Db() + " --key " + Key();
@@ -232,9 +233,15 @@ TEST_F(CliTest, FailingChecksPrintTheirFirstFindings) {
   EXPECT_THAT(over.out, HasSubstr("scale_window           fail\n    over-span: ")) << over.out;
   fs::create_directories(dir_ / "readme-only");
   ::ckpt::testing::WriteAll(dir_ / "readme-only" / "README.md", std::string("# a model\n"));
+  // A folder that is no checkpoint is an error, not a record (docs/audit-engine.md, "Not a
+  // checkpoint").
+  auto size = [&] { return *(*storage::EvidenceLog::OpenReadOnly(Db()))->Size(); };
+  const uint64_t before = size();
   Result none = Run("audit " + (dir_ / "readme-only").string() + log);
-  EXPECT_THAT(none.out, HasSubstr("checkpoint_structure   fail\n    unreadable-checkpoint: "))
-      << none.out;
+  EXPECT_EQ(none.rc, 2) << none.out << none.err;
+  EXPECT_THAT(none.err, HasSubstr("not a checkpoint the strict reader accepts: "));
+  EXPECT_THAT(none.err, HasSubstr("readme-only/config.json"));
+  EXPECT_EQ(size(), before);
 }
 
 TEST_F(CliTest, PairRecordBindsTheSourceAndItsRefsAndVerifyChecksIt) {
