@@ -45,11 +45,9 @@ class DaemonCliTest : public ::testing::Test {
                            dir_.path());
     ASSERT_EQ(key.rc, 0) << key.err;
     CliResult token = RunCli("tokens add --file " + tokens_.string() +
-                                 " --role admin --name ci-admin",
+                                 " --role admin --name ci-admin --out " + token_file_.string(),
                              dir_.path());
     ASSERT_EQ(token.rc, 0) << token.err;
-    ::ckpt::testing::WriteAll(token_file_, token.out);
-    ::chmod(token_file_.c_str(), 0600);
     ASSERT_TRUE(daemon_.Start(DaemonArgs(), dir_ / "daemon.log")) << daemon_.log();
   }
   void TearDown() override { EXPECT_EQ(daemon_.Stop(), 0) << "daemon did not stop cleanly"; }
@@ -215,6 +213,26 @@ TEST_F(DaemonCliTest, TokensAddPrintsATokenThatWorksAndStoresOnlyItsHash) {
   EXPECT_EQ(again.rc, 2);
   EXPECT_THAT(again.err, HasSubstr("already exists"));
   EXPECT_EQ(ReadText(tokens_), file);
+
+  // --out: the token goes to a new file of mode 0600, as submit requires, not to stdout; an
+  // existing file refuses the add before the daemon's file changes.
+  const fs::path out = dir_ / "r2.token";
+  CliResult to_file = RunCli("tokens add --file " + tokens_.string() +
+                                 " --role reader --name r2 --out " + out.string(),
+                             dir_.path());
+  ASSERT_EQ(to_file.rc, 0) << to_file.err;
+  EXPECT_EQ(to_file.out, "");
+  EXPECT_THAT(ReadText(out), ::testing::MatchesRegex("ckpt_[0-9a-f]{64}\n"));
+  ASSERT_EQ(::stat(out.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const std::string with_r2 = ReadText(tokens_);
+  EXPECT_THAT(with_r2, HasSubstr(" reader r2\n"));
+  CliResult over = RunCli("tokens add --file " + tokens_.string() +
+                              " --role reader --name r3 --out " + out.string(),
+                          dir_.path());
+  EXPECT_EQ(over.rc, 2);
+  EXPECT_THAT(over.err, HasSubstr("already exists"));
+  EXPECT_EQ(ReadText(tokens_), with_r2);
 
   // The running daemon read the file at start; a new daemon on the same file accepts the token.
   DaemonProcess second;
