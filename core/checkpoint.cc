@@ -48,6 +48,11 @@ absl::StatusOr<json> ReadJson(const TreeImage& image, const std::string& relativ
 
 absl::StatusOr<json> ReadConfig(const TreeImage& image, const std::string& relative) {
   const std::string path = absl::StrCat(image.root, "/", relative);
+  if (image.Find(relative) == nullptr) {  // the commonest wrong root: say so, not "no such file"
+    return absl::NotFoundError(absl::StrCat(
+        image.root, " has no ", relative, ": a checkpoint folder holds its config.json beside "
+        "its safetensors files (is this the checkpoint's folder?)"));
+  }
   absl::StatusOr<json> config = ReadJson(image, relative);
   if (!config.ok()) return config.status();
   if (!config->is_object()) {

@@ -240,7 +240,7 @@ TEST_F(CliTest, FailingChecksPrintTheirFirstFindings) {
   Result none = Run("audit " + (dir_ / "readme-only").string() + log);
   EXPECT_EQ(none.rc, 2) << none.out << none.err;
   EXPECT_THAT(none.err, HasSubstr("not a checkpoint the strict reader accepts: "));
-  EXPECT_THAT(none.err, HasSubstr("readme-only/config.json"));
+  EXPECT_THAT(none.err, HasSubstr("readme-only has no config.json: a checkpoint folder holds"));
   EXPECT_EQ(size(), before);
 }
 
