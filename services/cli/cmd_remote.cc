@@ -30,6 +30,7 @@
 #include "core/fingerprint/fingerprint.h"
 #include "core/io/small_file.h"
 #include "core/text/json_dump.h"
+#include "core/oci/reference.h"
 #include "core/text/name_encoding.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
@@ -163,12 +164,23 @@ absl::StatusOr<Remote> Connect(const ConnectArgs& a) {
   return r;
 }
 
+// A root as the daemon is to read it: an oci:// reference as given; a path made absolute against
+// this process's working directory (the daemon has its own) and normalised without a trailing
+// '/'. Links are left to the daemon, which resolves them under its allow-list.
+std::string DaemonPath(const std::string& path) {
+  if (path.empty() || oci::IsOciReference(path)) return path;
+  std::error_code ec;
+  std::string out = std::filesystem::absolute(path, ec).lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
 int Submit(const RemoteArgs& a) {
   auto remote = Connect(a.connect);
   if (!remote.ok()) return ReportError(remote.status());
   pb::StartAuditRequest req;
-  req.set_root(a.root);
-  req.set_source_root(a.source);
+  req.set_root(DaemonPath(a.root));
+  req.set_source_root(DaemonPath(a.source));
   req.set_policy(a.policy);
   pb::Job job;
   if (grpc::Status s = remote->stub->StartAudit(remote->Context().get(), req, &job); !s.ok()) {
@@ -244,9 +256,7 @@ absl::StatusOr<std::string> DigestArg(const std::string& flag, const std::string
 
 absl::StatusOr<Asked> AskedOf(const RemoteArgs& a) {
   Asked q;
-  std::error_code ec;
-  std::string given = std::filesystem::absolute(a.root, ec).lexically_normal().string();
-  while (given.size() > 1 && given.back() == '/') given.pop_back();
+  const std::string given = DaemonPath(a.root);
   q.roots.push_back(EncodeName(given));
   if (auto real = RealPath(a.root); real.ok() && EncodeName(*real) != q.roots[0]) {
     q.roots.push_back(EncodeName(*real));
@@ -414,7 +424,7 @@ int Gate(const RemoteArgs& a) {
   auto remote = Connect(a.connect);
   if (!remote.ok()) return ReportError(remote.status());
   pb::GateRequest req;
-  req.set_root(a.root);
+  req.set_root(DaemonPath(a.root));
   req.set_policy(a.policy);
   req.set_source_manifest_root(a.source_manifest_root);
   if (auto s = AddRootMap(a.map_root, req.mutable_root_map()); !s.ok()) return ReportError(s);

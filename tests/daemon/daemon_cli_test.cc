@@ -181,6 +181,21 @@ TEST_F(DaemonCliTest, SubmitThenGateExitCodes) {
   EXPECT_THAT(untrusted.out, HasSubstr("does not verify"));
 }
 
+// Relative paths are made absolute by the client, against its own working directory, not sent as
+// typed for the daemon to resolve against its own.
+TEST_F(DaemonCliTest, RelativeRootsAreResolvedByTheClient) {
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir_.path());
+  CliResult submit = Cli("submit " + dst_.filename().string() + " --source ./" +
+                         src_.filename().string() + "/ --json");
+  CliResult gate = Cli("gate " + dst_.filename().string() + " --json --trust " + trust_.string());
+  fs::current_path(cwd);
+  ASSERT_EQ(submit.rc, 0) << submit.err;
+  EXPECT_EQ(nlohmann::json::parse(submit.out).at("verdict"), "pass");
+  ASSERT_EQ(gate.rc, 0) << gate.err << gate.out;
+  EXPECT_TRUE(nlohmann::json::parse(gate.out).at("pass").get<bool>());
+}
+
 TEST_F(DaemonCliTest, ErrorsExitTwo) {
   CliResult outside = Cli("gate / --trust " + trust_.string());
   EXPECT_EQ(outside.rc, 2);
