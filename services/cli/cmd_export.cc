@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/interop/intoto_bundle.h"
 #include "services/cli/cli_util.h"
+#include "services/cli/evidence_paths.h"
 #include "services/cli/commands.h"
 #include "services/cli/log_heads.h"
 #include "services/cli/read_file.h"
@@ -50,11 +51,11 @@ void AddExportCommand(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<ExportArgs>();
   auto* cmd = app.add_subcommand(
       "export", "Write a logged record and its companions as an in-toto bundle (.intoto.jsonl)");
-  cmd->add_option("--db", a->db, "evidence database")->required();
+  cmd->add_option("--db", a->db, "evidence database (default: per-user)");
   cmd->add_option("--id", a->id, "record id")->required();
   cmd->add_option("--format", a->format, "intoto-jsonl")->required();
   cmd->add_option("--out", a->out, "write here instead of stdout");
-  cmd->callback([=] { *exit_code = Run(*a); });
+  cmd->callback(WithDefaultDb(&a->db, exit_code, [=] { return Run(*a); }));
 }
 
 }  // namespace ckpt::cli

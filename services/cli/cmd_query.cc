@@ -9,6 +9,7 @@
 #include "core/text/name_encoding.h"
 #include "nlohmann/json.hpp"
 #include "services/cli/cli_util.h"
+#include "services/cli/evidence_paths.h"
 #include "services/cli/commands.h"
 #include "services/cli/log_heads.h"
 #include "storage/evidence_log.h"
@@ -81,7 +82,7 @@ int Run(QueryArgs a) {
 void AddQueryCommand(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<QueryArgs>();
   auto* cmd = app.add_subcommand("query", "List audits in an evidence log, newest first");
-  cmd->add_option("--db", a->db, "evidence database")->required();
+  cmd->add_option("--db", a->db, "evidence database (default: per-user)");
   cmd->add_option("--digest", a->filter.digest, "a subject's sha256 (a file or manifest root)");
   cmd->add_option("--root", a->filter.root, "audited checkpoint root (realpath)");
   cmd->add_option("--verdict", a->filter.verdict, "pass or fail");
@@ -91,7 +92,7 @@ void AddQueryCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--limit", a->filter.limit, "records per page (1..10000, default 50)");
   cmd->add_option("--page-token", a->filter.page_token, "continue after a previous page");
   cmd->add_flag("--json", a->json, "machine-readable output");
-  cmd->callback([=] { *exit_code = Run(*a); });
+  cmd->callback(WithDefaultDb(&a->db, exit_code, [=] { return Run(*a); }));
 }
 
 }  // namespace ckpt::cli

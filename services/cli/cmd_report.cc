@@ -78,13 +78,13 @@ int Run(const ReportArgs& a) {
 void AddReportCommand(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<ReportArgs>();
   auto* cmd = app.add_subcommand("report", "Render one audit record (text, json, md, html)");
-  cmd->add_option("--db", a->db, "evidence database")->required();
+  cmd->add_option("--db", a->db, "evidence database (default: per-user)");
   cmd->add_option("ID", a->id, "record id (from audit or query)")->required();
   cmd->add_option("--format", a->format, "text, json, md or html")
       ->check(CLI::IsMember({"text", "json", "md", "html"}));
   cmd->add_option("-o,--output", a->output, "write to this file instead of stdout");
   cmd->add_option("--trust", a->trust, "trust file for the signature check (default: per-user)");
-  cmd->callback([=] { *exit_code = Run(*a); });
+  cmd->callback(WithDefaultDb(&a->db, exit_code, [=] { return Run(*a); }));
 }
 
 }  // namespace ckpt::cli

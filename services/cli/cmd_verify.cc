@@ -123,9 +123,6 @@ void CheckInclusion(const storage::EvidenceLog& log, uint64_t seq, const std::st
 }
 
 int Verify(const VerifyArgs& a) {
-  if (a.record.empty() && a.db.empty()) {
-    return ReportError(absl::InvalidArgumentError("give a RECORD file or --db PATH"));
-  }
   auto trust = LoadTrust(a.trust);
   if (!trust.ok()) return ReportError(trust.status());
   std::unique_ptr<storage::EvidenceLog> log;
@@ -297,7 +294,7 @@ void AddVerifyCommands(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand(
       "verify", "Check a record's signature, its subjects (--root) and its inclusion in the log");
   cmd->add_option("RECORD", a->record, "a DSSE envelope file (an evidence record or VSA)");
-  cmd->add_option("--db", a->db, "evidence database");
+  cmd->add_option("--db", a->db, "evidence database (default: per-user, when no RECORD)");
   cmd->add_option("--id", a->id, "record id in --db (default: the newest)");
   cmd->add_option("--root", a->root, "checkpoint root whose files must match the subjects");
   cmd->add_option("--source", a->source,
@@ -306,18 +303,22 @@ void AddVerifyCommands(CLI::App& app, int* exit_code) {
   cmd->add_flag("--require-pass", a->require_pass,
                 "also require the record's verdict to be pass (else exit 1)");
   cmd->add_flag("--json", a->json, "machine-readable output");
-  cmd->callback([=] { *exit_code = Verify(*a); });
+  // A RECORD file is checked on its own unless --db names a log; without either, the per-user log.
+  cmd->callback([=] {
+    if (a->record.empty()) return WithDefaultDb(&a->db, exit_code, [=] { return Verify(*a); })();
+    *exit_code = Verify(*a);
+  });
 
   auto b = std::make_shared<VerifyArgs>();
   auto* log = app.add_subcommand(
       "verify-log", "Recompute and check every entry, signature, tree node and checkpoint");
-  log->add_option("--db", b->db, "evidence database")->required();
+  log->add_option("--db", b->db, "evidence database (default: per-user)");
   log->add_option("--trust", b->trust, "trust file (default: per-user)");
   log->add_option("--expect-size", b->expect_size,
                   "with --expect-tree-root: a tree head the log must be consistent with");
   log->add_option("--expect-tree-root", b->expect_root, "that head's root (hex, as printed)");
   log->add_flag("--json", b->json, "machine-readable output");
-  log->callback([=] { *exit_code = VerifyLogCommand(*b); });
+  log->callback(WithDefaultDb(&b->db, exit_code, [=] { return VerifyLogCommand(*b); }));
 }
 
 }  // namespace ckpt::cli

@@ -83,13 +83,13 @@ void AddVerifyChainCommand(CLI::App& app, int* exit_code) {
       "Check a derived checkpoint's provenance, its source and its pair audit, offline");
   cmd->add_option("DERIVED", a->options.derived, "derived checkpoint root")->required();
   cmd->add_option("--source", a->options.source, "the source checkpoint, when it is here");
-  cmd->add_option("--db", a->db, "evidence database holding the pair audit")->required();
+  cmd->add_option("--db", a->db, "evidence database holding the pair audit (default: per-user)");
   cmd->add_option("--provenance", a->options.provenance,
                   "provenance file (default DERIVED.intoto.jsonl, else the log)");
   cmd->add_option("--trust", a->trust, "trust file (default: per-user)");
   AddThreadsOption(cmd, &a->options.threads);
   cmd->add_flag("--json", a->json, "machine-readable output");
-  cmd->callback([=] { *exit_code = Run(*a); });
+  cmd->callback(WithDefaultDb(&a->db, exit_code, [=] { return Run(*a); }));
 }
 
 }  // namespace ckpt::cli

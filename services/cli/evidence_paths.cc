@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "services/cli/cli_util.h"
 
 namespace ckpt::cli {
 namespace {
@@ -51,6 +52,20 @@ absl::StatusOr<std::string> DefaultKeyPath() {
   auto home = EvidenceHome();
   if (!home.ok()) return home.status();
   return absl::StrCat(*home, "/", kKeyName);
+}
+
+std::function<void()> WithDefaultDb(std::string* db, int* exit_code, std::function<int()> run) {
+  return [db, exit_code, run = std::move(run)] {
+    if (db->empty()) {
+      auto home = EvidenceHome();
+      if (!home.ok()) {
+        *exit_code = ReportError(home.status());
+        return;
+      }
+      *db = absl::StrCat(*home, "/", kDbName);
+    }
+    *exit_code = run();
+  };
 }
 
 absl::StatusOr<EvidenceSetup> ResolveEvidenceSetup(const std::string& db,

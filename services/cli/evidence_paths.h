@@ -5,6 +5,7 @@
 #ifndef CKPT_SERVICES_CLI_EVIDENCE_PATHS_H_
 #define CKPT_SERVICES_CLI_EVIDENCE_PATHS_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -35,6 +36,10 @@ struct EvidenceSetup {
 // trust file.
 absl::StatusOr<EvidenceSetup> ResolveEvidenceSetup(const std::string& db,
                                                    const evidence::KeySource& key);
+
+// The callback of a command that reads a log: `run`, after an empty `*db` became the per-user
+// log (the one `audit` writes by default), so every command finds the same log without --db.
+std::function<void()> WithDefaultDb(std::string* db, int* exit_code, std::function<int()> run);
 
 // --trust FILE, or the per-user trust file when empty.
 absl::StatusOr<evidence::TrustStore> LoadTrust(const std::string& trust_path);

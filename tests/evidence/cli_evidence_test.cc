@@ -244,6 +244,29 @@ TEST_F(CliTest, FailingChecksPrintTheirFirstFindings) {
   EXPECT_EQ(size(), before);
 }
 
+// Every command that reads a log finds the per-user log `audit` writes by default, without --db.
+TEST_F(CliTest, CommandsThatReadALogDefaultToThePerUserLog) {
+  Result audited = Run("audit " + Fixture("mini-kimi-mxfp4").string() + " --json");
+  ASSERT_EQ(audited.rc, 0) << audited.err;
+  const std::string id =
+      std::to_string(nlohmann::json::parse(audited.out)["record_id"].get<int>());
+  Result q = Run("query --json");
+  ASSERT_EQ(q.rc, 0) << q.err;
+  EXPECT_EQ(nlohmann::json::parse(q.out)["records"].size(), 2u);  // the record, its test result
+  Result vlog = Run("verify-log");
+  EXPECT_EQ(vlog.rc, 0) << vlog.out << vlog.err;
+  EXPECT_THAT(vlog.out, HasSubstr("LOG VERIFIED"));
+  Result v = Run("verify --id " + id);
+  EXPECT_EQ(v.rc, 0) << v.out << v.err;
+  EXPECT_THAT(v.out, HasSubstr("VERIFIED"));
+  Result proof = Run("proof --id " + id);
+  EXPECT_EQ(proof.rc, 0) << proof.err;
+  Result exported = Run("export --id " + id + " --format intoto-jsonl");
+  EXPECT_EQ(exported.rc, 0) << exported.err;
+  Result report = Run("report " + id + " --format json");
+  EXPECT_EQ(report.rc, 0) << report.err;
+}
+
 TEST_F(CliTest, PairRecordBindsTheSourceAndItsRefsAndVerifyChecksIt) {
   MakeKey();
   fs::path source = CopyFixture("mini-kimi-mxfp4", dir_);
