@@ -226,9 +226,11 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--source", a->options.source,
                   "source checkpoint (a directory or oci://...) for a pair audit");
   cmd->add_option("--policy", a->options.policy, "policy name (scale-window, marlin-safe)");
-  cmd->add_option("--db", a->db, "evidence database (default: per-user)");
+  cmd->add_option("--db", a->db, "evidence database (default: per-user)")
+      ->envname("CKPT_AUDIT_DB");
   cmd->add_option("--key", a->key.key,
-                  "signing key PEM or pkcs11:URI (default: per-user, generated)");
+                  "signing key PEM or pkcs11:URI (default: per-user, generated)")
+      ->envname("CKPT_AUDIT_KEY");
   AddPkcs11Flags(cmd, &a->key);
   cmd->add_option("--vsa", a->vsa, "also write a signed SLSA verification summary here");
   cmd->add_option("--forward-layers,--forward-layer", a->options.forward_layers,

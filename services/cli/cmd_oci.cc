@@ -141,8 +141,10 @@ void AddOciCommands(CLI::App& app, int* exit_code) {
   attach->add_option("REF", a->ref, "oci://REGISTRY/REPO@sha256:HEX (the audited manifest)")
       ->required();
   attach->add_option("--id", a->id, "evidence record id")->required();
-  attach->add_option("--db", a->db, "evidence database (default: per-user)");
-  attach->add_option("--key", a->key.key, "signing key PEM or pkcs11:URI (default: per-user)");
+  attach->add_option("--db", a->db, "evidence database (default: per-user)")
+      ->envname("CKPT_AUDIT_DB");
+  attach->add_option("--key", a->key.key, "signing key PEM or pkcs11:URI (default: per-user)")
+      ->envname("CKPT_AUDIT_KEY");
   AddPkcs11Flags(attach, &a->key);
   attach->add_flag("--json", a->json, "machine-readable output");
   attach->callback([=] { *exit_code = RunAttach(*a); });

@@ -483,7 +483,8 @@ int Gate(const RemoteArgs& a) {
 
 void AddCommon(CLI::App* cmd, RemoteArgs* a) {
   cmd->add_option("ROOT", a->root, "checkpoint root, as the daemon sees it")->required();
-  cmd->add_option("--server", a->connect.server, "ckpt-auditd address (default 127.0.0.1:7433)");
+  cmd->add_option("--server", a->connect.server, "ckpt-auditd address (default 127.0.0.1:7433)")
+      ->envname("CKPT_AUDIT_SERVER");
   cmd->add_option("--token-file", a->connect.token_file,
                   "file holding the bearer token (default: $CKPT_AUDIT_TOKEN)");
   cmd->add_option("--ca", a->connect.ca, "CA certificate(s) to verify the daemon: use TLS");

@@ -267,6 +267,26 @@ TEST_F(CliTest, CommandsThatReadALogDefaultToThePerUserLog) {
   EXPECT_EQ(report.rc, 0) << report.err;
 }
 
+// CKPT_AUDIT_DB and CKPT_AUDIT_KEY stand in for --db and --key (README.md, "Defaults"); a flag
+// wins over them.
+TEST_F(CliTest, EnvironmentNamesTheLogAndTheKey) {
+  MakeKey();
+  const fs::path env_db = dir_ / "env.db";
+  const std::string env = "XDG_DATA_HOME='" + (dir_ / "xdg").string() + "' CKPT_AUDIT_DB='" +
+                          env_db.string() + "' CKPT_AUDIT_KEY='" + Key() + "'";
+  Result audited =
+      ::ckpt::testing::RunCli("audit " + Fixture("mini-kimi-mxfp4").string(), dir_.path(), env);
+  ASSERT_EQ(audited.rc, 0) << audited.err;
+  EXPECT_THAT(audited.err, Not(HasSubstr("per-user")));  // neither default was used
+  EXPECT_EQ(*(*storage::EvidenceLog::OpenReadOnly(env_db.string()))->Size(), 2u);
+  EXPECT_FALSE(fs::exists(dir_ / "xdg" / "ckpt-audit" / "evidence.db"));
+  Result q = ::ckpt::testing::RunCli("query --json", dir_.path(), env);
+  ASSERT_EQ(q.rc, 0) << q.err;
+  EXPECT_EQ(nlohmann::json::parse(q.out)["records"].size(), 2u);
+  Result flag = ::ckpt::testing::RunCli("query --json --db " + Db(), dir_.path(), env);
+  EXPECT_EQ(flag.rc, 2) << flag.out;  // --db names a log that does not exist
+}
+
 TEST_F(CliTest, PairRecordBindsTheSourceAndItsRefsAndVerifyChecksIt) {
   MakeKey();
   fs::path source = CopyFixture("mini-kimi-mxfp4", dir_);
