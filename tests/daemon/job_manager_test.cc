@@ -48,6 +48,7 @@ class JobManagerTest : public ::testing::Test {
     ASSERT_TRUE(storage::EvidenceLog::Open(path_, /*create=*/true).ok());
     table_ = OpenTable();
     lookup_ = OpenTable(/*read_only=*/true);
+    rows_ = OpenTable(/*read_only=*/true);
   }
   std::unique_ptr<storage::JobTable> OpenTable(bool read_only = false) {
     auto t = storage::JobTable::Open(path_, "evidence log",
@@ -68,6 +69,14 @@ class JobManagerTest : public ::testing::Test {
     ASSERT_TRUE(jobs.Watch(id, [](const JobEvent&) { return true; }).ok());
   }
 
+  // The stored row of `id`, read on a connection no manager uses: a JobTable is not
+  // thread-safe (storage/job_table.h), and a manager's worker may be writing through table_.
+  storage::JobRow Stored(const std::string& id) {
+    auto row = rows_->Get(id);
+    EXPECT_TRUE(row.ok()) << id << ": " << row.status();
+    return row.ok() ? *std::move(row) : storage::JobRow{};
+  }
+
   // Rows as a killed daemon leaves them: the job `id` was running.
   void MarkRunning(const std::string& id, int64_t interruptions = 0) {
     auto row = table_->Get(id);
@@ -82,6 +91,7 @@ class JobManagerTest : public ::testing::Test {
   std::string path_;
   std::unique_ptr<storage::JobTable> table_;
   std::unique_ptr<storage::JobTable> lookup_;
+  std::unique_ptr<storage::JobTable> rows_;  // the test's own reads (Stored)
 };
 
 TEST_F(JobManagerTest, LateWatcherReplaysHistoryAndSeesOutcome) {
@@ -141,7 +151,7 @@ TEST_F(JobManagerTest, AttachErrorOfASucceededJobIsKept) {
   EXPECT_EQ(snap->state, JobState::kSucceeded);
   EXPECT_EQ(snap->outcome.record_id, 7);
   EXPECT_EQ(snap->error, absl::UnavailableError("registry down"));
-  auto row = table_->Get(*id);
+  auto row = rows_->Get(*id);
   ASSERT_TRUE(row.ok()) << row.status();
   EXPECT_EQ(row->state, "succeeded");
   EXPECT_EQ(row->record_id, 7);
@@ -248,7 +258,7 @@ TEST_F(JobManagerTest, RerunsInterruptedAndQueuedJobsAfterAKill) {
     ASSERT_TRUE(snap.ok());
     EXPECT_EQ(snap->state, JobState::kSucceeded) << ids[i] << " " << snap->error;
     EXPECT_EQ(snap->spec.root, absl::StrCat("root", i));
-    EXPECT_EQ(table_->Get(ids[i])->interruptions, i == 0 ? 1 : 0);
+    EXPECT_EQ(Stored(ids[i]).interruptions, i == 0 ? 1 : 0);
   }
   ASSERT_EQ(jobs->recovery_notes().size(), 1u);
   EXPECT_THAT(jobs->recovery_notes()[0], HasSubstr(ids[0]));
@@ -273,8 +283,8 @@ TEST_F(JobManagerTest, AJobInterruptedAFourthTimeFailsWithTheReason) {
     jobs->Watch(row.id, [](const JobEvent& e) { return e.phase != "work"; }).IgnoreError();
     ASSERT_EQ(jobs->Get(row.id)->state, JobState::kRunning) << "run " << stops;
     EXPECT_TRUE(jobs->Drain(absl::Now()));
-    EXPECT_EQ(table_->Get(row.id)->state, "queued");
-    EXPECT_EQ(table_->Get(row.id)->interruptions, stops);
+    EXPECT_EQ(Stored(row.id).state, "queued");
+    EXPECT_EQ(Stored(row.id).interruptions, stops);
   }
   MarkRunning(row.id, 3);  // the fourth run, killed
   GatedWork work;
@@ -301,8 +311,8 @@ TEST_F(JobManagerTest, AJobInterruptedAFourthTimeFailsWithTheReason) {
   EXPECT_EQ(replay[0].phase, "failed");
   EXPECT_THAT(replay[0].message, HasSubstr("interrupted 4 times"));
   EXPECT_EQ(runs, 0);
-  EXPECT_EQ(table_->Get(row.id)->state, "failed");
-  EXPECT_EQ(table_->Get(row.id)->interruptions, 4);
+  EXPECT_EQ(Stored(row.id).state, "failed");
+  EXPECT_EQ(Stored(row.id).interruptions, 4);
 }
 
 // Whoever can write the database file can insert a job row, or drop the triggers and change a
@@ -358,7 +368,7 @@ TEST_F(JobManagerTest, RowsTheDaemonDidNotWriteAreNeverRun) {
     EXPECT_EQ(refused->state, JobState::kFailed) << id;
     EXPECT_EQ(refused->error.code(), absl::StatusCode::kPermissionDenied) << id;
     EXPECT_THAT(refused->error.message(), HasSubstr("not one the daemon wrote"));
-    EXPECT_EQ(table_->Get(id)->state, "failed");
+    EXPECT_EQ(Stored(id).state, "failed");
   }
   EXPECT_THAT(ran, ::testing::ElementsAre("auditor:ci"));
   ASSERT_EQ(jobs.recovery_notes().size(), 3u);
@@ -392,8 +402,8 @@ TEST_F(JobManagerTest, ExecutorJobIsStoredAndRecovered) {
     ASSERT_TRUE(submitted.ok()) << submitted.status();
     id = *submitted;
     stored.get_future().wait();
-    EXPECT_EQ(table_->Get(id)->executor_job, "4242");
-    EXPECT_EQ(table_->Get(id)->parts, 3);
+    EXPECT_EQ(Stored(id).executor_job, "4242");
+    EXPECT_EQ(Stored(id).parts, 3);
   }  // the daemon stops while the job runs
   std::promise<JobSpec> seen;
   bool by_caller = false;
@@ -438,7 +448,7 @@ TEST_F(JobManagerTest, AttachedReferrersAreStoredAndAnsweredAfterARestart) {
     WaitDone(**m, id);
     EXPECT_EQ((*m)->Get(id)->outcome.referrers, pushed);
   }
-  EXPECT_EQ(table_->Get(id)->referrers,
+  EXPECT_EQ(Stored(id).referrers,
             "sha256:" + std::string(64, 'a') + " https://slsa.dev/verification_summary/v1 tag\n"
             "sha256:" + std::string(64, 'b') +
                 " https://in-toto.io/attestation/test-result/v0.1 api\n");
@@ -546,11 +556,10 @@ TEST_F(JobManagerTest, GpuJobsRunOneAtATimeBesideCpuJobs) {
   WaitDone(jobs, cpu);  // a CPU job finishes while the GPU job holds the GPU worker
   EXPECT_EQ(jobs.Get(cpu)->state, JobState::kSucceeded);
   EXPECT_EQ(jobs.Get(g2)->state, JobState::kQueued);
-  auto row = table_->Get(g2);
-  ASSERT_TRUE(row.ok());
-  EXPECT_EQ(row->forward_layers, "all");
-  EXPECT_EQ(row->device, "cuda");
-  EXPECT_EQ(row->emulate, "vllm-w13-collapse");
+  const storage::JobRow row = Stored(g2);
+  EXPECT_EQ(row.forward_layers, "all");
+  EXPECT_EQ(row.device, "cuda");
+  EXPECT_EQ(row.emulate, "vllm-w13-collapse");
   release_gpu.set_value();
   WaitDone(jobs, g2);
   EXPECT_EQ(jobs.Get(g2)->state, JobState::kSucceeded);
