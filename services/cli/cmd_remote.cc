@@ -7,8 +7,8 @@
 //       asks for a pass/fail decision on the root as it is on disk now, and believes a PASS only
 //       after verifying the signed decision, its inclusion in the log, and that it is about what
 //       was asked, recently (docs/daemon.md "Gate clients").
-// Both take --token-file (or $CKPT_AUDIT_TOKEN), and --ca [--cert --key] for TLS / mutual TLS; a
-// token goes to a server without TLS only on loopback with --insecure-loopback.
+// Both take --token-file (or $CKPT_AUDIT_TOKEN), and --tls-ca [--tls-cert --tls-key] for TLS /
+// mutual TLS; a token goes to a server without TLS only on loopback with --insecure-loopback.
 // Exit codes as everywhere: 0 pass, 1 fail, 2 error (including an unreachable daemon).
 #include <algorithm>
 #include <cstdio>
@@ -129,7 +129,7 @@ absl::StatusOr<Remote> Connect(const ConnectArgs& a) {
   if (!token.ok()) return token.status();
   r.token = *std::move(token);
   if ((!a.cert.empty() || !a.key.empty()) && (a.ca.empty() || a.cert.empty() || a.key.empty())) {
-    return absl::InvalidArgumentError("--cert and --key go together, and need --ca");
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together, and need --tls-ca");
   }
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (a.ca.empty()) {
@@ -138,8 +138,8 @@ absl::StatusOr<Remote> Connect(const ConnectArgs& a) {
     if (!r.token.empty() && (!daemon::IsLoopbackAddress(a.server) || !a.insecure_loopback)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "refusing to send a token to ", a.server,
-          " without TLS: nothing verifies who is listening there; give --ca (the CA that signed "
-          "the daemon's certificate)",
+          " without TLS: nothing verifies who is listening there; give --tls-ca (the CA that "
+          "signed the daemon's certificate)",
           daemon::IsLoopbackAddress(a.server)
               ? ", or --insecure-loopback to trust any local process on that port"
               : ""));
@@ -487,9 +487,10 @@ void AddCommon(CLI::App* cmd, RemoteArgs* a) {
       ->envname("CKPT_AUDIT_SERVER");
   cmd->add_option("--token-file", a->connect.token_file,
                   "file holding the bearer token (default: $CKPT_AUDIT_TOKEN)");
-  cmd->add_option("--ca", a->connect.ca, "CA certificate(s) to verify the daemon: use TLS");
-  cmd->add_option("--cert", a->connect.cert, "client certificate for mutual TLS (with --key)");
-  cmd->add_option("--key", a->connect.key, "client private key for mutual TLS");
+  cmd->add_option("--tls-ca", a->connect.ca, "CA certificate(s) to verify the daemon: use TLS");
+  cmd->add_option("--tls-cert", a->connect.cert,
+                  "client certificate for mutual TLS (with --tls-key)");
+  cmd->add_option("--tls-key", a->connect.key, "client private key for mutual TLS");
   cmd->add_flag("--insecure-loopback", a->connect.insecure_loopback,
                 "send the token to a loopback server without TLS (any local process could be "
                 "listening on that port)");

@@ -130,13 +130,13 @@ TEST_F(DaemonTransportTest, TlsAndMutualTls) {
                                       pki.server_key.string()}),
                         dir_ / "tls.log"))
         << d.log();
-    CliResult ok = Gate(d, "--ca " + pki.ca.string());
+    CliResult ok = Gate(d, "--tls-ca " + pki.ca.string());
     EXPECT_EQ(ok.rc, 1) << ok.err;  // answered over TLS (nothing audited yet)
     EXPECT_THAT(ok.out, HasSubstr("no audit record"));
-    CliResult no_token = Gate(d, "--ca " + pki.ca.string(), /*with_token=*/false);
+    CliResult no_token = Gate(d, "--tls-ca " + pki.ca.string(), /*with_token=*/false);
     EXPECT_EQ(no_token.rc, 2);
     EXPECT_THAT(no_token.err, HasSubstr("UNAUTHENTICATED"));
-    CliResult wrong_ca = Gate(d, "--ca " + pki.other_ca.string());
+    CliResult wrong_ca = Gate(d, "--tls-ca " + pki.other_ca.string());
     EXPECT_EQ(wrong_ca.rc, 2);  // the server's certificate does not verify
     EXPECT_THAT(wrong_ca.err, HasSubstr("UNAVAILABLE"));
     CliResult plaintext = Gate(d, "");
@@ -149,14 +149,20 @@ TEST_F(DaemonTransportTest, TlsAndMutualTls) {
                                     pki.server_key.string(), "--client-ca", pki.ca.string()}),
                       dir_ / "mtls.log"))
       << m.log();
-  CliResult no_cert = Gate(m, "--ca " + pki.ca.string());
+  CliResult no_cert = Gate(m, "--tls-ca " + pki.ca.string());
   EXPECT_EQ(no_cert.rc, 2);
   EXPECT_THAT(no_cert.err, HasSubstr("UNAVAILABLE"));
-  CliResult with_cert = Gate(m, "--ca " + pki.ca.string() + " --cert " +
-                                    pki.client_cert.string() + " --key " +
+  CliResult with_cert = Gate(m, "--tls-ca " + pki.ca.string() + " --tls-cert " +
+                                    pki.client_cert.string() + " --tls-key " +
                                     pki.client_key.string());
   EXPECT_EQ(with_cert.rc, 1) << with_cert.err;
   EXPECT_THAT(with_cert.out, HasSubstr("no audit record"));
+  // --key names a signing key everywhere else; the client's TLS files are --tls-* only.
+  CliResult old_names = Gate(m, "--tls-ca " + pki.ca.string() + " --cert " +
+                                    pki.client_cert.string() + " --key " +
+                                    pki.client_key.string());
+  EXPECT_EQ(old_names.rc, 2);
+  EXPECT_THAT(old_names.err, HasSubstr("--cert"));
   EXPECT_EQ(m.Stop(), 0);
   // The call was logged as one JSON line naming the token and the verified certificate.
   bool seen = false;
