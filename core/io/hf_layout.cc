@@ -18,6 +18,9 @@ constexpr char kHfCache[] = ".cache/huggingface";
 constexpr char kRepoPrefix[] = "models--";
 constexpr uint64_t kMaxMetadataBytes = 4096;  // three short lines
 
+// Characters of a hub repo name and of a revision's components.
+bool IsRepoNameChar(char c) { return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.'; }
+
 bool IsHex(std::string_view s, size_t n) {
   return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
@@ -283,6 +286,77 @@ absl::StatusOr<LayoutListing> ListLayout(const std::string& root, const LinkOpti
   auto dir = io::RealFileSystem().OpenRoot(root);
   if (!dir.ok()) return dir.status();
   return ListLayout(std::shared_ptr<const io::Directory>(*std::move(dir)), links, walk);
+}
+
+std::optional<HubRepoRef> ParseHubRepoRef(std::string_view text) {
+  const absl::string_view arg(text.data(), text.size());
+  HubRepoRef ref;
+  const size_t at = arg.find('@');
+  const absl::string_view id = arg.substr(0, at);
+  if (at != absl::string_view::npos) {
+    ref.revision = std::string(arg.substr(at + 1));
+    if (ref.revision.empty() || ref.revision.size() > 255) return std::nullopt;
+    for (absl::string_view part : absl::StrSplit(ref.revision, '/')) {
+      if (part.empty() || part == "." || part == ".." ||
+          !std::all_of(part.begin(), part.end(), IsRepoNameChar)) {
+        return std::nullopt;
+      }
+    }
+  }
+  const std::vector<absl::string_view> parts = absl::StrSplit(id, '/');
+  if (id.size() > 96 || parts.size() > 2 || absl::StrContains(id, "--") ||
+      absl::StrContains(id, "..")) {
+    return std::nullopt;
+  }
+  for (absl::string_view part : parts) {
+    if (part.empty() || !absl::ascii_isalnum(part.front()) || !absl::ascii_isalnum(part.back()) ||
+        !std::all_of(part.begin(), part.end(), IsRepoNameChar)) {
+      return std::nullopt;
+    }
+  }
+  ref.repo_id = std::string(id);
+  return ref;
+}
+
+absl::StatusOr<HubSnapshotPath> FindHubSnapshot(const std::string& hub_cache,
+                                                const HubRepoRef& ref) {
+  const std::string asked = absl::StrCat(ref.repo_id, "@", ref.revision);
+  auto cache = io::RealFileSystem().OpenRoot(hub_cache);
+  if (!cache.ok()) {
+    return absl::NotFoundError(absl::StrCat(asked, ": not a path here, and the Hugging Face cache ",
+                                            EncodeName(hub_cache), " cannot be opened (",
+                                            cache.status().message(), ")"));
+  }
+  const std::string folder =
+      absl::StrCat(kRepoPrefix, absl::StrReplaceAll(ref.repo_id, {{"/", "--"}}));
+  auto repo = io::OpenSubdirectory(**cache, folder);
+  if (!repo.ok()) {
+    return absl::NotFoundError(absl::StrCat(asked, ": not a path here, and the Hugging Face cache ",
+                                            EncodeName(hub_cache), " has no ", folder,
+                                            " (download it with `hf download ", ref.repo_id, "`)"));
+  }
+  std::string commit = ref.revision;
+  if (!IsHex(commit, 40)) {
+    auto text = ReadSmall(**repo, absl::StrCat("refs/", ref.revision), 256);
+    if (!text.ok()) {
+      return absl::NotFoundError(absl::StrCat(asked, ": ", EncodeName(hub_cache), "/", folder,
+                                              " has no refs/", ref.revision, " (",
+                                              text.status().message(), ")"));
+    }
+    commit = std::string(absl::StripAsciiWhitespace(*text));
+    if (!IsHex(commit, 40)) {
+      return absl::InvalidArgumentError(absl::StrCat(asked, ": ", EncodeName(hub_cache), "/",
+                                                     folder, "/refs/", ref.revision,
+                                                     " does not hold a commit hash"));
+    }
+  }
+  const std::string snapshot = absl::StrCat("snapshots/", commit);
+  if (auto dir = io::OpenSubdirectory(**repo, snapshot); !dir.ok()) {
+    return absl::NotFoundError(absl::StrCat(asked, ": ", EncodeName(hub_cache), "/", folder,
+                                            " has no ", snapshot, " (", dir.status().message(),
+                                            ")"));
+  }
+  return HubSnapshotPath{absl::StrCat(hub_cache, "/", folder, "/", snapshot), commit};
 }
 
 std::vector<LayoutFinding> CheckLayout(const LayoutInfo& layout, const TreeImage& image) {

@@ -17,6 +17,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -84,6 +85,26 @@ struct LayoutFinding {
   bool fails = false;
 };
 std::vector<LayoutFinding> CheckLayout(const LayoutInfo& layout, const TreeImage& image);
+
+// A Hugging Face repo id as a checkpoint argument (docs/hf-layouts.md "Repo ids"):
+// ORG/NAME or NAME, optionally @REVISION (a branch, tag, refs/pr/N or a commit hash).
+struct HubRepoRef {
+  std::string repo_id;
+  std::string revision = "main";
+};
+// nullopt unless `arg` has that shape: the hub's name rules (letters, digits, '-', '_', '.';
+// no "--" or ".."; at most 96 characters) and a revision without ".." or empty components.
+std::optional<HubRepoRef> ParseHubRepoRef(std::string_view arg);
+
+// The snapshot the hub cache `hub_cache` holds for `ref`, found as huggingface_hub finds it:
+// models--ORG--NAME/snapshots/COMMIT, COMMIT being the revision when it is a commit hash, else
+// what refs/REVISION holds. NOT_FOUND naming the cache and what is missing.
+struct HubSnapshotPath {
+  std::string path;
+  std::string commit;
+};
+absl::StatusOr<HubSnapshotPath> FindHubSnapshot(const std::string& hub_cache,
+                                                const HubRepoRef& ref);
 
 }  // namespace ckpt
 

@@ -1,8 +1,11 @@
 #include "services/cli/cli_util.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -168,6 +171,39 @@ void AddLinkFlags(CLI::App* cmd, LinkOptions* links) {
                 "directory (hub cache snapshots are followed by their own rules)");
   cmd->add_option("--confine", links->confine,
                   "with --allow-symlinks: a directory links may also lead into (repeatable)");
+}
+
+namespace {
+
+std::string HubCacheDir() {
+  auto env = [](const char* name) -> std::string {
+    const char* value = std::getenv(name);
+    return value != nullptr ? value : "";
+  };
+  if (std::string v = env("HF_HUB_CACHE"); !v.empty()) return v;
+  if (std::string v = env("HF_HOME"); !v.empty()) return v + "/hub";
+  if (std::string v = env("XDG_CACHE_HOME"); !v.empty()) return v + "/huggingface/hub";
+  return env("HOME") + "/.cache/huggingface/hub";
+}
+
+}  // namespace
+
+CLI::Option* AcceptHubRepoIds(CLI::Option* option, std::string* asked) {
+  option->description(absl::StrCat(option->get_description(),
+                                   "; or a Hugging Face repo id, ORG/NAME[@REVISION]"));
+  return option->transform(CLI::Validator(
+      [asked](std::string& value) -> std::string {
+        struct stat st;
+        if (::lstat(value.c_str(), &st) == 0 || errno != ENOENT) return "";  // a path
+        std::optional<HubRepoRef> ref = ParseHubRepoRef(value);
+        if (!ref) return "";  // the command says the path does not exist
+        absl::StatusOr<HubSnapshotPath> found = FindHubSnapshot(HubCacheDir(), *ref);
+        if (!found.ok()) return std::string(found.status().message());
+        if (asked != nullptr) *asked = absl::StrCat(ref->repo_id, "@", ref->revision);
+        value = found->path;
+        return "";
+      },
+      "", "hub-repo-id"));
 }
 
 absl::StatusOr<PartSpec> ParsePartSpec(const std::string& text) {

@@ -110,7 +110,8 @@ void AddFingerprintCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand(
       "fingerprint", "SHA-256 of every file and tensor in a tree, and its OMS manifest ROOT");
   auto args = std::make_shared<FingerprintArgs>();
-  cmd->add_option("ROOT", args->root, "directory to fingerprint (any tree)")->required();
+  AcceptHubRepoIds(cmd->add_option("ROOT", args->root, "directory to fingerprint (any tree)"))
+      ->required();
   cmd->add_option("--manifest", args->manifest,
                   "oms: one resource per file; oms-shards: per byte range of --shard-size")
       ->check(CLI::IsMember({"oms", "oms-shards"}));

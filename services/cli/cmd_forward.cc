@@ -170,8 +170,10 @@ void AddForwardCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand(
       "forward", "Run MoE blocks on source and derived weights; report bit-exact diffs");
   auto a = std::make_shared<ForwardArgs>();
-  cmd->add_option("--root", a->options.root, "derived (or only) checkpoint root")->required();
-  cmd->add_option("--source", a->options.source, "source checkpoint root to compare against");
+  AcceptHubRepoIds(cmd->add_option("--root", a->options.root, "derived (or only) checkpoint root"))
+      ->required();
+  AcceptHubRepoIds(
+      cmd->add_option("--source", a->options.source, "source checkpoint root to compare against"));
   cmd->add_option("--layer", a->layer, "one layer index");
   cmd->add_option("--layers", a->layers, "all (every MoE layer) or L1,L2,...");
   cmd->add_option("--tokens", a->options.tokens, "tokens of the seeded input (default 8)");

@@ -128,7 +128,8 @@ void AddInspectCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("inspect", "Summarize a checkpoint root or .safetensors file");
   auto path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  cmd->add_option("PATH", *path, "checkpoint root or .safetensors file")->required();
+  AcceptHubRepoIds(cmd->add_option("PATH", *path, "checkpoint root or .safetensors file"))
+      ->required();
   cmd->add_flag("--json", *json, "machine-readable output");
   auto links = std::make_shared<LinkOptions>();
   AddLinkFlags(cmd, links.get());

@@ -86,7 +86,7 @@ void AddQuantCheckCommand(CLI::App& app, int* exit_code) {
       "quant-check", "Detect the quantization format, check its contract and the scale window");
   auto a = std::make_shared<QuantCheckArgs>();
   a->engine.file_digests = false;
-  cmd->add_option("ROOT", a->engine.root, "checkpoint root")->required();
+  AcceptHubRepoIds(cmd->add_option("ROOT", a->engine.root, "checkpoint root"))->required();
   cmd->add_flag("--json", a->json, "machine-readable output");
   AddThreadsOption(cmd, &a->engine.threads);
   AddMemoryWindowFlag(cmd, &a->engine.memory_window);

@@ -50,7 +50,7 @@ void AddSignCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand(
       "sign", "Write an OpenSSF model signing (model_signing v1.0) signature of a directory");
   auto a = std::make_shared<SignArgs>();
-  cmd->add_option("ROOT", a->root, "model directory")->required();
+  AcceptHubRepoIds(cmd->add_option("ROOT", a->root, "model directory"))->required();
   cmd->add_option("--key", a->key.key,
                   "ECDSA P-256/P-384/P-521 private key PEM, or pkcs11:URI of a P-256 token key")
       ->required();

@@ -134,8 +134,9 @@ void AddTranscodeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--layout", a->layout,
                   "compressed-tensors (default) or modelopt (ModelOpt W4A16_NVFP4 names, "
                   "weight_scale_2 and hf_quant_config.json)");
-  cmd->add_option("SRC", a->src,
-                  "compressed-tensors or gpt-oss (--layout modelopt) MXFP4 checkpoint root")
+  AcceptHubRepoIds(
+      cmd->add_option("SRC", a->src,
+                      "compressed-tensors or gpt-oss (--layout modelopt) MXFP4 checkpoint root"))
       ->required();
   cmd->add_option("DST", a->dst, "output directory (must not exist)")->required();
   cmd->add_option("--policy", a->policy, "scale-window (default) or marlin-safe");

@@ -297,9 +297,11 @@ void AddVerifyCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--db", a->db, "evidence database (default: per-user, when no RECORD)")
       ->envname("CKPT_AUDIT_DB");
   cmd->add_option("--id", a->id, "record id in --db (default: the newest)");
-  cmd->add_option("--root", a->root, "checkpoint root whose files must match the subjects");
-  cmd->add_option("--source", a->source,
-                  "source checkpoint whose files must match a pair audit's bound source");
+  AcceptHubRepoIds(
+      cmd->add_option("--root", a->root, "checkpoint root whose files must match the subjects"));
+  AcceptHubRepoIds(
+      cmd->add_option("--source", a->source,
+                      "source checkpoint whose files must match a pair audit's bound source"));
   cmd->add_option("--trust", a->trust, "trust file (default: per-user)");
   cmd->add_flag("--require-pass", a->require_pass,
                 "also require the record's verdict to be pass (else exit 1)");

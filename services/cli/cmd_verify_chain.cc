@@ -81,8 +81,10 @@ void AddVerifyChainCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand(
       "verify-chain",
       "Check a derived checkpoint's provenance, its source and its pair audit, offline");
-  cmd->add_option("DERIVED", a->options.derived, "derived checkpoint root")->required();
-  cmd->add_option("--source", a->options.source, "the source checkpoint, when it is here");
+  AcceptHubRepoIds(cmd->add_option("DERIVED", a->options.derived, "derived checkpoint root"))
+      ->required();
+  AcceptHubRepoIds(
+      cmd->add_option("--source", a->options.source, "the source checkpoint, when it is here"));
   cmd->add_option("--db", a->db, "evidence database holding the pair audit (default: per-user)")
       ->envname("CKPT_AUDIT_DB");
   cmd->add_option("--provenance", a->options.provenance,

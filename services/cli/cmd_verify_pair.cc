@@ -139,8 +139,10 @@ void AddVerifyPairCommand(CLI::App& app, int* exit_code) {
                      "of an MXFP4 source");
   auto a = std::make_shared<VerifyPairArgs>();
   a->engine.file_digests = false;
-  cmd->add_option("--source", a->engine.source, "MXFP4 source checkpoint root")->required();
-  cmd->add_option("--derived", a->engine.root, "NVFP4 or X4T checkpoint root")->required();
+  AcceptHubRepoIds(cmd->add_option("--source", a->engine.source, "MXFP4 source checkpoint root"))
+      ->required();
+  AcceptHubRepoIds(cmd->add_option("--derived", a->engine.root, "NVFP4 or X4T checkpoint root"))
+      ->required();
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->add_option("--max-findings", a->max_findings, "mismatches to list (all are counted)");
   AddThreadsOption(cmd, &a->engine.threads);

@@ -112,7 +112,7 @@ void AddVerifySignatureCommand(CLI::App& app, int* exit_code) {
       "verify-signature",
       "Check an OpenSSF model signing (model_signing v1.0) signature against a directory");
   auto a = std::make_shared<VerifySignatureArgs>();
-  cmd->add_option("ROOT", a->root, "model directory")->required();
+  AcceptHubRepoIds(cmd->add_option("ROOT", a->root, "model directory"))->required();
   cmd->add_option("--signature", a->signature, "Sigstore bundle (model.sig)")->required();
   cmd->add_option("--public-key", a->public_key, "ECDSA public key PEM (key signatures)");
   cmd->add_option("--certificate-chain", a->certificate_chain,

@@ -139,6 +139,60 @@ TEST_F(HfLayoutCliTest, PairAuditSnapshotSourceLocalDirDerived) {
   EXPECT_EQ(Predicate(id)["refs"]["model_ref"], "org/derived@v1");
 }
 
+// A repo id names the snapshot the hub cache holds for it, found as the hf tool finds it
+// (HF_HUB_CACHE, else HF_HOME/hub); the record names the revision asked and the snapshot's
+// commit. A path that exists is a path; what the cache lacks is named.
+TEST_F(HfLayoutCliTest, RepoIdsResolveThroughTheHubCache) {
+  const std::string xdg = "XDG_DATA_HOME='" + (dir_ / "xdg").string() + "'";
+  const std::string home = xdg + " HF_HOME='" + dir_.path().string() + "'";
+  auto run = [&](const std::string& env, const std::string& args) {
+    return ::ckpt::testing::RunCli(args, dir_.path(), env);
+  };
+  CliResult i = run(home, "inspect org/mini-kimi-mxfp4");
+  ASSERT_EQ(i.rc, 0) << i.err;
+  EXPECT_THAT(i.out, HasSubstr(std::string("layout: hf-cache-snapshot (model ref "
+                                           "org/mini-kimi-mxfp4@") + kSourceCommit + ")"));
+  // HF_HUB_CACHE wins over HF_HOME, as in huggingface_hub.
+  CliResult hub_cache = run(xdg + " HF_HOME=/nonexistent HF_HUB_CACHE='" +
+                                (dir_ / "hub").string() + "'",
+                            "inspect org/mini-kimi-mxfp4@" + std::string(kSourceCommit));
+  EXPECT_EQ(hub_cache.rc, 0) << hub_cache.err;
+
+  testing::WriteAll(hub_.repo / "refs" / "v1", std::string(kSourceCommit) + "\n");
+  CliResult a = run(home, "audit org/mini-kimi-mxfp4@v1 --db " + Db() + " --key " + Key() +
+                              " --json");
+  ASSERT_EQ(a.rc, 0) << a.err << a.out;
+  nlohmann::json p = Predicate(nlohmann::json::parse(a.out)["record_id"].get<int64_t>());
+  EXPECT_EQ(p["refs"]["model_ref"], "org/mini-kimi-mxfp4@v1");
+  EXPECT_EQ(CheckNamed(p, "hf_layout")["details"]["model_ref"],
+            std::string("org/mini-kimi-mxfp4@") + kSourceCommit);
+
+  CliResult absent = run(home, "inspect org/absent");
+  EXPECT_EQ(absent.rc, 2);
+  EXPECT_THAT(absent.err, HasSubstr("has no models--org--absent"));
+  EXPECT_THAT(absent.err, HasSubstr("hf download org/absent"));
+  CliResult no_ref = run(home, "inspect org/mini-kimi-mxfp4@nope");
+  EXPECT_EQ(no_ref.rc, 2);
+  EXPECT_THAT(no_ref.err, HasSubstr("has no refs/nope"));
+  testing::WriteAll(hub_.repo / "refs" / "bad", "../../../etc\n");
+  CliResult bad_ref = run(home, "inspect org/mini-kimi-mxfp4@bad");
+  EXPECT_EQ(bad_ref.rc, 2);
+  EXPECT_THAT(bad_ref.err, HasSubstr("does not hold a commit hash"));
+  // Not a repo id: a revision that climbs out of refs/ is a path that does not exist.
+  CliResult climb = run(home, "inspect org/mini-kimi-mxfp4@../../blobs");
+  EXPECT_EQ(climb.rc, 2);
+  EXPECT_THAT(climb.err, ::testing::Not(HasSubstr("hf-cache")));
+
+  // A directory of that name here is what the argument means.
+  fs::create_directories(dir_ / "org" / "mini-kimi-mxfp4");
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir_.path());
+  CliResult local = run(home, "inspect org/mini-kimi-mxfp4");
+  fs::current_path(cwd);
+  EXPECT_EQ(local.rc, 2);
+  EXPECT_THAT(local.err, HasSubstr("no config.json"));
+}
+
 TEST_F(HfLayoutCliTest, EscapingLinkRefusedAndTamperedBlobFails) {
   testing::WriteAll(dir_ / "secret.json", std::string("{}"));
   fs::create_symlink("../../../../secret.json", hub_.snapshot / "extra.json");
