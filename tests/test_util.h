@@ -100,14 +100,16 @@ struct CliResult {
 };
 
 // Runs the built `ckpt-audit` with `args` (shell words) and `env` (e.g. "XDG_DATA_HOME=/x")
-// prefixed; `scratch` is a directory for the captured stderr and, unless `env` names another,
-// the CLI's per-user state (XDG_STATE_HOME: the log heads it remembers), never the real home's.
+// prefixed; `scratch` is a directory for the captured stderr and, unless `env` names others,
+// the CLI's per-user state (XDG_STATE_HOME: the log heads it remembers) and config
+// (XDG_CONFIG_HOME, where no config file is), never the real home's.
 inline CliResult RunCli(const std::string& args, const std::filesystem::path& scratch,
                         const std::string& env = "") {
   std::filesystem::path err_file = scratch / "cli-stderr.txt";
-  std::string cmd = "XDG_STATE_HOME='" + (scratch / "xdg-state").string() + "' " + env + " '" +
-                    std::string(::ckpt::testing::kBinaryDir) + "/services/cli/ckpt-audit' " + args + " 2>'" +
-                    err_file.string() + "'";
+  std::string cmd = "XDG_STATE_HOME='" + (scratch / "xdg-state").string() + "' XDG_CONFIG_HOME='" +
+                    (scratch / "xdg-config").string() + "' " + env + " '" +
+                    std::string(::ckpt::testing::kBinaryDir) + "/services/cli/ckpt-audit' " + args +
+                    " 2>'" + err_file.string() + "'";
   CliResult r;
   FILE* p = ::popen(cmd.c_str(), "r");
   char buf[4096];

@@ -13,19 +13,20 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/evidence/dsse.h"
 #include "core/audit/audit_checks.h"
 #include "core/audit/part_file.h"
 #include "core/audit/parts.h"
-#include "core/text/json_dump.h"
+#include "core/evidence/dsse.h"
 #include "core/interop/publish.h"
 #include "core/oci/audit_trees.h"
+#include "core/text/json_dump.h"
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
 #include "services/cli/forward_device.h"
 #include "services/cli/log_heads.h"
 #include "services/cli/read_file.h"
+#include "services/cli/settings.h"
 #include "storage/evidence_log.h"
 
 namespace ckpt::cli {
@@ -155,7 +156,9 @@ int Run(AuditArgs a) {
   a.options.forward_emulation = *emulation;
   // oci://REGISTRY/REPO@sha256:... (or :TAG) as ROOT or --source (docs/interop.md).
   if (absl::Status s = oci::OpenOciTrees(&a.options); !s.ok()) return ReportError(s);
-  if (!a.part.empty()) return RunPart(a);
+  if (!a.part.empty()) return RunPart(a);  // takes no log or key: flags only
+  if (absl::Status s = ApplySetting(Setting::kDb, &a.db); !s.ok()) return ReportError(s);
+  if (absl::Status s = ApplySetting(Setting::kKey, &a.key.key); !s.ok()) return ReportError(s);
   auto setup = ResolveEvidenceSetup(a.db, a.key);
   if (!setup.ok()) return ReportError(setup.status());
   if (!setup->defaults_note.empty()) {
@@ -236,11 +239,13 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
                                    "source checkpoint (a directory or oci://...) for a pair audit"),
                    &a->source_asked);
   cmd->add_option("--policy", a->options.policy, "policy name (scale-window, marlin-safe)");
-  cmd->add_option("--db", a->db, "evidence database (default: per-user)")
-      ->envname("CKPT_AUDIT_DB");
-  cmd->add_option("--key", a->key.key,
-                  "signing key PEM or pkcs11:URI (default: per-user, generated)")
-      ->envname("CKPT_AUDIT_KEY");
+  cmd->add_option(
+      "--db", a->db,
+      "evidence database (default: $CKPT_AUDIT_DB, then the config file, then per-user)");
+  cmd->add_option(
+      "--key", a->key.key,
+      "signing key PEM or pkcs11:URI (default: $CKPT_AUDIT_KEY, then the config file, then "
+      "per-user, generated)");
   AddPkcs11Flags(cmd, &a->key);
   cmd->add_option("--vsa", a->vsa, "also write a signed SLSA verification summary here");
   cmd->add_option("--forward-layers,--forward-layer", a->options.forward_layers,

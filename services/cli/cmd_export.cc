@@ -51,8 +51,9 @@ void AddExportCommand(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<ExportArgs>();
   auto* cmd = app.add_subcommand(
       "export", "Write a logged record and its companions as an in-toto bundle (.intoto.jsonl)");
-  cmd->add_option("--db", a->db, "evidence database (default: per-user)")
-      ->envname("CKPT_AUDIT_DB");
+  cmd->add_option(
+      "--db", a->db,
+      "evidence database (default: $CKPT_AUDIT_DB, then the config file, then per-user)");
   cmd->add_option("--id", a->id, "record id")->required();
   cmd->add_option("--format", a->format, "intoto-jsonl")->required();
   cmd->add_option("--out", a->out, "write here instead of stdout");

@@ -21,6 +21,7 @@
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
 #include "services/cli/log_heads.h"
+#include "services/cli/settings.h"
 
 namespace ckpt::cli {
 namespace {
@@ -46,7 +47,9 @@ struct AttachArgs {
   bool json = false;
 };
 
-int RunAttach(const AttachArgs& a) {
+int RunAttach(AttachArgs a) {
+  if (absl::Status s = ApplySetting(Setting::kDb, &a.db); !s.ok()) return ReportError(s);
+  if (absl::Status s = ApplySetting(Setting::kKey, &a.key.key); !s.ok()) return ReportError(s);
   auto ref = DigestReference(a.ref);
   if (!ref.ok()) return ReportError(ref.status());
   if (a.id < 0) return ReportError(absl::InvalidArgumentError("--id must be a record id >= 0"));
@@ -141,10 +144,12 @@ void AddOciCommands(CLI::App& app, int* exit_code) {
   attach->add_option("REF", a->ref, "oci://REGISTRY/REPO@sha256:HEX (the audited manifest)")
       ->required();
   attach->add_option("--id", a->id, "evidence record id")->required();
-  attach->add_option("--db", a->db, "evidence database (default: per-user)")
-      ->envname("CKPT_AUDIT_DB");
-  attach->add_option("--key", a->key.key, "signing key PEM or pkcs11:URI (default: per-user)")
-      ->envname("CKPT_AUDIT_KEY");
+  attach->add_option(
+      "--db", a->db,
+      "evidence database (default: $CKPT_AUDIT_DB, then the config file, then per-user)");
+  attach->add_option("--key", a->key.key,
+                     "signing key PEM or pkcs11:URI (default: $CKPT_AUDIT_KEY, then the config "
+                     "file, then per-user)");
   AddPkcs11Flags(attach, &a->key);
   attach->add_flag("--json", a->json, "machine-readable output");
   attach->callback([=] { *exit_code = RunAttach(*a); });

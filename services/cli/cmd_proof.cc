@@ -132,8 +132,9 @@ void AddProofCommands(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<ProofArgs>();
   auto* cmd = app.add_subcommand(
       "proof", "Print a C2SP tlog-proof@v1 inclusion proof of one record (self-contained)");
-  cmd->add_option("--db", a->db, "evidence database (default: per-user)")
-      ->envname("CKPT_AUDIT_DB");
+  cmd->add_option(
+      "--db", a->db,
+      "evidence database (default: $CKPT_AUDIT_DB, then the config file, then per-user)");
   cmd->add_option("--id", a->id, "record id")->required();
   cmd->add_option("--out", a->out, "write the proof here instead of stdout");
   cmd->callback(WithDefaultDb(&a->db, exit_code, [=] { return Prove(*a); }));

@@ -82,8 +82,9 @@ int Run(QueryArgs a) {
 void AddQueryCommand(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<QueryArgs>();
   auto* cmd = app.add_subcommand("query", "List audits in an evidence log, newest first");
-  cmd->add_option("--db", a->db, "evidence database (default: per-user)")
-      ->envname("CKPT_AUDIT_DB");
+  cmd->add_option(
+      "--db", a->db,
+      "evidence database (default: $CKPT_AUDIT_DB, then the config file, then per-user)");
   cmd->add_option("--digest", a->filter.digest, "a subject's sha256 (a file or manifest root)");
   cmd->add_option("--root", a->filter.root, "audited checkpoint root (realpath)");
   cmd->add_option("--verdict", a->filter.verdict, "pass or fail");

@@ -29,8 +29,8 @@
 #include "core/evidence/record.h"
 #include "core/fingerprint/fingerprint.h"
 #include "core/io/small_file.h"
-#include "core/text/json_dump.h"
 #include "core/oci/reference.h"
+#include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
@@ -38,6 +38,7 @@
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
 #include "services/cli/gate_state.h"
+#include "services/cli/settings.h"
 #include "services/daemon/address.h"
 #include "storage/merkle.h"
 #include "storage/tlog_checkpoint.h"
@@ -48,7 +49,7 @@ namespace {
 namespace pb = ckpt_audit::v1;
 
 struct ConnectArgs {
-  std::string server = "127.0.0.1:7433";
+  std::string server;  // ResolveConnect: the flag, CKPT_AUDIT_SERVER, the config, the default
   std::string token_file;
   std::string ca, cert, key;  // PEM files: TLS when ca is set, mutual TLS with cert and key
   bool insecure_loopback = false;  // a token may go to a loopback server without TLS
@@ -104,7 +105,15 @@ absl::StatusOr<std::string> ReadClientFile(const std::string& path, bool secret)
   return io::ReadSmallFile(path, rules);
 }
 
-// --token-file's first line, else $CKPT_AUDIT_TOKEN, else no token.
+// The flags, else the environment, else the config file (services/cli/settings.h).
+absl::Status ResolveConnect(ConnectArgs* a) {
+  if (absl::Status s = ApplySetting(Setting::kServer, &a->server); !s.ok()) return s;
+  if (a->server.empty()) a->server = kDefaultServer;
+  return ApplySetting(Setting::kTokenFile, &a->token_file);
+}
+
+// --token-file's first line, else $CKPT_AUDIT_TOKEN, else the config file's token-file (already
+// in `a` after ResolveConnect), else no token.
 absl::StatusOr<std::string> LoadToken(const ConnectArgs& a) {
   std::string token;
   if (!a.token_file.empty()) {
@@ -483,10 +492,12 @@ int Gate(const RemoteArgs& a) {
 
 void AddCommon(CLI::App* cmd, RemoteArgs* a) {
   cmd->add_option("ROOT", a->root, "checkpoint root, as the daemon sees it")->required();
-  cmd->add_option("--server", a->connect.server, "ckpt-auditd address (default 127.0.0.1:7433)")
-      ->envname("CKPT_AUDIT_SERVER");
+  cmd->add_option("--server", a->connect.server,
+                  "ckpt-auditd address (default: $CKPT_AUDIT_SERVER, then the config file, then "
+                  "127.0.0.1:7433)");
   cmd->add_option("--token-file", a->connect.token_file,
-                  "file holding the bearer token (default: $CKPT_AUDIT_TOKEN)");
+                  "file holding the bearer token (default: $CKPT_AUDIT_TOKEN holds the token, else "
+                  "the config file's token-file)");
   cmd->add_option("--tls-ca", a->connect.ca, "CA certificate(s) to verify the daemon: use TLS");
   cmd->add_option("--tls-cert", a->connect.cert,
                   "client certificate for mutual TLS (with --tls-key)");
@@ -505,7 +516,10 @@ void AddRemoteCommands(CLI::App& app, int* exit_code) {
   auto* s = app.add_subcommand("submit", "Run an audit on ckpt-auditd and follow its progress");
   AddCommon(s, submit.get());
   s->add_option("--source", submit->source, "source checkpoint for a pair audit");
-  s->callback([=] { *exit_code = Submit(*submit); });
+  s->callback([=] {
+    absl::Status resolved = ResolveConnect(&submit->connect);
+    *exit_code = resolved.ok() ? Submit(*submit) : ReportError(resolved);
+  });
 
   auto gate = std::make_shared<RemoteArgs>();
   auto* g = app.add_subcommand("gate", "Ask ckpt-auditd for a verified pass/fail on a root");
@@ -523,7 +537,10 @@ void AddRemoteCommands(CLI::App& app, int* exit_code) {
               "fingerprint ROOT here: a PASS must be about the content on this disk");
   g->add_option("--max-age", gate->max_age,
                 "a PASS must have been decided within this long (default 10m)");
-  g->callback([=] { *exit_code = Gate(*gate); });
+  g->callback([=] {
+    absl::Status resolved = ResolveConnect(&gate->connect);
+    *exit_code = resolved.ok() ? Gate(*gate) : ReportError(resolved);
+  });
 }
 
 }  // namespace ckpt::cli

@@ -78,8 +78,9 @@ int Run(const ReportArgs& a) {
 void AddReportCommand(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<ReportArgs>();
   auto* cmd = app.add_subcommand("report", "Render one audit record (text, json, md, html)");
-  cmd->add_option("--db", a->db, "evidence database (default: per-user)")
-      ->envname("CKPT_AUDIT_DB");
+  cmd->add_option(
+      "--db", a->db,
+      "evidence database (default: $CKPT_AUDIT_DB, then the config file, then per-user)");
   cmd->add_option("ID", a->id, "record id (from audit or query)")->required();
   cmd->add_option("--format", a->format, "text, json, md or html")
       ->check(CLI::IsMember({"text", "json", "md", "html"}));

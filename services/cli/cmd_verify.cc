@@ -294,8 +294,9 @@ void AddVerifyCommands(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand(
       "verify", "Check a record's signature, its subjects (--root) and its inclusion in the log");
   cmd->add_option("RECORD", a->record, "a DSSE envelope file (an evidence record or VSA)");
-  cmd->add_option("--db", a->db, "evidence database (default: per-user, when no RECORD)")
-      ->envname("CKPT_AUDIT_DB");
+  cmd->add_option("--db", a->db,
+                  "evidence database, when no RECORD (default: $CKPT_AUDIT_DB, then the config "
+                  "file, then per-user)");
   cmd->add_option("--id", a->id, "record id in --db (default: the newest)");
   AcceptHubRepoIds(
       cmd->add_option("--root", a->root, "checkpoint root whose files must match the subjects"));
@@ -315,8 +316,9 @@ void AddVerifyCommands(CLI::App& app, int* exit_code) {
   auto b = std::make_shared<VerifyArgs>();
   auto* log = app.add_subcommand(
       "verify-log", "Recompute and check every entry, signature, tree node and checkpoint");
-  log->add_option("--db", b->db, "evidence database (default: per-user)")
-      ->envname("CKPT_AUDIT_DB");
+  log->add_option(
+      "--db", b->db,
+      "evidence database (default: $CKPT_AUDIT_DB, then the config file, then per-user)");
   log->add_option("--trust", b->trust, "trust file (default: per-user)");
   log->add_option("--expect-size", b->expect_size,
                   "with --expect-tree-root: a tree head the log must be consistent with");

@@ -85,8 +85,9 @@ void AddVerifyChainCommand(CLI::App& app, int* exit_code) {
       ->required();
   AcceptHubRepoIds(
       cmd->add_option("--source", a->options.source, "the source checkpoint, when it is here"));
-  cmd->add_option("--db", a->db, "evidence database holding the pair audit (default: per-user)")
-      ->envname("CKPT_AUDIT_DB");
+  cmd->add_option("--db", a->db,
+                  "evidence database holding the pair audit (default: $CKPT_AUDIT_DB, then the "
+                  "config file, then per-user)");
   cmd->add_option("--provenance", a->options.provenance,
                   "provenance file (default DERIVED.intoto.jsonl, else the log)");
   cmd->add_option("--trust", a->trust, "trust file (default: per-user)");

@@ -30,6 +30,7 @@ void AddExportCommand(CLI::App& app, int* exit_code);
 void AddVerifyChainCommand(CLI::App& app, int* exit_code);
 void AddTokensCommand(CLI::App& app, int* exit_code);   // tokens add (ckpt-auditd --tokens)
 void AddOciCommands(CLI::App& app, int* exit_code);     // attach, verify-oci
+void AddConfigCommand(CLI::App& app, int* exit_code);   // services/cli/settings.h
 
 // `--allow-symlinks` and `--confine DIR` (docs/hf-layouts.md), stored in `*links`.
 void AddLinkFlags(CLI::App* cmd, LinkOptions* links);

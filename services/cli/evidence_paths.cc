@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/cli/cli_util.h"
+#include "services/cli/settings.h"
 
 namespace ckpt::cli {
 namespace {
@@ -56,6 +57,10 @@ absl::StatusOr<std::string> DefaultKeyPath() {
 
 std::function<void()> WithDefaultDb(std::string* db, int* exit_code, std::function<int()> run) {
   return [db, exit_code, run = std::move(run)] {
+    if (absl::Status s = ApplySetting(Setting::kDb, db); !s.ok()) {
+      *exit_code = ReportError(s);
+      return;
+    }
     if (db->empty()) {
       auto home = EvidenceHome();
       if (!home.ok()) {

@@ -37,8 +37,9 @@ struct EvidenceSetup {
 absl::StatusOr<EvidenceSetup> ResolveEvidenceSetup(const std::string& db,
                                                    const evidence::KeySource& key);
 
-// The callback of a command that reads a log: `run`, after an empty `*db` became the per-user
-// log (the one `audit` writes by default), so every command finds the same log without --db.
+// The callback of a command that reads a log: `run`, after an empty `*db` became the log
+// CKPT_AUDIT_DB or the config file names (services/cli/settings.h), else the per-user log (the
+// one `audit` writes by default), so every command finds the same log without --db.
 std::function<void()> WithDefaultDb(std::string* db, int* exit_code, std::function<int()> run);
 
 // --trust FILE, or the per-user trust file when empty.

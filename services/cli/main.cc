@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   ckpt::cli::AddOciCommands(app, &exit_code);
   ckpt::cli::AddVerifyChainCommand(app, &exit_code);
   ckpt::cli::AddTokensCommand(app, &exit_code);
+  ckpt::cli::AddConfigCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "core/safetensors.h"
 #include "gmock/gmock.h"
@@ -285,6 +286,84 @@ TEST_F(CliTest, EnvironmentNamesTheLogAndTheKey) {
   EXPECT_EQ(nlohmann::json::parse(q.out)["records"].size(), 2u);
   Result flag = ::ckpt::testing::RunCli("query --json --db " + Db(), dir_.path(), env);
   EXPECT_EQ(flag.rc, 2) << flag.out;  // --db names a log that does not exist
+}
+
+// The config file under XDG_CONFIG_HOME names the log, the key, the server and the token file;
+// the environment wins over it and a flag over both (services/cli/settings.h). `config` shows
+// each value and where it came from. A file others can write, an unknown setting and a relative
+// path are refused, naming the file and the line.
+TEST_F(CliTest, ConfigFileNamesTheLogAndTheKeyBelowTheEnvironment) {
+  MakeKey();
+  const fs::path file_db = dir_ / "file.db", env_db = dir_ / "env.db";
+  const fs::path config = dir_ / "cfg" / "ckpt-audit" / "config";
+  fs::create_directories(config.parent_path());
+  auto write_config = [&](const std::string& text) {
+    testing::WriteAll(config, text);
+    fs::permissions(config, fs::perms::owner_read | fs::perms::owner_write);
+  };
+  write_config("# ckpt-audit settings\ndb = " + file_db.string() + "\n  key=" + Key() +
+               "\nserver = audit.example:7433\ntoken-file = /etc/ckpt-audit/ci.token\n");
+  const std::string env = "XDG_DATA_HOME='" + (dir_ / "xdg").string() + "' XDG_CONFIG_HOME='" +
+                          (dir_ / "cfg").string() + "'";
+  auto run = [&](const std::string& args, const std::string& more_env = "") {
+    return ::ckpt::testing::RunCli(args, dir_.path(), env + " " + more_env);
+  };
+  Result audited = run("audit " + Fixture("mini-kimi-mxfp4").string());
+  ASSERT_EQ(audited.rc, 0) << audited.err;
+  EXPECT_THAT(audited.err, Not(HasSubstr("per-user")));
+  EXPECT_EQ(*(*storage::EvidenceLog::OpenReadOnly(file_db.string()))->Size(), 2u);
+  Result q = run("query --json");
+  ASSERT_EQ(q.rc, 0) << q.err;
+  EXPECT_EQ(nlohmann::json::parse(q.out)["records"].size(), 2u);
+
+  Result shown = run("config --json");
+  ASSERT_EQ(shown.rc, 0) << shown.err;
+  std::map<std::string, nlohmann::json> by_name;
+  auto read_settings = [&](const std::string& out) {
+    const nlohmann::json j = nlohmann::json::parse(out);
+    for (const auto& s : j["settings"]) by_name[s["name"].get<std::string>()] = s;
+  };
+  read_settings(shown.out);
+  EXPECT_EQ(by_name["db"]["value"], file_db.string());
+  EXPECT_EQ(by_name["db"]["source"], config.string() + ":2");
+  EXPECT_EQ(by_name["key"]["source"], config.string() + ":3");
+  EXPECT_EQ(by_name["server"]["value"], "audit.example:7433");
+  EXPECT_EQ(by_name["token-file"]["value"], "/etc/ckpt-audit/ci.token");
+  // The environment outranks the file: the log, and a token over the file's token file.
+  Result env_shown =
+      run("config --json", "CKPT_AUDIT_DB='" + env_db.string() + "' CKPT_AUDIT_TOKEN=secret-token");
+  ASSERT_EQ(env_shown.rc, 0) << env_shown.err;
+  read_settings(env_shown.out);
+  EXPECT_EQ(by_name["db"]["value"], env_db.string());
+  EXPECT_EQ(by_name["db"]["source"], "CKPT_AUDIT_DB");
+  EXPECT_EQ(by_name["token-file"]["source"], "default");
+  EXPECT_EQ(by_name["token"]["source"], "CKPT_AUDIT_TOKEN");
+  EXPECT_THAT(env_shown.out, Not(HasSubstr("secret-token")));
+  Result env_audit = run("audit " + Fixture("mini-kimi-mxfp4").string(),
+                         "CKPT_AUDIT_DB='" + env_db.string() + "'");
+  ASSERT_EQ(env_audit.rc, 0) << env_audit.err;
+  EXPECT_EQ(*(*storage::EvidenceLog::OpenReadOnly(env_db.string()))->Size(), 2u);
+  EXPECT_EQ(*(*storage::EvidenceLog::OpenReadOnly(file_db.string()))->Size(), 2u);
+  // A part takes no log or key: neither the environment nor the file makes it refuse.
+  Result part = run("audit " + Fixture("mini-kimi-mxfp4").string() + " --part 0/1 --part-key " +
+                        Key() + " --out " + (dir_ / "part.json").string(),
+                    "CKPT_AUDIT_DB='" + env_db.string() + "'");
+  EXPECT_EQ(part.rc, 0) << part.err;
+
+  fs::permissions(config, fs::perms::group_write, fs::perm_options::add);
+  Result writable = run("query");
+  EXPECT_EQ(writable.rc, 2);
+  EXPECT_THAT(writable.err, HasSubstr(config.string()));
+  write_config("db = " + file_db.string() + "\ndbb = /x\n");
+  Result unknown = run("config");
+  EXPECT_EQ(unknown.rc, 2);
+  EXPECT_THAT(unknown.err, HasSubstr(config.string() + ":2: unknown setting 'dbb'"));
+  write_config("db = evidence.db\n");
+  Result relative = run("query");
+  EXPECT_EQ(relative.rc, 2);
+  EXPECT_THAT(relative.err, HasSubstr(":1: db must be an absolute path"));
+  write_config("db = /a.db\ndb = /b.db\n");
+  EXPECT_THAT(run("query").err, HasSubstr(":2: db is set twice"));
 }
 
 TEST_F(CliTest, PairRecordBindsTheSourceAndItsRefsAndVerifyChecksIt) {
