@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/io/hf_layout.h"
 #include "core/text/json_parse.h"
+#include "core/text/name_encoding.h"
 
 namespace ckpt {
 namespace {
@@ -151,7 +152,18 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
   std::vector<std::string> shard_paths;
   std::map<std::string, std::string> weight_map;
   std::string map_file;
-  if (img.Find("manifest.json") != nullptr && img.IsDirectory("tensors")) {
+  if (!img.single_file.empty()) {
+    // One file given as the root (docs/audit-engine.md "One file"): the checkpoint is that file
+    // alone; nothing beside it is read, so it declares no config.
+    if (!absl::EndsWith(img.single_file, ".safetensors")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(EncodeName(img.RootPath()),
+                       ": a file is a checkpoint only when it is a .safetensors file"));
+    }
+    ckpt->layout_ = CheckpointLayout::kSingleFile;
+    ckpt->config_ = json::object();
+    shard_paths.push_back(img.single_file);
+  } else if (img.Find("manifest.json") != nullptr && img.IsDirectory("tensors")) {
     ckpt->layout_ = CheckpointLayout::kX4TContainer;
     const std::string mpath = r + "/manifest.json";
     absl::StatusOr<json> manifest = ReadJson(img, "manifest.json");

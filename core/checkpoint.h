@@ -36,9 +36,11 @@ struct TensorRef {
 
 class Checkpoint {
  public:
-  // Errors: NOT_FOUND (no recognisable layout, a listed shard missing), INVALID_ARGUMENT (bad
-  // config, index or shard header), PERMISSION_DENIED (a map entry that is not a plain file
-  // name), DATA_LOSS (a shard whose data does not match its header).
+  // An image of one file (TreeImage::single_file) is a single-file checkpoint with an empty
+  // config when the file is a .safetensors file. Errors: NOT_FOUND (no recognisable layout, a
+  // listed shard missing), INVALID_ARGUMENT (bad config, index or shard header; a single file
+  // that is not .safetensors), PERMISSION_DENIED (a map entry that is not a plain file name),
+  // DATA_LOSS (a shard whose data does not match its header).
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(std::shared_ptr<const TreeImage> image);
   // Reads the tree at `root` first (listed by its layout, core/io/hf_layout.h; ReadTree with
   // `read`; by default every byte is kept and no digest is taken). Also NOT_FOUND when the root

@@ -186,7 +186,7 @@ absl::StatusOr<evidence::EvidenceRecord> AuditRun::Record(
   const Checkpoint* ckpt = e.root().checkpoint.get();
   const TreeImage& derived_read = *images[0];
   const Fingerprint derived_fp = FingerprintOf(derived_read, e.root().walk.ignore_paths);
-  rec.root = derived_read.root;
+  rec.root = derived_read.RootPath();
   auto subjects = SubjectsOf(derived_fp);
   if (!subjects.ok()) return subjects.status();
   rec.subjects = *std::move(subjects);
@@ -206,7 +206,7 @@ absl::StatusOr<evidence::EvidenceRecord> AuditRun::Record(
         !s.ok()) {
       return s;
     }
-    rec.source = evidence::SourceBinding{source_read.root, source_fp.manifest.RootHex(),
+    rec.source = evidence::SourceBinding{source_read.RootPath(), source_fp.manifest.RootHex(),
                                          *std::move(files), std::move(oci_manifest)};
   }
   // Storage bytes read by the whole audit (both trees): each byte once.

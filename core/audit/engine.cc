@@ -12,12 +12,9 @@ absl::StatusOr<TreeHeaders> ReadHeaders(const std::string& path,
                                         std::shared_ptr<const io::Directory> dir,
                                         const LinkOptions& links, const ReadOptions& read,
                                         Progress& progress) {
-  if (dir == nullptr) {
-    absl::StatusOr<std::unique_ptr<io::Directory>> opened = io::RealFileSystem().OpenRoot(path);
-    if (!opened.ok()) return opened.status();
-    dir = *std::move(opened);
-  }
-  absl::StatusOr<LayoutListing> listing = ListLayout(std::move(dir), links);
+  // A path names a directory or, audited as a one-file checkpoint, a .safetensors file.
+  absl::StatusOr<LayoutListing> listing =
+      dir == nullptr ? ListLayout(path, links) : ListLayout(std::move(dir), links);
   if (!listing.ok()) return listing.status();
   auto image = ReadTree(std::move(listing->listing), read, progress);
   if (!image.ok()) return image.status();

@@ -1,5 +1,7 @@
 #include "core/io/hf_layout.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 
 #include "absl/strings/ascii.h"
@@ -30,6 +32,21 @@ bool IsHex(std::string_view s, size_t n) {
 std::string BaseName(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The repository folder when `root` is `models--ORG--NAME/` itself or its `snapshots/`: neither
+// is one snapshot.
+std::shared_ptr<const io::Directory> RepoFolderAt(
+    const std::shared_ptr<const io::Directory>& root) {
+  auto is_repo = [](const io::Directory& d) {
+    return absl::StartsWith(BaseName(d.label()), kRepoPrefix) && d.OpenDirectory("blobs").ok() &&
+           d.OpenDirectory("snapshots").ok();
+  };
+  if (is_repo(*root)) return root;
+  if (BaseName(root->label()) != "snapshots") return nullptr;
+  auto parent = root->OpenParent();
+  if (!parent.ok() || !is_repo(**parent)) return nullptr;
+  return std::shared_ptr<const io::Directory>(*std::move(parent));
 }
 
 // A small file read whole through `dir` (no links); INVALID_ARGUMENT when over `max` bytes.
@@ -241,16 +258,16 @@ absl::StatusOr<LayoutListing> ListLayout(std::shared_ptr<const io::Directory> ro
     out.resolver = std::make_shared<io::LinkResolver>(
         std::vector<io::LinkBase>{{repo, repo->label()}},
         absl::StrCat("the repository folder ", EncodeName(repo->label())), links.allowed);
-  } else if (absl::StartsWith(BaseName(root->label()), kRepoPrefix) &&
-             root->OpenDirectory("blobs").ok() && root->OpenDirectory("snapshots").ok()) {
-    // The repository folder itself: its snapshots share blobs, so which one is meant?
+  } else if (std::shared_ptr<const io::Directory> repo = RepoFolderAt(root)) {
+    // The repository folder or its snapshots/: they share blobs, so which one is meant?
     const std::string main = [&] {
-      auto refs = ReadSmall(*root, "refs/main", 256);
+      auto refs = ReadSmall(*repo, "refs/main", 256);
       return refs.ok() ? std::string(absl::StripAsciiWhitespace(*refs)) : std::string();
     }();
     return absl::InvalidArgumentError(absl::StrCat(
-        EncodeName(root->label()),
-        ": a Hugging Face cache repository folder; audit one of its snapshots, snapshots/COMMIT",
+        EncodeName(root->label()), ": a Hugging Face cache ",
+        repo == root ? "repository folder" : "snapshots folder", "; audit one of its snapshots, ",
+        EncodeName(repo->label()), "/snapshots/COMMIT",
         IsHex(main, 40) ? absl::StrCat(" (refs/main: snapshots/", main, ")") : ""));
   } else {
     auto hf = io::OpenSubdirectory(*root, kHfCache);
@@ -283,6 +300,16 @@ absl::StatusOr<LayoutListing> ListLayout(std::shared_ptr<const io::Directory> ro
 
 absl::StatusOr<LayoutListing> ListLayout(const std::string& root, const LinkOptions& links,
                                          const TreeWalkOptions& walk) {
+  struct stat st;
+  if (::stat(root.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    // One file: a plain tree of that file alone (what is read is what ListFile opened).
+    auto listing = ListFile(root);
+    if (!listing.ok()) return listing.status();
+    LayoutListing out;
+    out.listing = *std::move(listing);
+    out.walk = walk;
+    return out;
+  }
   auto dir = io::RealFileSystem().OpenRoot(root);
   if (!dir.ok()) return dir.status();
   return ListLayout(std::shared_ptr<const io::Directory>(*std::move(dir)), links, walk);

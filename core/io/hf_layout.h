@@ -72,6 +72,7 @@ struct LayoutListing {
 absl::StatusOr<LayoutListing> ListLayout(std::shared_ptr<const io::Directory> root,
                                          const LinkOptions& links = {},
                                          const TreeWalkOptions& walk = {});
+// A path naming a regular file lists that file alone (TreeListing::single_file, a plain tree).
 absl::StatusOr<LayoutListing> ListLayout(const std::string& root, const LinkOptions& links = {},
                                          const TreeWalkOptions& walk = {});
 

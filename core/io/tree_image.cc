@@ -257,6 +257,10 @@ class FileReader {
 
 }  // namespace
 
+std::string TreeImage::RootPath() const {
+  return single_file.empty() ? root : absl::StrCat(root, "/", single_file);
+}
+
 const ImageFile* TreeImage::Find(std::string_view name) const {
   const std::string n(name);
   auto it = std::lower_bound(files.begin(), files.end(), n, [](const ImageFile& f, const std::string& v) {
@@ -306,6 +310,7 @@ absl::StatusOr<std::shared_ptr<const TreeImage>> ReadTree(TreeListing listing,
   auto image = std::make_shared<TreeImage>();
   image->root = listing.root_dir->label();
   image->root_dir = listing.root_dir;
+  image->single_file = std::move(listing.single_file);
   image->directories = std::move(listing.directories);
   image->links = std::move(listing.links);
   uint64_t total = 0, kept = 0;

@@ -93,12 +93,15 @@ class TreeImage {
  public:
   std::string root;  // the real path of the root directory as opened
   std::shared_ptr<const io::Directory> root_dir;
+  std::string single_file;  // a tree of one file (TreeListing::single_file): its name in root
   std::vector<std::string> directories;  // PosixPathLess order
   std::vector<ImageFile> files;          // PosixPathLess order of `name`
   std::vector<io::LinkHop> links;        // links followed by the listing
   uint64_t bytes_read = 0;               // every byte pread from storage
   uint64_t kept_bytes = 0;  // kept contents and parsed headers: what counts against the window
 
+  // What was audited: `root`, or root/single_file for a tree of one file.
+  std::string RootPath() const;
   // By recorded name (equal to the path for every valid UTF-8 path).
   const ImageFile* Find(std::string_view name) const;
   bool IsDirectory(std::string_view path) const;

@@ -112,7 +112,8 @@ absl::StatusOr<TreeListing> ListFile(const std::string& path) {
   std::shared_ptr<const io::Directory> root(*std::move(opened));
   absl::StatusOr<io::FileIdentity> id = root->StatAt(leaf);
   if (!id.ok()) return id.status();
-  return TreeListing{root, {}, {{leaf, EncodeName(leaf), id->size, root, leaf, "", false}}, {}};
+  return TreeListing{
+      root, {}, {{leaf, EncodeName(leaf), id->size, root, leaf, "", false}}, {}, leaf};
 }
 
 }  // namespace ckpt

@@ -45,6 +45,8 @@ struct TreeListing {
   std::vector<std::string> directories;  // relative paths of every directory under the root
   std::vector<TreeFile> files;           // sorted by PosixPathLess of `name`
   std::vector<io::LinkHop> links;        // every link followed, to re-check at the end
+  // A listing of one file (ListFile): its name in `root_dir`, the listing's only entry.
+  std::string single_file;
 };
 
 // Errors: INVALID_ARGUMENT (a symlink without a resolver, or a special file, named; two paths

@@ -193,6 +193,19 @@ TEST_F(HfLayoutCliTest, RepoIdsResolveThroughTheHubCache) {
   EXPECT_THAT(local.err, HasSubstr("no config.json"));
 }
 
+// The repository folder and its snapshots/ folder hold every snapshot: which one is meant is
+// said, with the one refs/main names, instead of refusing the links inside.
+TEST_F(HfLayoutCliTest, RepoAndSnapshotsFoldersNameTheSnapshotToAudit) {
+  for (const fs::path& folder : {hub_.repo, hub_.repo / "snapshots"}) {
+    CliResult r = Run("inspect " + folder.string());
+    EXPECT_EQ(r.rc, 2) << folder;
+    EXPECT_THAT(r.err, HasSubstr("audit one of its snapshots, " + hub_.repo.string() +
+                                 "/snapshots/COMMIT (refs/main: snapshots/" + kSourceCommit + ")"))
+        << r.err;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("symbolic link")));
+  }
+}
+
 TEST_F(HfLayoutCliTest, EscapingLinkRefusedAndTamperedBlobFails) {
   testing::WriteAll(dir_ / "secret.json", std::string("{}"));
   fs::create_symlink("../../../../secret.json", hub_.snapshot / "extra.json");

@@ -366,6 +366,53 @@ TEST_F(CliTest, ConfigFileNamesTheLogAndTheKeyBelowTheEnvironment) {
   EXPECT_THAT(run("query").err, HasSubstr(":2: db is set twice"));
 }
 
+// A .safetensors file given as the root is a one-file checkpoint: the record's root is the
+// file, its subjects that file alone (nothing beside it, not even a config.json, is read), its
+// scale tensors are checked, and verify --root checks the file. Any other file is not a
+// checkpoint: exit 2, nothing appended.
+TEST_F(CliTest, OneSafetensorsFileIsAOneFileCheckpoint) {
+  MakeKey();
+  const fs::path file = dir_ / "one" / "weights.safetensors";
+  fs::create_directories(file.parent_path());
+  fs::copy_file(Fixture("mini-gpt-oss-mxfp4") / "model.safetensors", file);
+  testing::WriteAll(dir_ / "one" / "config.json", std::string("not read"));
+  Result a = Audit(file.string());
+  EXPECT_EQ(a.rc, 0) << a.err << a.out;
+  Result js = Run("report --db " + Db() + " 0 --format json --trust " + Trust());
+  ASSERT_EQ(js.rc, 0) << js.err;
+  const auto statement = nlohmann::json::parse(js.out)["statement"];
+  EXPECT_EQ(statement["predicate"]["root"], file.string());
+  for (const auto& c : statement["predicate"]["checks"]) {
+    if (c["name"] == "checkpoint_structure") EXPECT_EQ(c["details"]["layout"], "single-file");
+    if (c["name"] == "scale_window") EXPECT_EQ(c["counts"]["tensors"], 16);
+    if (c["name"] == "fingerprint") EXPECT_EQ(c["counts"]["files"], 1);
+  }
+  std::vector<std::string> names;
+  for (const auto& s : statement["subject"]) names.push_back(s["name"]);
+  EXPECT_THAT(names, ::testing::ElementsAre("weights.safetensors", "oms-manifest-root"));
+  Result ok =
+      Run("verify --db " + Db() + " --id 0 --root " + file.string() + " --trust " + Trust());
+  EXPECT_EQ(ok.rc, 0) << ok.out << ok.err;
+  Result inspect = Run("inspect " + file.string());
+  EXPECT_EQ(inspect.rc, 0) << inspect.err;
+  // A byte changed in the file after the audit: the record no longer matches it.
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x5a');
+  }
+  Result changed =
+      Run("verify --db " + Db() + " --id 0 --root " + file.string() + " --trust " + Trust());
+  EXPECT_EQ(changed.rc, 1) << changed.out;
+
+  auto size = [&] { return *(*storage::EvidenceLog::OpenReadOnly(Db()))->Size(); };
+  const uint64_t before = size();
+  Result other = Audit((dir_ / "one" / "config.json").string());
+  EXPECT_EQ(other.rc, 2) << other.out;
+  EXPECT_THAT(other.err, HasSubstr("a file is a checkpoint only when it is a .safetensors file"));
+  EXPECT_EQ(size(), before);
+}
+
 TEST_F(CliTest, PairRecordBindsTheSourceAndItsRefsAndVerifyChecksIt) {
   MakeKey();
   fs::path source = CopyFixture("mini-kimi-mxfp4", dir_);
