@@ -22,6 +22,14 @@ inline void AddFindings(const quant::FindingList& list, evidence::CheckResult* c
   for (const quant::Finding& f : list.kept()) c->findings.push_back(FindingOf(f));
 }
 
+// Findings that are recorded without failing the check: written with "fails": false.
+inline void AddWarnings(const quant::FindingList& list, evidence::CheckResult* c) {
+  for (const quant::Finding& f : list.kept()) {
+    c->findings.push_back(FindingOf(f));
+    c->findings.back().fails = false;
+  }
+}
+
 }  // namespace ckpt::audit
 
 #endif  // CKPT_CORE_AUDIT_FINDINGS_H_

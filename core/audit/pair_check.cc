@@ -93,8 +93,10 @@ evidence::CheckResult RecordOf(const quant::PairVerifyResult& r) {
   c.counts["fused_groups_checked"] = static_cast<int64_t>(r.fused_groups_checked);
   c.counts["zero_groups_canonicalized"] = static_cast<int64_t>(r.zero_groups_canonicalized);
   c.counts["mismatches"] = static_cast<int64_t>(r.mismatches.total());
+  if (r.warnings.total() > 0) c.counts["warnings"] = static_cast<int64_t>(r.warnings.total());
   AddFindings(r.mismatches, &c);
-  c.findings_total = r.mismatches.total();
+  AddWarnings(r.warnings, &c);
+  c.findings_total = r.mismatches.total() + r.warnings.total();
   if (!r.mismatches.by_code().empty()) {
     evidence::Series s{"Pair mismatches by kind", "count", std::nullopt, std::nullopt, {}};
     for (const auto& [code, n] : r.mismatches.by_code()) {
@@ -124,6 +126,10 @@ evidence::PairAudit PairAuditOf(const quant::PairVerifyResult& r) {
   a.mismatches.by_code = r.mismatches.by_code();
   a.mismatches.cap = r.mismatches.cap();
   for (const quant::Finding& f : r.mismatches.kept()) a.mismatches.listed.push_back(FindingOf(f));
+  a.warnings.total = r.warnings.total();
+  a.warnings.by_code = r.warnings.by_code();
+  a.warnings.cap = r.warnings.cap();
+  for (const quant::Finding& f : r.warnings.kept()) a.warnings.listed.push_back(FindingOf(f));
   return a;
 }
 

@@ -126,18 +126,21 @@ ojson CheckResult::ToJson() const {
 }
 
 ojson PairAudit::ToJson() const {
-  return {{"derived_format", derived_format},
-          {"derived_kind", derived_kind},
-          {"fused_groups_checked", fused_groups_checked},
-          {"ignored_bytes_compared", ignored_bytes_compared},
-          {"ignored_tensors_compared", ignored_tensors_compared},
-          {"mismatches", SummaryJson(mismatches)},
-          {"packed_bytes_compared", packed_bytes_compared},
-          {"quantized_tensors", quantized_tensors},
-          {"source_format", source_format},
-          {"value_blocks_compared", value_blocks_compared},
-          {"verdict", verdict},
-          {"zero_groups_canonicalized", zero_groups_canonicalized}};
+  ojson j = {{"derived_format", derived_format},
+             {"derived_kind", derived_kind},
+             {"fused_groups_checked", fused_groups_checked},
+             {"ignored_bytes_compared", ignored_bytes_compared},
+             {"ignored_tensors_compared", ignored_tensors_compared},
+             {"mismatches", SummaryJson(mismatches)},
+             {"packed_bytes_compared", packed_bytes_compared},
+             {"quantized_tensors", quantized_tensors},
+             {"source_format", source_format},
+             {"value_blocks_compared", value_blocks_compared},
+             {"verdict", verdict}};
+  // Only when there are some: the records of every earlier pair audit read as before.
+  if (warnings.total > 0) j["warnings"] = SummaryJson(warnings);
+  j["zero_groups_canonicalized"] = zero_groups_canonicalized;
+  return j;
 }
 
 }  // namespace ckpt::evidence

@@ -109,6 +109,7 @@ struct PairAudit {
   uint64_t ignored_tensors_compared = 0, ignored_bytes_compared = 0;
   uint64_t fused_groups_checked = 0, zero_groups_canonicalized = 0;
   FindingSummary mismatches;
+  FindingSummary warnings;  // never decide the verdict; written only when there are some
 
   nlohmann::ordered_json ToJson() const;
 };

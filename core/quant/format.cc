@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "core/quant/gpt_oss_layout.h"
 #include "core/quant/quant_weight.h"
+#include "core/quant/rules.h"
 #include "core/quant/scale_window.h"
 #include "core/quant/x4t_codec.h"
 #include "core/quant/x4t_sidecar.h"
@@ -24,7 +25,9 @@ namespace {
 using nlohmann::json;
 
 void Add(FormatReport* r, std::string code, std::string tensor, std::string message) {
-  r->findings.Add({std::move(code), std::move(tensor), -1, -1, std::move(message), {}});
+  const Rule* rule = FindRule(code);
+  FindingList& list = rule != nullptr && rule->warning ? r->warnings : r->findings;
+  list.Add({std::move(code), std::move(tensor), -1, -1, std::move(message), {}});
 }
 
 // A compressed-tensors target/ignore entry: "re:<regex>" matched from the start of the module
@@ -746,12 +749,14 @@ nlohmann::json FormatReport::ToJson() const {
           {"group_size", group_size},
           {"quantized_modules", quantized_modules},
           {"x4t_sidecars", x4t_sidecars},
-          {"findings", findings.ToJson()}};
+          {"findings", findings.ToJson()},
+          {"warnings", warnings.ToJson()}};
 }
 
 FormatReport DetectFormat(const Checkpoint& ckpt, const FormatOptions& options) {
   FormatReport r;
   r.findings = FindingList(options.max_findings);
+  r.warnings = FindingList(options.max_findings);
   const json& top = ckpt.config();
   const json* q = nullptr;
   if (top.contains("quantization_config")) q = &top["quantization_config"];

@@ -50,6 +50,7 @@ struct FormatReport {
   uint64_t quantized_modules = 0;
   uint64_t x4t_sidecars = 0;  // container A files `x4t-layer-*.safetensors` in the root
   FindingList findings;
+  FindingList warnings;  // codes whose rule is a warning (rules.h): reported, never failing
 
   std::string Describe() const;  // "compressed-tensors nvfp4-pack-quantized (W4A16)"
   nlohmann::json ToJson() const;

@@ -261,6 +261,7 @@ absl::Status CheckGptOssDerived(const Checkpoint& derived, const FormatReport& d
     result->derived_format = "modelopt nvfp4 (gpt-oss experts)";
   } else {
     result->mismatches.Merge(dst_format.findings, "derived:");
+    result->warnings.Merge(dst_format.warnings, "derived:");
   }
   return absl::OkStatus();
 }
@@ -273,6 +274,7 @@ absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& de
   PairVerifyResult& result = plan.result;
   result.mismatches = FindingList(options.max_findings);
   result.hazards = FindingList(options.max_findings);
+  result.warnings = FindingList(options.max_findings);
   // The two detections are independent and serial inside; run them side by side.
   FormatReport src_format;
   std::thread detect_source([&] { src_format = DetectFormat(source, options.format); });
@@ -281,6 +283,7 @@ absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& de
   result.source_format = src_format.Describe();
   result.derived_format = dst_format.Describe();
   result.mismatches.Merge(src_format.findings, "source:");
+  result.warnings.Merge(src_format.warnings, "source:");
   const bool gpt_oss = src_format.format == QuantFormat::kGptOssMxfp4;
   if (gpt_oss) {
     if (absl::Status s = CheckGptOssDerived(derived, dst_format, &result); !s.ok()) return s;
@@ -295,6 +298,7 @@ absl::StatusOr<PairPlan> PlanPair(const Checkpoint& source, const Checkpoint& de
         derived.root(), ": derived is ", result.derived_format, ", not NVFP4 or X4T"));
   } else {
     result.mismatches.Merge(dst_format.findings, "derived:");
+    result.warnings.Merge(dst_format.warnings, "derived:");
   }
   std::set<std::string> src_q, dst_q;
   if (gpt_oss) {

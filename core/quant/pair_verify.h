@@ -59,6 +59,9 @@ struct PairVerifyResult {
   // verdict): "zero-group-scale-sets-kmax", "modelopt-kmax-lossy-blocks",
   // "fused-kmax-not-shared".
   FindingList hazards;
+  // Either side's format warnings (FormatReport::warnings, "source:" / "derived:" prefixed):
+  // recorded, never deciding the verdict.
+  FindingList warnings;
   std::vector<PairWindowCount> windows;  // one per quantized module, in unit order
 
   std::string verdict() const { return lossless ? "lossless" : "mismatch"; }

@@ -28,6 +28,8 @@ struct Rule {
   std::string_view upstream;  // "owner/repo#N" (issue or PR), or "own: <why>" when none
   std::string_view fixture;   // what triggers it: a fixture and its mutation
   std::string_view test;      // "tests/<dir>/<file>.cc Suite.Name" that asserts the code
+  // Reported and recorded, never deciding a verdict (FormatReport::warnings).
+  bool warning = false;
 };
 
 // Every rule in table order (grouped by kind); ids are unique.

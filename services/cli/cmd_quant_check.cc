@@ -69,6 +69,7 @@ int Run(const QuantCheckArgs& a) {
                 format.Describe().c_str(),
                 static_cast<unsigned long long>(format.quantized_modules));
     PrintList("contract findings", format.findings);
+    PrintList("warnings (never failing)", format.warnings);
     std::printf("scale window (%s): %s; %llu all-zero groups with out-of-window scales\n",
                 sw.config.id().c_str(), quant::VerdictName(sw.verdict).c_str(),
                 static_cast<unsigned long long>(sw.zero_groups_out_of_window));

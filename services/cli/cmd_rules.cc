@@ -67,8 +67,9 @@ std::string Markdown() {
            "\n\n| id | reason | upstream | fixture | test |\n|---|---|---|---|---|\n";
     for (const Rule& r : quant::Rules()) {
       if (r.kind != kind) continue;
-      out += "| `" + std::string(r.id) + "` | " + Cell(r.reason) + " | " + Cell(r.upstream) +
-             " | " + Cell(r.fixture) + " | " + Cell(r.test) + " |\n";
+      out += "| `" + std::string(r.id) + "` | " +
+             (r.warning ? "warning (never decides a verdict): " : "") + Cell(r.reason) + " | " +
+             Cell(r.upstream) + " | " + Cell(r.fixture) + " | " + Cell(r.test) + " |\n";
     }
   }
   return out;
@@ -82,7 +83,8 @@ nlohmann::json Json() {
                      {"reason", std::string(r.reason)},
                      {"upstream", std::string(r.upstream)},
                      {"fixture", std::string(r.fixture)},
-                     {"test", std::string(r.test)}});
+                     {"test", std::string(r.test)},
+                     {"warning", r.warning}});
   }
   return {{"rules", rules}};
 }

@@ -69,6 +69,11 @@ void PrintText(const VerifyPairArgs& a, const quant::PairVerifyResult& r) {
     std::printf("  ... %llu more not listed (--max-findings)\n",
                 static_cast<unsigned long long>(r.mismatches.total() - r.mismatches.kept().size()));
   }
+  if (r.warnings.total() > 0) {
+    std::printf("warnings (never decide the verdict): %llu\n",
+                static_cast<unsigned long long>(r.warnings.total()));
+    for (const quant::Finding& f : r.warnings.kept()) std::printf("  - %s\n", f.ToText().c_str());
+  }
   const WindowTotals w = TotalsOf(r);
   std::printf("source blocks %llu: in our lossless window %llu, lossless under ModelOpt's k_max "
               "rule %llu\n", static_cast<unsigned long long>(w.blocks),

@@ -301,7 +301,8 @@ TEST(ModelOptDetect, BadConfigsAreNamedFindings) {
       });
     }
   });
-  EXPECT_EQ(r.findings.count("exclude-matches-nothing"), 1u) << Codes(r.findings);
+  EXPECT_EQ(r.warnings.count("exclude-matches-nothing"), 1u) << Codes(r.warnings);
+  EXPECT_EQ(r.findings.count("exclude-matches-nothing"), 0u) << Codes(r.findings);
   EXPECT_EQ(r.findings.count("bad-pattern"), 1u) << Codes(r.findings);
   EXPECT_EQ(r.findings.count("ignore-covers-quantized"), 4u) << Codes(r.findings);
   r = detect_after([](const fs::path& root) {
@@ -431,6 +432,56 @@ TEST(ModelOptPair, ConvertedFixtureIsLosslessAgainstItsMxfp4Source) {
   EXPECT_EQ(r.hazards.count("zero-group-scale-sets-kmax"), 2u * 4 * 3) << Codes(r.hazards);
   EXPECT_EQ(r.hazards.count("modelopt-kmax-lossy-blocks"), 2u * 4 * 3) << Codes(r.hazards);
   EXPECT_EQ(r.hazards.total(), 2u * 2 * 4 * 3) << Codes(r.hazards);
+}
+
+// An exclude pattern that matches nothing (an export still listing a module it lacks, as a
+// gpt-oss export without lm_head lists lm_head) is a warning: the pair stays lossless, and
+// verify-pair and the record say so without failing.
+TEST(ModelOptPair, StaleExcludePatternIsAWarningNotAMismatch) {
+  TempDir dir;
+  const fs::path derived = Convert(dir);
+  for (const char* f : {"config.json", "hf_quant_config.json"}) {
+    EditJson(derived / f, [](json& c) {
+      json& list = c.contains("quantization") ? c["quantization"]["exclude_modules"]
+                                              : c["quantization_config"]["ignore"];
+      list.push_back("*vision_tower*");  // this export has none
+    });
+  }
+  const PairVerifyResult r = Pair(Fixture("mini-kimi-mxfp4"), derived);
+  EXPECT_TRUE(r.lossless) << Codes(r.mismatches);
+  EXPECT_EQ(r.mismatches.total(), 0u) << Codes(r.mismatches);
+  EXPECT_EQ(r.warnings.count("derived:exclude-matches-nothing"), 1u) << Codes(r.warnings);
+
+  ::ckpt::testing::CliResult cli =
+      ::ckpt::testing::RunCli("verify-pair --json --source " + Fixture("mini-kimi-mxfp4").string() +
+                                  " --derived " + derived.string(),
+                              dir.path());
+  EXPECT_EQ(cli.rc, 0) << cli.err << cli.out;
+  const json j = json::parse(cli.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << cli.out;
+  EXPECT_EQ(j["verdict"], "lossless");
+  EXPECT_EQ(j["warnings"]["by_code"]["derived:exclude-matches-nothing"], 1);
+  EXPECT_EQ(j["mismatches"]["total"], 0);
+
+  const std::string env = "XDG_DATA_HOME='" + (dir / "xdg").string() + "'";
+  const std::string db = " --db " + (dir / "log.db").string();
+  ::ckpt::testing::CliResult audited = ::ckpt::testing::RunCli(
+      "audit --source " + Fixture("mini-kimi-mxfp4").string() + " " + derived.string() + db,
+      dir.path(), env);
+  EXPECT_EQ(audited.rc, 0) << audited.err << audited.out;
+  ::ckpt::testing::CliResult report =
+      ::ckpt::testing::RunCli("report 0 --format json" + db, dir.path(), env);
+  ASSERT_EQ(report.rc, 0) << report.err;
+  const json predicate = json::parse(report.out)["statement"]["predicate"];
+  EXPECT_EQ(predicate["pair_audit"]["warnings"]["total"], 1);
+  for (const json& c : predicate["checks"]) {
+    if (c["name"] != "pair_verify") continue;
+    EXPECT_EQ(c["verdict"], "pass");
+    EXPECT_EQ(c["counts"]["warnings"], 1);
+    ASSERT_EQ(c["findings"].size(), 1u);
+    EXPECT_EQ(c["findings"][0]["code"], "derived:exclude-matches-nothing");
+    EXPECT_EQ(c["findings"][0]["fails"], false);
+  }
 }
 
 // One active w1 group of expert 3 with a large byte (w1's k_max under ModelOpt's rule is no
