@@ -59,8 +59,8 @@ uint64_t ParseSize(const std::string& s) {
 }
 
 int Gen(const std::string& geometry, const std::map<std::string, uint64_t>& overrides,
-        const std::string& format, const std::string& shard_size, const std::string& out,
-        ScaleOptions o) {
+        const std::string& format, const std::string& shard_size, const std::string& order,
+        const std::string& out, ScaleOptions o) {
   absl::StatusOr<Geometry> g = GeometryNamed(geometry);
   if (!g.ok()) {
     std::fprintf(stderr, "ckpt-scale-gen: %s\n", g.status().ToString().c_str());
@@ -84,6 +84,13 @@ int Gen(const std::string& geometry, const std::map<std::string, uint64_t>& over
     return 2;
   }
   o.format = format == "nvfp4" ? ScaleFormat::kNvfp4 : ScaleFormat::kMxfp4;
+  absl::StatusOr<TensorOrder> tensor_order = TensorOrderNamed(order);
+  if (!tensor_order.ok()) {
+    std::fprintf(stderr, "ckpt-scale-gen: --order: %s\n",
+                 std::string(tensor_order.status().message()).c_str());
+    return 2;
+  }
+  o.order = *tensor_order;
   o.shard_bytes = ParseSize(shard_size);
   if (o.shard_bytes == 0) {
     std::fprintf(stderr, "ckpt-scale-gen: bad --shard-size '%s'\n", shard_size.c_str());
@@ -95,7 +102,8 @@ int Gen(const std::string& geometry, const std::map<std::string, uint64_t>& over
     return 1;
   }
   std::printf("%s\n", json({{"out", out}, {"format", format}, {"geometry", geometry},
-                            {"layers", o.layers}, {"files", r->files}, {"tensors", r->tensors},
+                            {"layers", o.layers}, {"order", order}, {"files", r->files},
+                            {"tensors", r->tensors},
                             {"bytes", r->bytes}, {"seconds", r->seconds},
                             {"gb_per_s", r->bytes / r->seconds / 1e9}})
                           .dump()
@@ -198,6 +206,7 @@ int main(int argc, char** argv) {
 
   auto* gen = app.add_subcommand("gen", "write a synthetic checkpoint");
   std::string geometry = "kimi-k3", format = "mxfp4", shard_size = "18000000000", out;
+  std::string order = "sorted";
   ScaleOptions o;
   std::map<std::string, uint64_t> overrides;
   gen->add_option("--geometry", geometry, "kimi-k3 | deepseek-v3 | gpt-oss-120b");
@@ -205,6 +214,8 @@ int main(int argc, char** argv) {
   gen->add_option("--format", format, "mxfp4 (source) | nvfp4 (its lossless transcode)");
   gen->add_option("--shard-size", shard_size, "source bytes per shard (K/M/G binary suffixes)");
   gen->add_option("--seed", o.seed, "seed (same seed, same bytes)");
+  gen->add_option("--order", order,
+                  "where tensors lie: sorted (the reference writer's) | model | reverse | shuffle");
   gen->add_option("--threads", o.threads, "writer threads (0: all cores)");
   gen->add_option("--out", out, "output directory (must not exist)")->required();
   static const char* kOverrides[] = {"hidden", "latent", "intermediate", "experts", "top-k",
@@ -234,7 +245,7 @@ int main(int argc, char** argv) {
     for (const char* k : kOverrides) {
       if (gen->count(std::string("--") + k)) overrides[k] = values[k];
     }
-    return Gen(geometry, overrides, format, shard_size, out, o);
+    return Gen(geometry, overrides, format, shard_size, order, out, o);
   }
   if (hash->parsed()) return Hash(dirs, hash_threads, list);
   return Time(label, record, command);

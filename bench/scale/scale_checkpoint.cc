@@ -441,6 +441,26 @@ absl::Status CheckGeometry(const Geometry& g) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<TensorOrder> TensorOrderNamed(const std::string& name) {
+  if (name == "sorted") return TensorOrder::kSorted;
+  if (name == "model") return TensorOrder::kModel;
+  if (name == "reverse") return TensorOrder::kReverse;
+  if (name == "shuffle") return TensorOrder::kShuffle;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown tensor order '", name, "' (sorted, model, reverse, shuffle)"));
+}
+
+namespace {
+
+// Fisher-Yates with the rig's own hash as the source of randomness, so that the same seed
+// gives the same order on every platform.
+template <typename T>
+void Shuffle(std::vector<T>& v, uint64_t key) {
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[Word(key, i) % i]);
+}
+
+}  // namespace
+
 absl::StatusOr<ScaleResult> WriteScaleCheckpoint(const std::string& dir,
                                                  const ScaleOptions& o) {
   if (absl::Status s = CheckGeometry(o.geometry); !s.ok()) return s;
@@ -458,7 +478,8 @@ absl::StatusOr<ScaleResult> WriteScaleCheckpoint(const std::string& dir,
     return absl::InvalidArgumentError(
         absl::StrCat(dir, ": cannot create (it must not exist): ", ec ? ec.message() : "exists"));
   }
-  const std::vector<SourceTensor> plan = PlanTensors(o);
+  std::vector<SourceTensor> plan = PlanTensors(o);
+  if (o.order == TensorOrder::kShuffle) Shuffle(plan, KeyOf(o.seed, "order", "shuffle"));
 
   // Shards: whole source tensors, greedily up to shard_bytes each (the derived tree keeps the
   // source's partition, as transcode does).
@@ -493,6 +514,13 @@ absl::StatusOr<ScaleResult> WriteScaleCheckpoint(const std::string& dir,
         tensors.push_back(&t->source);
       }
     }
+    if (o.order == TensorOrder::kReverse) std::reverse(tensors.begin(), tensors.end());
+    if (o.order == TensorOrder::kShuffle) {
+      // From the names in name order, so that the order depends only on the seed.
+      std::sort(tensors.begin(), tensors.end(),
+                [](const PlannedTensor* a, const PlannedTensor* b) { return a->name < b->name; });
+      Shuffle(tensors, KeyOf(o.seed, absl::StrCat("shard-", i), "shuffle"));
+    }
     std::vector<quant::TensorEntry> entries;
     std::map<std::string, const PlannedTensor*> by_name;
     for (const PlannedTensor* t : tensors) {
@@ -502,7 +530,9 @@ absl::StatusOr<ScaleResult> WriteScaleCheckpoint(const std::string& dir,
     }
     const std::string path = (fs::path(dir) / name).string();
     absl::StatusOr<quant::SafetensorsLayout> layout =
-        quant::LayOutSafetensors(path, std::move(entries), {{"format", "pt"}});
+        quant::LayOutSafetensors(path, std::move(entries), {{"format", "pt"}},
+                                 o.order == TensorOrder::kSorted ? quant::TensorOrder::kReference
+                                                                 : quant::TensorOrder::kAsGiven);
     if (!layout.ok()) {
       close_all();
       return layout.status();

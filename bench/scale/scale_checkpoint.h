@@ -45,6 +45,19 @@ absl::Status CheckGeometry(const Geometry& g);
 
 enum class ScaleFormat { kMxfp4, kNvfp4 };
 
+// Where tensors lie in the shards (docs/PERFORMANCE.md, "Tensor orders"):
+//  - kSorted: the reference writer's order in each shard (by dtype, then name);
+//  - kModel: model order (norms and router, then per expert w1, w3, w2, each packed weight
+//    before its scale), as many exporters write;
+//  - kReverse: model order reversed in each shard (scales before their packed weights);
+//  - kShuffle: a permutation drawn from the seed, across the shards before they are cut (an
+//    expert's tensors, even a packed weight and its scale, can lie in different shards) and
+//    within each shard.
+// The sharding and the bytes of every tensor are the same in both trees whatever the order.
+enum class TensorOrder { kSorted, kModel, kReverse, kShuffle };
+// "sorted", "model", "reverse", "shuffle"; INVALID_ARGUMENT for another name.
+absl::StatusOr<TensorOrder> TensorOrderNamed(const std::string& name);
+
 struct ScaleOptions {
   Geometry geometry;
   int layers = 1;                       // MoE layers
@@ -52,6 +65,7 @@ struct ScaleOptions {
   uint64_t seed = 0;
   ScaleFormat format = ScaleFormat::kMxfp4;
   unsigned threads = 0;  // 0: all cores
+  TensorOrder order = TensorOrder::kSorted;
 };
 
 struct ScaleResult {

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <set>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "core/text/json_dump.h"
@@ -54,11 +56,14 @@ TensorToWrite TensorToWrite::Owned(std::string name, DType dtype, std::vector<ui
 
 absl::StatusOr<SafetensorsLayout> LayOutSafetensors(
     const std::string& path, std::vector<TensorEntry> tensors,
-    const std::map<std::string, std::string>& metadata) {
-  std::sort(tensors.begin(), tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
-    const int ra = DTypeRank(a.dtype), rb = DTypeRank(b.dtype);
-    return ra != rb ? ra > rb : a.name < b.name;
-  });
+    const std::map<std::string, std::string>& metadata, TensorOrder order) {
+  if (order == TensorOrder::kReference) {
+    std::sort(tensors.begin(), tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
+      const int ra = DTypeRank(a.dtype), rb = DTypeRank(b.dtype);
+      return ra != rb ? ra > rb : a.name < b.name;
+    });
+  }
+  std::set<std::string_view> names;
   // Built by hand: the reference header keeps "dtype, shape, data_offsets" in that order, and
   // nlohmann would sort the keys.
   std::string header = "{";
@@ -67,7 +72,7 @@ absl::StatusOr<SafetensorsLayout> LayOutSafetensors(
   uint64_t offset = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorEntry& t = tensors[i];
-    if (i > 0 && t.name == tensors[i - 1].name) {
+    if (!names.insert(t.name).second) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": duplicate tensor ", t.name));
     }
     uint64_t elements = 1;

@@ -43,11 +43,15 @@ struct SafetensorsLayout {
   std::vector<uint64_t> sizes;       // bytes, parallel to `tensors`
   uint64_t file_size = 0;
 };
+// Where the tensors' bytes lie: the reference writer's order, or the order given (other
+// exporters write model order or their sharder's; the scale rig writes both, bench/scale).
+enum class TensorOrder { kReference, kAsGiven };
 // INVALID_ARGUMENT (naming `path`) for duplicate names or a shape that is no whole number of
 // bytes.
 absl::StatusOr<SafetensorsLayout> LayOutSafetensors(
     const std::string& path, std::vector<TensorEntry> tensors,
-    const std::map<std::string, std::string>& metadata);
+    const std::map<std::string, std::string>& metadata,
+    TensorOrder order = TensorOrder::kReference);
 
 // INVALID_ARGUMENT for duplicate names or a byte count that disagrees with dtype and shape;
 // DATA_LOSS for I/O errors. The file is fsync'ed before returning.

@@ -7,6 +7,8 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "core/safetensors.h"
 #include "core/sha256.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -50,6 +52,34 @@ std::map<std::string, std::string> TreeDigests(const fs::path& root) {
     const std::vector<uint8_t> bytes = ReadAll(e.path());
     out[fs::relative(e.path(), root).string()] = ToHex(Sha256Of(bytes));
   }
+  return out;
+}
+
+// Where each tensor of `root` lies and what it holds.
+struct Placed {
+  std::string file;
+  uint64_t begin = 0;
+  std::string digest;  // of the tensor's bytes
+};
+std::map<std::string, Placed> PlacedTensors(const fs::path& root) {
+  std::map<std::string, Placed> out;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (e.path().extension() != ".safetensors") continue;
+    auto f = SafetensorsFile::OpenHeader(e.path().string());
+    EXPECT_TRUE(f.ok()) << f.status();
+    if (!f.ok()) continue;
+    const std::vector<uint8_t> bytes = ReadAll(e.path());
+    for (const TensorInfo& t : (*f)->tensors()) {
+      const std::span<const uint8_t> data(bytes.data() + (*f)->data_start() + t.begin,
+                                          t.num_bytes());
+      out[t.name] = {e.path().filename().string(), t.begin, ToHex(Sha256Of(data))};
+    }
+  }
+  return out;
+}
+std::map<std::string, std::string> DigestsOf(const std::map<std::string, Placed>& placed) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, p] : placed) out[name] = p.digest;
   return out;
 }
 
@@ -100,6 +130,43 @@ TEST_F(ScaleGenTest, GptOssSourcePassesTheAuditAndForward) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Every order holds the same tensors with the same bytes and moves only where they lie: model
+// order puts each packed weight before its scale, reverse after it, and shuffle scatters an
+// expert's tensors over the shards; the pair is lossless in every order.
+TEST_F(ScaleGenTest, EveryOrderHoldsTheSameTensorsWhereTheOrderSays) {
+  std::map<std::string, std::map<std::string, Placed>> src, nv;
+  for (const char* name : {"sorted", "model", "reverse", "shuffle"}) {
+    ScaleOptions o = TinyKimi();
+    absl::StatusOr<TensorOrder> order = TensorOrderNamed(name);
+    ASSERT_TRUE(order.ok()) << name;
+    o.order = *order;
+    const fs::path s = Write(std::string("src-") + name, o, ScaleFormat::kMxfp4);
+    const fs::path d = Write(std::string("nv-") + name, o, ScaleFormat::kNvfp4);
+    src[name] = PlacedTensors(s);
+    nv[name] = PlacedTensors(d);
+    ExpectPasses("verify-pair --source " + s.string() + " --derived " + d.string());
+  }
+  for (const char* name : {"model", "reverse", "shuffle"}) {
+    EXPECT_EQ(DigestsOf(src[name]), DigestsOf(src["sorted"])) << name;
+    EXPECT_EQ(DigestsOf(nv[name]), DigestsOf(nv["sorted"])) << name;
+  }
+  int before = 0, after = 0, split = 0, modules = 0;
+  for (const auto& [tensor, packed] : nv["model"]) {
+    if (!absl::EndsWith(tensor, "weight_packed")) continue;
+    const std::string scale = tensor.substr(0, tensor.size() - 6) + "scale";
+    ++modules;
+    const Placed& m = nv["model"].at(scale);
+    const Placed& r = nv["reverse"].at(scale);
+    before += m.file == packed.file && m.begin > packed.begin;
+    after += r.file == nv["reverse"].at(tensor).file && r.begin < nv["reverse"].at(tensor).begin;
+    split += src["shuffle"].at(scale).file != src["shuffle"].at(tensor).file;
+  }
+  EXPECT_EQ(modules, 2 * 16 * 3);
+  EXPECT_EQ(before, modules);
+  EXPECT_EQ(after, modules);
+  EXPECT_GT(split, 0);
+}
+
 TEST_F(ScaleGenTest, SameSeedSameBytesWhateverTheThreads) {
   ScaleOptions o = TinyKimi();
   const auto a = TreeDigests(Write("a", o, ScaleFormat::kNvfp4));
@@ -125,6 +192,7 @@ TEST(ScaleGeometryTest, RealGeometriesAndRefusals) {
     EXPECT_TRUE(CheckGeometry(*GeometryNamed(n)).ok()) << n;
   }
   EXPECT_FALSE(GeometryNamed("llama").ok());
+  EXPECT_EQ(TensorOrderNamed("random").status().code(), absl::StatusCode::kInvalidArgument);
   Geometry g = *k;
   g.hidden = 7000;  // not a multiple of 32
   EXPECT_EQ(CheckGeometry(g).code(), absl::StatusCode::kInvalidArgument);
