@@ -201,7 +201,7 @@ absl::StatusOr<AuditPart> RunAuditPart(const AuditOptions& options, const PartSp
   for (unsigned t = 0; t < streamed->images.size(); ++t) {
     const TreeImage& image = *streamed->images[t];
     part.bytes_read += image.bytes_read;
-    (t == 0 ? part.root_seen : part.source_seen) = image.root;
+    (t == 0 ? part.root_seen : part.source_seen) = image.RootPath();
     for (size_t i = 0; i < image.files.size(); ++i) {
       const ImageFile& f = image.files[i];
       PartFile pf;

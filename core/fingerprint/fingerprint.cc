@@ -33,7 +33,7 @@ std::string BaseName(const std::string& path) {
 Fingerprint Collect(const TreeImage& image, const FingerprintOptions& o,
                     std::vector<OmsResource>* resources) {
   Fingerprint fp;
-  fp.root = image.root;
+  fp.root = image.RootPath();
   for (const ImageFile& f : image.files) {
     const size_t tensors = f.tensor_digests.size();
     fp.files.push_back({f.name, f.size(), f.sha256, tensors});

@@ -183,23 +183,27 @@ std::string HubCacheDir() {
   if (std::string v = env("HF_HUB_CACHE"); !v.empty()) return v;
   if (std::string v = env("HF_HOME"); !v.empty()) return v + "/hub";
   if (std::string v = env("XDG_CACHE_HOME"); !v.empty()) return v + "/huggingface/hub";
-  return env("HOME") + "/.cache/huggingface/hub";
+  const std::string home = env("HOME");
+  return home.empty() ? "~/.cache/huggingface/hub (HOME is not set)"
+                      : home + "/.cache/huggingface/hub";
 }
 
 }  // namespace
 
-CLI::Option* AcceptHubRepoIds(CLI::Option* option, std::string* asked) {
+CLI::Option* AcceptHubRepoIds(CLI::Option* option) {
   option->description(absl::StrCat(option->get_description(),
                                    "; or a Hugging Face repo id, ORG/NAME[@REVISION]"));
   return option->transform(CLI::Validator(
-      [asked](std::string& value) -> std::string {
+      [](std::string& value) -> std::string {
         struct stat st;
         if (::lstat(value.c_str(), &st) == 0 || errno != ENOENT) return "";  // a path
         std::optional<HubRepoRef> ref = ParseHubRepoRef(value);
         if (!ref) return "";  // the command says the path does not exist
         absl::StatusOr<HubSnapshotPath> found = FindHubSnapshot(HubCacheDir(), *ref);
         if (!found.ok()) return std::string(found.status().message());
-        if (asked != nullptr) *asked = absl::StrCat(ref->repo_id, "@", ref->revision);
+        // Said, since a path typed wrong may name a cached repo.
+        std::fprintf(stderr, "ckpt-audit: %s@%s is the hub cache's snapshot %s\n",
+                     ref->repo_id.c_str(), ref->revision.c_str(), EncodeName(found->path).c_str());
         value = found->path;
         return "";
       },

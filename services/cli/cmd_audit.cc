@@ -45,8 +45,6 @@ struct AuditArgs {
   std::string part_key, out;
   std::vector<std::string> merge;  // part files
   std::string part_trust;          // node keys: a trust file, never the record trust store
-  // ROOT / --source given as a Hugging Face repo id: "ORG/NAME@REVISION" (AcceptHubRepoIds).
-  std::string root_asked, source_asked;
 };
 
 // One part: run, sign with the node key, write via a temporary file renamed into place.
@@ -135,10 +133,6 @@ int Run(AuditArgs a) {
   if (!merging && !a.part_trust.empty()) {
     return ReportError(absl::InvalidArgumentError("--part-trust belongs to --merge"));
   }
-  // A repo id names its revision in the record; the snapshot's commit is in its path and in
-  // the hf_layout check.
-  if (a.options.refs.model_ref.empty()) a.options.refs.model_ref = a.root_asked;
-  if (a.options.refs.source_ref.empty()) a.options.refs.source_ref = a.source_asked;
   for (const std::string& spec : a.map_root) {
     absl::StatusOr<quant::RootMapping> m = quant::ParseRootMapping(spec);
     if (!m.ok()) return ReportError(m.status());
@@ -233,11 +227,9 @@ void AddAuditCommand(CLI::App& app, int* exit_code) {
   AcceptHubRepoIds(
       cmd->add_option(
           "ROOT", a->options.root,
-          "checkpoint root, or oci://REGISTRY/REPO@sha256:HEX (or :TAG) (not with --merge)"),
-      &a->root_asked);
+          "checkpoint root, or oci://REGISTRY/REPO@sha256:HEX (or :TAG) (not with --merge)"));
   AcceptHubRepoIds(cmd->add_option("--source", a->options.source,
-                                   "source checkpoint (a directory or oci://...) for a pair audit"),
-                   &a->source_asked);
+                                   "source checkpoint (a directory or oci://...) for a pair audit"));
   cmd->add_option("--policy", a->options.policy, "policy name (scale-window, marlin-safe)");
   cmd->add_option(
       "--db", a->db,

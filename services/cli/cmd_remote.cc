@@ -121,7 +121,7 @@ absl::StatusOr<std::string> LoadToken(const ConnectArgs& a) {
     if (!text.ok()) return text.status();
     token = std::string(absl::StripAsciiWhitespace(text->substr(0, text->find('\n'))));
     if (token.empty()) return absl::InvalidArgumentError(a.token_file + ": no token");
-  } else if (const char* env = std::getenv("CKPT_AUDIT_TOKEN"); env != nullptr) {
+  } else if (const char* env = std::getenv("CKPT_AUDIT_TOKEN"); env != nullptr && env[0] != '\0') {
     token = std::string(absl::StripAsciiWhitespace(env));
   }
   for (char c : token) {

@@ -27,6 +27,7 @@
 #include "services/cli/cli_util.h"
 #include "services/cli/commands.h"
 #include "services/cli/evidence_paths.h"
+#include "services/cli/settings.h"
 #include "services/cli/log_heads.h"
 #include "services/cli/read_file.h"
 #include "storage/evidence_log.h"
@@ -307,10 +308,12 @@ void AddVerifyCommands(CLI::App& app, int* exit_code) {
   cmd->add_flag("--require-pass", a->require_pass,
                 "also require the record's verdict to be pass (else exit 1)");
   cmd->add_flag("--json", a->json, "machine-readable output");
-  // A RECORD file is checked on its own unless --db names a log; without either, the per-user log.
+  // A RECORD file is checked on its own unless a log is named (--db, CKPT_AUDIT_DB, the config
+  // file); without a RECORD, the per-user log by default.
   cmd->callback([=] {
     if (a->record.empty()) return WithDefaultDb(&a->db, exit_code, [=] { return Verify(*a); })();
-    *exit_code = Verify(*a);
+    absl::Status named = ApplySetting(Setting::kDb, &a->db);
+    *exit_code = named.ok() ? Verify(*a) : ReportError(named);
   });
 
   auto b = std::make_shared<VerifyArgs>();

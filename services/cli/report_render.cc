@@ -74,6 +74,9 @@ std::string FindingLine(const ojson& f) {
     absl::StrAppend(&line, " group ", f["group"].get<int64_t>());
   }
   if (f.contains("message")) absl::StrAppend(&line, ": ", Str(f, "message"));
+  if (f.contains("fails") && f["fails"].is_boolean() && !f["fails"].get<bool>()) {
+    line += " (warning: does not fail the check)";
+  }
   return line;
 }
 

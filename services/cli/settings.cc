@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "core/io/small_file.h"
 #include "core/text/json_dump.h"
 #include "core/text/name_encoding.h"
@@ -49,7 +50,7 @@ std::optional<std::string> ConfigPath() {
   if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg != nullptr && xdg[0] == '/') {
     return absl::StrCat(xdg, "/ckpt-audit/config");
   }
-  if (const char* home = std::getenv("HOME"); home != nullptr && home[0] != '\0') {
+  if (const char* home = std::getenv("HOME"); home != nullptr && home[0] == '/') {
     return absl::StrCat(home, "/.config/ckpt-audit/config");
   }
   return std::nullopt;
@@ -66,11 +67,25 @@ absl::StatusOr<ConfigFile> ParseConfig(const std::string& path, const std::strin
   c.path = path;
   c.present = true;
   int line_no = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+  absl::string_view body = text;
+  absl::ConsumePrefix(&body, "\xEF\xBB\xBF");  // a UTF-8 byte order mark
+  for (absl::string_view line : absl::StrSplit(body, '\n')) {
     ++line_no;
     const std::string where = absl::StrCat(EncodeName(path), ":", line_no);
+    // A comment starts at '#' at the start of a line or after white space.
+    for (size_t i = 0; i < line.size(); ++i) {
+      if (line[i] == '#' && (i == 0 || line[i - 1] == ' ' || line[i - 1] == '\t')) {
+        line = line.substr(0, i);
+        break;
+      }
+    }
     line = absl::StripAsciiWhitespace(line);
-    if (line.empty() || line.front() == '#') continue;
+    if (line.empty()) continue;
+    for (char c : line) {
+      if (static_cast<unsigned char>(c) < 0x20 && c != '\t') {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": a control character"));
+      }
+    }
     const size_t eq = line.find('=');
     if (eq == absl::string_view::npos) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": expected NAME = VALUE"));
@@ -109,6 +124,7 @@ const absl::StatusOr<ConfigFile>& Config() {
     rules.max_bytes = 64 << 10;
     rules.forbidden_mode = 022;  // whoever can write it picks the log and the key
     rules.owner_root_or_self = true;
+    rules.follow_link = true;  // a managed dotfile; the rules hold for the file opened
     absl::StatusOr<std::string> text = io::ReadSmallFile(*path, rules);
     if (absl::IsNotFound(text.status())) return ConfigFile{*path, false, {}};
     if (!text.ok()) return text.status();
@@ -159,7 +175,8 @@ int ShowConfig(bool json) {
                         {"env", i.env != nullptr ? i.env : ""}});
   }
   // The bearer token itself comes only from the environment: never from a file read here.
-  const bool token_env = std::getenv("CKPT_AUDIT_TOKEN") != nullptr;
+  const char* token = std::getenv("CKPT_AUDIT_TOKEN");
+  const bool token_env = token != nullptr && token[0] != '\0';
   settings.push_back({{"name", "token"},
                       {"value", token_env ? "(set, not shown)" : ""},
                       {"source", token_env ? "CKPT_AUDIT_TOKEN" : "default"},
@@ -191,8 +208,10 @@ absl::StatusOr<SettingValue> ResolveSetting(Setting setting, const std::string& 
       return SettingValue{env, info.env};
     }
   }
-  if (info.outranked_by != nullptr && std::getenv(info.outranked_by) != nullptr) {
-    return SettingValue{};
+  if (info.outranked_by != nullptr) {
+    if (const char* env = std::getenv(info.outranked_by); env != nullptr && env[0] != '\0') {
+      return SettingValue{};
+    }
   }
   const absl::StatusOr<ConfigFile>& config = Config();
   if (!config.ok()) return config.status();

@@ -3,10 +3,11 @@
 // own default; `ckpt-audit config` shows what each resolves to and from where.
 //
 // The config file is $XDG_CONFIG_HOME/ckpt-audit/config (default ~/.config/ckpt-audit/config):
-// `NAME = VALUE` lines, `#` comments and blank lines. It decides which log and key a command
-// uses, so it is read only when it is a regular file (not a link) owned by root or this user
-// and writable by no one else; a line that is not a known setting, a setting given twice and a
-// path that is not absolute are errors naming the file and the line.
+// `NAME = VALUE` lines, blank lines and comments (from a `#` at the start of a line or after
+// white space). It decides which log and key a command uses, so it is read only when the file
+// it names (a link is followed) is a regular file owned by root or this user and writable by no
+// one else; a line that is not a known setting, a setting given twice, a control character and
+// a path that is not absolute are errors naming the file and the line.
 #ifndef CKPT_SERVICES_CLI_SETTINGS_H_
 #define CKPT_SERVICES_CLI_SETTINGS_H_
 

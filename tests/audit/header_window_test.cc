@@ -169,6 +169,8 @@ long ChildPeakRssKiB(const std::vector<std::string>& args, const fs::path& xdg) 
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::setenv("XDG_DATA_HOME", xdg.c_str(), 1);
+    ::setenv("XDG_CONFIG_HOME", xdg.c_str(), 1);  // no config file of the developer's
+    ::setenv("XDG_STATE_HOME", xdg.c_str(), 1);
     std::FILE* null = std::fopen("/dev/null", "w");
     ::dup2(::fileno(null), 1);
     ::dup2(::fileno(null), 2);

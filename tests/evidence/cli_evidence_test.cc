@@ -286,6 +286,15 @@ TEST_F(CliTest, EnvironmentNamesTheLogAndTheKey) {
   EXPECT_EQ(nlohmann::json::parse(q.out)["records"].size(), 2u);
   Result flag = ::ckpt::testing::RunCli("query --json --db " + Db(), dir_.path(), env);
   EXPECT_EQ(flag.rc, 2) << flag.out;  // --db names a log that does not exist
+  // A RECORD file is also checked for inclusion in the log the environment names.
+  const fs::path vsa = dir_ / "vsa.json";
+  Result with_vsa = ::ckpt::testing::RunCli(
+      "audit " + Fixture("mini-kimi-mxfp4").string() + " --vsa " + vsa.string(), dir_.path(), env);
+  ASSERT_EQ(with_vsa.rc, 0) << with_vsa.err;
+  Result record = ::ckpt::testing::RunCli("verify " + vsa.string() + " --trust " + Trust(),
+                                          dir_.path(), env);
+  EXPECT_EQ(record.rc, 0) << record.out << record.err;
+  EXPECT_THAT(record.out, HasSubstr("is included in the signed tree"));
 }
 
 // The config file under XDG_CONFIG_HOME names the log, the key, the server and the token file;
@@ -364,6 +373,20 @@ TEST_F(CliTest, ConfigFileNamesTheLogAndTheKeyBelowTheEnvironment) {
   EXPECT_THAT(relative.err, HasSubstr(":1: db must be an absolute path"));
   write_config("db = /a.db\ndb = /b.db\n");
   EXPECT_THAT(run("query").err, HasSubstr(":2: db is set twice"));
+  write_config("db = /a.db\tx\x01\n");
+  EXPECT_THAT(run("query").err, HasSubstr(":1: a control character"));
+  // A byte order mark and comments after a value; a link to the file (a managed dotfile).
+  const fs::path real = dir_ / "dotfiles" / "config";
+  fs::create_directories(real.parent_path());
+  write_config("");
+  testing::WriteAll(real, "\xEF\xBB\xBF" "db = " + file_db.string() + "  # the team's log\n");
+  fs::permissions(real, fs::perms::owner_read | fs::perms::owner_write);
+  fs::remove(config);
+  fs::create_symlink(real, config);
+  Result linked = run("config --json");
+  ASSERT_EQ(linked.rc, 0) << linked.err;
+  read_settings(linked.out);
+  EXPECT_EQ(by_name["db"]["value"], file_db.string());
 }
 
 // A .safetensors file given as the root is a one-file checkpoint: the record's root is the
