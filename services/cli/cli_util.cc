@@ -181,6 +181,7 @@ std::string HubCacheDir() {
     return value != nullptr ? value : "";
   };
   if (std::string v = env("HF_HUB_CACHE"); !v.empty()) return v;
+  if (std::string v = env("HUGGINGFACE_HUB_CACHE"); !v.empty()) return v;  // its older name
   if (std::string v = env("HF_HOME"); !v.empty()) return v + "/hub";
   if (std::string v = env("XDG_CACHE_HOME"); !v.empty()) return v + "/huggingface/hub";
   const std::string home = env("HOME");

@@ -158,6 +158,10 @@ TEST_F(HfLayoutCliTest, RepoIdsResolveThroughTheHubCache) {
                                 (dir_ / "hub").string() + "'",
                             "inspect org/mini-kimi-mxfp4@" + std::string(kSourceCommit));
   EXPECT_EQ(hub_cache.rc, 0) << hub_cache.err;
+  CliResult legacy = run(xdg + " HF_HOME=/nonexistent HUGGINGFACE_HUB_CACHE='" +
+                             (dir_ / "hub").string() + "'",
+                         "inspect org/mini-kimi-mxfp4");
+  EXPECT_EQ(legacy.rc, 0) << legacy.err;
 
   testing::WriteAll(hub_.repo / "refs" / "v1", std::string(kSourceCommit) + "\n");
   CliResult a = run(home, "audit org/mini-kimi-mxfp4@v1 --db " + Db() + " --key " + Key() +
