@@ -38,10 +38,10 @@ void AddLinkFlags(CLI::App* cmd, LinkOptions* links);
 // Hugging Face repo id, ORG/NAME[@REVISION], becomes the path of the snapshot the hub cache
 // holds for it (core/io/hf_layout.h FindHubSnapshot), the cache found as the hf tool finds it:
 // $HF_HUB_CACHE (or its older name $HUGGINGFACE_HUB_CACHE), else $HF_HOME/hub, else
-// $XDG_CACHE_HOME/huggingface/hub, else
-// ~/.cache/huggingface/hub. The resolution is said on stderr; the snapshot's commit, not the
-// revision's name (a branch moves), is what a record names (docs/hf-layouts.md "Repo ids"). A
-// repo id the cache does not hold is a usage error saying what is missing.
+// $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub. The resolution is said on
+// stderr; the snapshot's commit, not the revision's name (a branch moves), is what a record
+// names (docs/hf-layouts.md "Repo ids"). A repo id the cache does not hold is a usage error
+// saying what is missing.
 CLI::Option* AcceptHubRepoIds(CLI::Option* option);
 // `--threads N` into `threads`: 0 (all cores) to kMaxThreads (core/parallel.h); more is a usage
 // error naming the flag and the limit, never an attempt to start them.
