@@ -185,8 +185,7 @@ std::string HubCacheDir() {
   if (std::string v = env("HF_HOME"); !v.empty()) return v + "/hub";
   if (std::string v = env("XDG_CACHE_HOME"); !v.empty()) return v + "/huggingface/hub";
   const std::string home = env("HOME");
-  return home.empty() ? "~/.cache/huggingface/hub (HOME is not set)"
-                      : home + "/.cache/huggingface/hub";
+  return home.empty() ? "" : home + "/.cache/huggingface/hub";  // "": no cache to look in
 }
 
 }  // namespace
@@ -200,7 +199,12 @@ CLI::Option* AcceptHubRepoIds(CLI::Option* option) {
         if (::lstat(value.c_str(), &st) == 0 || errno != ENOENT) return "";  // a path
         std::optional<HubRepoRef> ref = ParseHubRepoRef(value);
         if (!ref) return "";  // the command says the path does not exist
-        absl::StatusOr<HubSnapshotPath> found = FindHubSnapshot(HubCacheDir(), *ref);
+        const std::string cache = HubCacheDir();
+        if (cache.empty()) {
+          return absl::StrCat(value, ": not a path here, and no Hugging Face cache to look in "
+                              "(set HF_HUB_CACHE, HF_HOME or HOME)");
+        }
+        absl::StatusOr<HubSnapshotPath> found = FindHubSnapshot(cache, *ref);
         if (!found.ok()) return std::string(found.status().message());
         // Said, since a path typed wrong may name a cached repo.
         std::fprintf(stderr, "ckpt-audit: %s@%s is the hub cache's snapshot %s\n",
