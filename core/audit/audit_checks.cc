@@ -172,11 +172,21 @@ absl::StatusOr<evidence::EvidenceRecord> RunAudit(const AuditOptions& options,
   if (!run.ok()) return run.status();
   auto streamed = (*run)->engine().Run((*run)->checks(), progress);
   if (!streamed.ok()) return streamed.status();
-  if (stats != nullptr) stats->peak_kept_bytes = streamed->peak_kept_bytes;
   uint64_t bytes_read = 0;
   for (const auto& image : streamed->images) bytes_read += image->bytes_read;
-  if (stats != nullptr) stats->bytes_read = bytes_read;
-  return std::move(**run).Record(streamed->images, bytes_read);
+  if (stats != nullptr) {
+    *stats = {bytes_read, streamed->peak_kept_bytes, streamed->reread_tensors,
+              streamed->reread_bytes};
+  }
+  auto rec = std::move(**run).Record(streamed->images, bytes_read);
+  if (rec.ok() && streamed->reread_tensors > 0) {
+    // Tensors the window made the cursor pass and read again (docs/audit-engine.md), counted
+    // in bytes_read too.
+    evidence::CheckResult& fingerprint = rec->checks.front();
+    fingerprint.counts["reread_tensors"] = static_cast<int64_t>(streamed->reread_tensors);
+    fingerprint.counts["reread_bytes"] = static_cast<int64_t>(streamed->reread_bytes);
+  }
+  return rec;
 }
 
 absl::StatusOr<evidence::EvidenceRecord> AuditRun::Record(
@@ -209,7 +219,8 @@ absl::StatusOr<evidence::EvidenceRecord> AuditRun::Record(
     rec.source = evidence::SourceBinding{source_read.RootPath(), source_fp.manifest.RootHex(),
                                          *std::move(files), std::move(oci_manifest)};
   }
-  // Storage bytes read by the whole audit (both trees): each byte once.
+  // Storage bytes read by the whole audit (both trees): each byte once, and what the window
+  // made the stream read again (docs/audit-engine.md, "Any tensor order").
   rec.checks.front().counts["bytes_read"] = static_cast<int64_t>(bytes_read);
   AddLayoutCheck("hf_layout", e.root().layout, derived_read, &rec.refs.model_ref, &rec);
   if (e.has_source()) {

@@ -87,8 +87,9 @@ evidence::CheckResult RecordOf(const Fingerprint& fp);
 
 // How an audit used storage and memory (not part of the record: it depends on timing).
 struct AuditStats {
-  uint64_t bytes_read = 0;       // from storage, both trees
+  uint64_t bytes_read = 0;       // from storage, both trees, re-reads included
   uint64_t peak_kept_bytes = 0;  // at most AuditOptions::memory_window
+  uint64_t reread_tensors = 0, reread_bytes = 0;  // StreamResult's
 };
 
 // One read of the root (and of the source), streamed in a bounded memory window, feeds every

@@ -58,8 +58,8 @@ struct Slot {
   // tensor of the same work item; docs/audit-engine.md, "Memory"); kNever: read in order only.
   uint64_t trigger = kNever;
   // Re-read at `trigger`, behind the cursor, which hashed it without keeping it ("Reading
-  // behind the cursor"): `passed_digest` is the SHA-256 of what the cursor hashed, and the
-  // bytes re-read must have it.
+  // behind the cursor", "Any tensor order"): `passed_digest` is the SHA-256 of what the cursor
+  // hashed, and the bytes re-read must have it.
   bool revisit = false;
   uint64_t revisit_trigger = kNever;  // planning: the earliest anchor behind which it lies
   size_t revisit_votes = 0;           // planning: the work items for which it lies behind
@@ -75,11 +75,25 @@ struct Slot {
   bool complete = false;  // every byte is in the buffer
   bool lent = false;      // lent to its SafetensorsFile
   bool passed = false;    // the cursor has hashed past it
+  // Read ahead, and freed once its units have run, before the cursor passes it (PlanPassing:
+  // `release`; `released` once freed so): the cursor reads it again, checked against the
+  // digest of the bytes the units read.
+  bool release = false, released = false;
   uint64_t filled = 0;    // bytes read ahead so far
   io::PageBuffer bytes;
   Digest digest{};  // of a skimmed file's slot, once complete
+  // Lives (PlanPassing): the units of rank lives[i - 1] and later (up to lives[i]) read it in
+  // its life i, again, once those of the lives before have run and freed it. `life` is the
+  // current one (0: the first); life_users[i]: the units of life i that have not run.
+  std::vector<size_t> lives;
+  std::vector<size_t> life_users;
+  size_t life = 0;
+  size_t first = 0;  // the admission rank (RankWork) of the first work item that needs it
   uint64_t size() const { return end - begin; }
-  size_t key() const { return work.front(); }
+  size_t LifeOf(size_t rank) const {
+    return std::upper_bound(lives.begin(), lives.end(), rank) - lives.begin();
+  }
+  size_t key() const { return life == 0 ? first : lives[life - 1]; }  // its life's first unit
 };
 
 // The unread rest of one deferred file.
@@ -96,6 +110,9 @@ struct FileStream {
   std::set<std::pair<size_t, size_t>> armed;  // (key, slot): may be read ahead now
   size_t reading_ahead = kNone;               // the slot a read-ahead is filling
   size_t revisits_left = 0;  // revisit slots not yet re-read: the file stays open for them
+  // The end is checked and the digests taken (DoStep cleared stream_from; set by the thread
+  // that did that step, under the lock).
+  bool closed = false;
   // Admission (Streamer::Admit): every slot before path_end (slots[0, path_next)) is admitted.
   uint64_t path_end = 0;
   size_t path_next = 0;
@@ -137,6 +154,7 @@ struct Step {
     kReadAhead,  // read a slot's bytes ahead of the cursor: hashed later, from the buffer
     kSkip,       // move the cursor past bytes it need not read (skimmed file, hash_behind)
     kHash,       // hash_behind: read behind the cursor (from the page cache) and hash
+    kClose,      // after the cursor's last step and every read behind it: check the file's end
   };
   Kind kind = Kind::kRead;
   size_t stream = 0;
@@ -223,6 +241,8 @@ class Streamer {
     StreamResult result;
     result.bytes_read = bytes_read_;
     result.peak_kept_bytes = peak_;
+    result.reread_bytes = reread_bytes_;
+    result.reread_tensors = reread_tensors_;
     for (const FileStream& s : streams_) s.image->bytes_read += s.storage_bytes;
     for (const FileStream& s : streams_) {
       if (!s.skim) continue;
@@ -293,6 +313,10 @@ class Streamer {
     for (FileStream& s : streams_) {
       std::sort(s.slots.begin(), s.slots.end(),
                 [&](size_t a, size_t b) { return slots_[a].begin < slots_[b].begin; });
+    }
+    RankWork();
+    PlanPassing();
+    for (FileStream& s : streams_) {
       for (size_t j : s.slots) {
         if (slots_[j].trigger != kNever) s.ahead.push_back(j);
       }
@@ -300,7 +324,6 @@ class Streamer {
                 [&](size_t a, size_t b) { return slots_[a].trigger < slots_[b].trigger; });
       Arm(s);
     }
-    RankWork();
     for (size_t w = 0; w < items_.size(); ++w) {
       if (items_[w].waiting == 0) Decide(w);
     }
@@ -311,9 +334,10 @@ class Streamer {
   // cursors rather than names: the first input image that holds any of its tensors, then the
   // last file there (files in image order) and the offset its cursor must reach there (the end
   // of its furthest tensor read in order, or the trigger of one read ahead); the list order
-  // breaks ties. Work on files kept whole comes first. Work with `wanted` comes after the work
-  // it waits for (which is admitted first and can always complete); other dependent work keeps
-  // its place: it holds its tensors until what it waits for has run.
+  // breaks ties. Work on files kept whole comes first. Dependent work comes after the work it
+  // waits for (which is admitted first and can always complete), so that whatever is admitted
+  // can run once its tensors are in, and a unit's tensors are freed by the time the units
+  // ranked after it are admitted: what PlanPassing counts on.
   void RankWork() {
     std::vector<std::tuple<size_t, size_t, uint64_t>> rank(items_.size(), {0, 0, 0});
     for (size_t w = 0; w < items_.size(); ++w) {
@@ -329,13 +353,141 @@ class Streamer {
       }
     }
     for (size_t w = 0; w < items_.size(); ++w) {
-      if (!work_[w].wanted) continue;
       for (size_t a : work_[w].after) rank[w] = std::max(rank[w], rank[a]);
     }
     order_.resize(items_.size());
     for (size_t w = 0; w < items_.size(); ++w) order_[w] = w;
     std::stable_sort(order_.begin(), order_.end(),
                      [&](size_t a, size_t b) { return rank[a] < rank[b]; });
+    rank_.resize(items_.size());
+    for (size_t r = 0; r < order_.size(); ++r) rank_[order_[r]] = r;
+    for (Slot& s : slots_) s.first = NextUser(s, 0);
+  }
+
+  // Any tensor order (docs/audit-engine.md): admission replayed on the headers alone. When
+  // admitting the unit of rank r would need more than the window even once every unit before
+  // it has run (the tensors the cursors hold for later units, its own, and what its cursors
+  // must pass to reach them), the held tensors whose next unit comes latest stop being held,
+  // until it fits. One no unit has read yet is passed: the cursor hashes it without keeping it,
+  // and it is read again, checked against that hash, once its first unit is admitted. One that
+  // earlier units have read (and that later units need again: a layer's forward after the
+  // checks of its experts) is freed once those have run, and read again, checked against the
+  // hash of the bytes they read, once its next unit is admitted: a second life (Relive), once
+  // per tensor. Kept: a tensor in a file that is not hashed, one read ahead that the cursors
+  // are not yet admitted to pass once units have read it, and behind the reads
+  // (ReadOptions::hash_behind) one units have read. Depends only on the headers and the window,
+  // so the stream admits exactly what this replay admits, in the same order.
+  void PlanPassing() {
+    // held: (rank of the next unit to run on it, slot) for each admitted slot not yet freed.
+    std::set<std::pair<size_t, size_t>> held, passable;
+    std::vector<size_t> key(slots_.size(), kNone);
+    std::vector<size_t> waiting;  // read ahead, every unit done: freed once the cursor passes
+    std::vector<std::pair<bool, uint64_t>> first_life(slots_.size());  // revisit, trigger
+    uint64_t held_bytes = 0;
+    auto hold = [&](size_t j, size_t next) {
+      const Slot& s = slots_[j];
+      key[j] = next;
+      held.insert({next, j});
+      const FileStream& f = streams_[s.stream];
+      if (s.size() == 0 || f.skim) return;
+      if (next == s.first || !f.hash_behind) passable.insert({next, j});
+    };
+    // A slot read ahead is freed only once the cursor has passed it (Relive waits for that):
+    // the cursors must be admitted past it before unit r is, which needs the memory.
+    std::vector<uint64_t> path_before(streams_.size());
+    auto may_pass = [&](const Slot& s, size_t next) {
+      return next == s.first || s.trigger == kNever || s.revisit || path_before[s.stream] >= s.end;
+    };
+    auto unhold = [&](size_t j) {
+      if (key[j] == kNone) return;
+      held.erase({key[j], j});
+      passable.erase({key[j], j});
+      key[j] = kNone;
+    };
+    std::vector<size_t> fresh;
+    for (size_t r = 0; r < order_.size(); ++r) {
+      for (size_t i = 0; i < streams_.size(); ++i) path_before[i] = streams_[i].path_end;
+      fresh.clear();
+      Admit(order_[r], /*apply=*/true, nullptr, &fresh);
+      for (size_t j : fresh) {
+        held_bytes += slots_[j].size();
+        hold(j, NextUser(slots_[j], r));
+      }
+      // What the window cannot hold goes: first tensors read ahead and done with that wait for
+      // the cursor (released: the cursor reads them again), then held ones, latest first.
+      std::erase_if(waiting, [&](size_t j) {
+        const FileStream& f = streams_[slots_[j].stream];
+        if (kept_ + held_bytes <= options_.memory_window || f.skim || f.hash_behind) return false;
+        slots_[j].release = true;
+        held_bytes -= slots_[j].size();
+        return true;
+      });
+      for (auto it = passable.end();
+           kept_ + held_bytes > options_.memory_window && it != passable.begin();) {
+        const auto cur = std::prev(it);
+        if (cur->first <= r) break;
+        const auto [next, j] = *cur;
+        Slot& s = slots_[j];
+        if (!may_pass(s, next)) {
+          it = cur;
+          continue;
+        }
+        unhold(j);  // erases *cur; `it` stays valid
+        held_bytes -= s.size();
+        s.admitted = false;
+        ++streams_[s.stream].revisits_left;
+        if (next == s.first) {
+          s.revisit = true;  // passed
+          s.trigger = s.end;
+        } else {
+          if (s.lives.empty()) first_life[j] = {s.revisit, s.trigger};
+          s.lives.push_back(next);  // freed once the units before `next` have run
+          s.revisit = true;         // from then on, as the replay goes
+          s.trigger = s.end;
+        }
+      }
+      // Unit r has run: each of its tensors waits for its next unit, or is freed (one read
+      // ahead stays until the cursor has passed it).
+      for (size_t j : items_[order_[r]].slots) {
+        if (key[j] != r) continue;
+        unhold(j);
+        if (const size_t next = NextUser(slots_[j], r + 1); next != kNone) {
+          hold(j, next);
+        } else if (slots_[j].trigger != kNever && !slots_[j].revisit &&
+                   streams_[slots_[j].stream].path_end < slots_[j].end) {
+          waiting.push_back(j);
+        } else {
+          held_bytes -= slots_[j].size();
+        }
+      }
+      std::erase_if(waiting, [&](size_t j) {
+        if (streams_[slots_[j].stream].path_end < slots_[j].end) return false;
+        held_bytes -= slots_[j].size();
+        return true;
+      });
+    }
+    for (size_t j = 0; j < slots_.size(); ++j) {
+      Slot& s = slots_[j];
+      s.admitted = false;
+      if (s.lives.empty()) continue;
+      std::tie(s.revisit, s.trigger) = first_life[j];
+      s.life_users.assign(s.lives.size() + 1, 0);
+      for (size_t w : s.work) ++s.life_users[s.LifeOf(rank_[w])];
+    }
+    for (FileStream& f : streams_) {
+      f.path_end = f.pos;
+      f.path_next = 0;
+    }
+    need_ = 0;
+  }
+
+  // The rank of the first unit at rank `from` or later that needs the slot; kNone if none.
+  size_t NextUser(const Slot& s, size_t from) const {
+    size_t next = kNone;
+    for (size_t w : s.work) {
+      if (rank_[w] >= from) next = std::min(next, rank_[w]);
+    }
+    return next;
   }
 
   // The read-ahead rule: in each file, a work item's largest tensor (the anchor, read in
@@ -452,7 +604,8 @@ class Streamer {
   // needed tensor from the end of what is counted up to k's Reach there (the cursor holds each
   // needed tensor it passes), and k's tensors read ahead beyond that. `apply` false: only the
   // cost. `far`: k's furthest tensor not yet admitted, for messages.
-  uint64_t Admit(size_t k, bool apply, const Slot** far = nullptr) {
+  uint64_t Admit(size_t k, bool apply, const Slot** far = nullptr,
+                 std::vector<size_t>* admitted = nullptr) {
     std::vector<std::pair<size_t, uint64_t>> reach;  // stream, path end
     auto reach_of = [&](size_t stream) {
       return std::find_if(reach.begin(), reach.end(), [&](auto& p) { return p.first == stream; });
@@ -477,6 +630,7 @@ class Streamer {
         if (s.admitted || s.revisit || Unneeded(s)) continue;  // the cursor holds neither
         cost += s.size();
         if (apply) s.admitted = true;
+        if (admitted != nullptr) admitted->push_back(f.slots[i]);
       }
       if (apply) {
         f.path_end = end;
@@ -489,6 +643,7 @@ class Streamer {
       if (!apply && !s.revisit && s.begin < reach_of(s.stream)->second) continue;  // on the path
       cost += s.size();
       if (apply) s.admitted = true;
+      if (admitted != nullptr) admitted->push_back(j);
     }
     if (apply) need_ += cost;
     return cost;
@@ -497,6 +652,16 @@ class Streamer {
   // The next item to admit must wait for the work it depends on to say whether it is wanted.
   bool Undecided(size_t k) const {
     return work_[k].wanted && !items_[k].decided && !items_[k].slots.empty();
+  }
+
+  // The next item to admit reads a tensor again in its second life, which has not begun: the
+  // units before it that read it have not all run.
+  bool AwaitsRelive(size_t k) const {
+    for (size_t j : items_[k].slots) {
+      const Slot& s = slots_[j];
+      if (s.LifeOf(rank_[k]) > s.life) return true;
+    }
+    return false;
   }
 
   // Admits items in order until `slot` is admitted, while what the admitted work needs fits in
@@ -509,7 +674,7 @@ class Streamer {
         next_cost_.reset();
         continue;
       }
-      if (Undecided(order_[admitted_])) return false;
+      if (Undecided(order_[admitted_]) || AwaitsRelive(order_[admitted_])) return false;
       if (!next_cost_) next_cost_ = Admit(order_[admitted_], /*apply=*/false);
       if (kept_ + need_ + *next_cost_ > options_.memory_window) return false;
       Admit(order_[admitted_++], /*apply=*/true);
@@ -537,6 +702,7 @@ class Streamer {
     slot.lent = true;
     File(slot).Lend(*slot.info, slot.bytes.get());
     for (size_t w : slot.work) {
+      if (slot.LifeOf(rank_[w]) != slot.life) continue;  // it reads another life
       if (--items_[w].missing == 0) MaybeReady(w);
     }
   }
@@ -556,7 +722,7 @@ class Streamer {
     items_[w].decided = true;
     if (work_[w].wanted && !work_[w].wanted()) {
       items_[w].dropped = true;
-      for (size_t i : items_[w].slots) Unuse(i);
+      for (size_t i : items_[w].slots) Unuse(i, w);
       Done(w);
       return;
     }
@@ -573,20 +739,86 @@ class Streamer {
 
   // One item that needed the slot ran or was dropped: free what nobody needs any more (a tensor
   // read ahead stays until the cursor has hashed it).
-  void Unuse(size_t i) {
+  void Unuse(size_t i, size_t w) {
     Slot& slot = slots_[i];
-    if (--slot.users > 0) return;
+    if (!slot.lives.empty()) --slot.life_users[slot.LifeOf(rank_[w])];
+    if (--slot.users > 0) {
+      Relive(i);
+      return;
+    }
+    // Its later lives' units were all dropped: they read it no more.
+    FileStream& s = streams_[slot.stream];
+    s.revisits_left -= slot.lives.size() - slot.life;
     if (!slot.granted) {  // never got memory: no longer counted, never read ahead (or again)
       if (slot.admitted) need_ -= slot.size();
-      streams_[slot.stream].armed.erase({slot.key(), i});
-      if (slot.revisit) --streams_[slot.stream].revisits_left;
+      s.armed.erase({slot.key(), i});
+      if (slot.revisit) --s.revisits_left;
+      MaybeClose(s);
       return;
+    }
+    MaybeClose(s);
+    if (slot.lent) {
+      File(slot).Reclaim(*slot.info);
+      slot.lent = false;
+    }
+    if (slot.passed) {
+      Free(slot);
+    } else if (slot.release && slot.complete && s.pos < slot.begin) {
+      Release(slot);
+    }
+  }
+
+  // Under the lock: a slot read ahead whose units have all run, before the cursor has reached
+  // it (so no step reads its buffer): freed now; the cursor reads it again as it passes, and
+  // that must have the SHA-256 of the bytes the units read.
+  void Release(Slot& slot) {
+    if (!slot.fetched) {  // no unit ran on it: each one was dropped
+      slot.fetched_digest = Sha256Of(std::span<const uint8_t>(slot.bytes.get(), slot.size()));
+    }
+    Free(slot);
+    slot.granted = false;
+    slot.released = true;
+  }
+
+  // Under the lock: the units of a slot's life have all run (or were dropped) and only those of
+  // later lives need it: the next life with units begins. Its buffer is freed, and it is read
+  // again, behind the cursor, once that life's first unit is admitted, and must then have the
+  // SHA-256 of the bytes the units before read (so the bytes the file digest covers). A slot
+  // that got no memory in its life is read in order, or at its trigger, for the next.
+  void Relive(size_t i) {
+    Slot& slot = slots_[i];
+    if (slot.life == slot.lives.size() || slot.users == 0 || slot.life_users[slot.life] > 0) {
+      return;
+    }
+    if (slot.granted && (!slot.passed || !slot.complete)) return;  // the cursor, or its re-read
+    FileStream& s = streams_[slot.stream];
+    const size_t old_key = slot.key();
+    size_t next = slot.life + 1;
+    while (slot.life_users[next] == 0) ++next;  // one has units: users > 0
+    s.revisits_left -= next - slot.life;        // the lives skipped, and this one's re-read below
+    slot.life = next;
+    if (!slot.granted) {  // still read behind the cursor (re-keyed), or in order
+      if (slot.revisit && s.armed.erase({old_key, i}) > 0) s.armed.insert({slot.key(), i});
+      MaybeClose(s);
+      return;
+    }
+    ++s.revisits_left;      // read again for the next life
+    if (!slot.revisit) {    // read in order: the digest of the bytes its units read
+      if (!slot.fetched) {  // no unit ran on it: each one was dropped
+        slot.fetched_digest = Sha256Of(std::span<const uint8_t>(slot.bytes.get(), slot.size()));
+      }
+      slot.passed_digest = slot.fetched_digest;
     }
     if (slot.lent) {
       File(slot).Reclaim(*slot.info);
       slot.lent = false;
     }
-    if (slot.passed) Free(slot);
+    Free(slot);
+    slot.granted = slot.complete = slot.admitted = false;
+    slot.filled = 0;
+    slot.revisit = true;
+    slot.trigger = slot.end;
+    s.armed.insert({slot.key(), i});
   }
 
   void Fail(absl::Status s) {
@@ -621,7 +853,7 @@ class Streamer {
   static bool CursorFree(const FileStream& s) { return !s.busy && (s.opened || Quiet(s)); }
   static bool AheadFree(const FileStream& s) { return !s.ahead_busy && (s.opened || Quiet(s)); }
   static bool HashFree(const FileStream& s) {
-    return s.hash_behind && !s.hash_busy && (s.opened || Quiet(s));
+    return s.hash_behind && !s.hash_busy && !s.closed && (s.opened || Quiet(s));
   }
 
   // The hashing cursor's next step (hash_behind): inside one slot or between two, never past
@@ -685,9 +917,14 @@ class Streamer {
         step->into = slot.bytes.get() + slot.filled;
         return true;
       }
-      if (!CursorFree(s)) continue;
-      if (s.hash_behind && s.pos == s.size && s.next == s.slots.size()) {
-        continue;  // the hashing cursor completes the file
+      if (!CursorFree(s) || s.closed) continue;
+      if (s.pos == s.size && s.next == s.slots.size()) {
+        // The hashing cursor completes the file, or the end is checked once every tensor to
+        // be read again has been: a change before then is named by its tensor.
+        if (s.hash_behind || s.revisits_left > 0 || s.reading_ahead != kNone) continue;
+        step->kind = Step::Kind::kClose;
+        step->offset = s.size;
+        return true;
       }
       step->offset = s.pos;
       if (s.next < s.slots.size() && s.pos >= slots_[s.slots[s.next]].begin) {
@@ -716,8 +953,6 @@ class Streamer {
         step->length = skip ? until - s.pos : std::min(chunk_, until - s.pos);
         if (skip) step->kind = Step::Kind::kSkip;
       }
-      // The last step closes the file: not while a revisit slot still has to be re-read.
-      if (!s.hash_behind && s.pos + step->length == s.size && s.revisits_left > 0) continue;
       return true;
     }
     return false;
@@ -737,6 +972,9 @@ class Streamer {
     if (admitted_ < items_.size() && Undecided(order_[admitted_])) {
       next = absl::StrCat(work_[order_[admitted_]].label,
                           " waits for the work it depends on, which cannot get its tensors");
+    } else if (admitted_ < items_.size() && AwaitsRelive(order_[admitted_])) {
+      next = absl::StrCat(work_[order_[admitted_]].label,
+                          " waits for the work before it to free a tensor it reads again");
     } else if (admitted_ < items_.size()) {
       const Slot* far = nullptr;
       const uint64_t cost = Admit(order_[admitted_], /*apply=*/false, &far);
@@ -787,18 +1025,21 @@ class Streamer {
       }
       std::span<uint8_t> bytes(dst, step.length);
       const bool revisit = step.slot != kNone && slots_[step.slot].revisit;
+      const bool released = step.slot != kNone && slots_[step.slot].released;
       // The digests are of the bytes in memory, the ones every check reads: a range read
-      // ahead is hashed from its buffer when the cursor reaches it, and one read behind the
-      // cursor must have the hash of the bytes the cursor hashed. A tensor read again later is
-      // hashed twice as the cursor passes it (the file's digest and its own), on two threads.
-      // Behind the reads, the hashing cursor hashes every slot twice so, and the cursor none.
+      // ahead is hashed from its buffer when the cursor reaches it (or, released, read again
+      // by the cursor and compared), and one read behind the cursor must have the hash of the
+      // bytes the cursor hashed. A tensor read again later is hashed twice as the cursor passes
+      // it (the file's digest and its own), on two threads. Behind the reads, the hashing
+      // cursor hashes every slot twice so, and the cursor none.
       const bool hash = s.hash_behind ? step.kind == Step::Kind::kHash
                                       : step.kind != Step::Kind::kReadAhead && !s.skim;
       const bool pass = s.hash_behind ? hash && step.slot != kNone
-                                      : revisit && step.kind == Step::Kind::kRead;
-      // Progress counts each byte of the files once: not a second read behind the cursor, and
-      // behind the reads, only the hashing cursor's.
-      const bool counts = s.hash_behind ? hash : !(revisit && step.kind == Step::Kind::kReadAhead);
+                                      : (revisit || released) && step.kind == Step::Kind::kRead;
+      // Progress counts each byte of the files once: not a second read behind the cursor, nor
+      // the cursor's of a released tensor, and behind the reads, only the hashing cursor's.
+      const bool counts =
+          s.hash_behind ? hash : !(revisit && step.kind == Step::Kind::kReadAhead) && !released;
       const uint64_t piece_size = hash || pass ? kHashPiece : step.length;
       auto digest = [&](uint64_t at, std::span<const uint8_t> piece) -> absl::Status {
         s.hashers->Update(at, piece);
@@ -851,17 +1092,18 @@ class Streamer {
       // the cursor passes it: the kernel's own readahead for the cursor may reach it first, and
       // would read it from storage again had it been dropped. Behind the reads, what the
       // hashing cursor has passed is dropped, but for a slot still to be read again.
+      const bool again = revisit || (step.slot != kNone && !slots_[step.slot].lives.empty());
       const bool drop = step.kind == Step::Kind::kReadAhead
                             ? revisit
-                            : !revisit && (!s.hash_behind || step.kind == Step::Kind::kHash);
+                            : !again && (!s.hash_behind || step.kind == Step::Kind::kHash);
       if (drop) {
         s.file->Consumed(step.offset, step.length);
       }
     }
-    if (step.kind == Step::Kind::kReadAhead || step.offset + step.length < s.size ||
-        (s.hash_behind && step.kind != Step::Kind::kHash)) {
-      return absl::OkStatus();
-    }
+    const bool ends = s.hash_behind
+                          ? step.kind == Step::Kind::kHash && step.offset + step.length == s.size
+                          : step.kind == Step::Kind::kClose;
+    if (!ends) return absl::OkStatus();
     // The end: the file must not have grown, nor changed, since its header was read.
     uint8_t extra;
     absl::StatusOr<size_t> more = s.file->Read(s.size, std::span<uint8_t>(&extra, 1));
@@ -874,7 +1116,6 @@ class Streamer {
     if (!(*after == f.identity)) return io::ChangedWhileRead(s.label, f.identity, *after);
     if (!s.skim) s.hashers->Finish(s.out);
     s.out->stream_from.reset();
-    s.file.reset();
     s.hashers.reset();
     return absl::OkStatus();
   }
@@ -929,6 +1170,11 @@ class Streamer {
   // buffers the cursor has passed and no work needs.
   void Advance(const Step& step) {
     FileStream& s = streams_[step.stream];
+    if (step.kind == Step::Kind::kClose) {
+      s.closed = true;
+      MaybeClose(s);
+      return;
+    }
     if (step.kind == Step::Kind::kHash) {
       // What the cursor read in order is read again from the page cache; what it skipped (or
       // reads again later), from storage.
@@ -941,7 +1187,8 @@ class Streamer {
         slots_[step.slot].hashed = true;
         Compare(s, slots_[step.slot]);
       }
-      s.done = !s.out->stream_from;  // DoStep clears it when it has read and checked the end
+      s.closed = !s.out->stream_from;  // DoStep clears it when it has read and checked the end
+      MaybeClose(s);
       return;
     }
     if (step.kind != Step::Kind::kHashKept && step.kind != Step::Kind::kSkip) {
@@ -953,17 +1200,33 @@ class Streamer {
       slot.filled += step.length;
       if (slot.filled == slot.size()) {
         s.reading_ahead = kNone;
-        if (slot.revisit) --s.revisits_left;
+        if (slot.revisit) {
+          --s.revisits_left;
+          ++reread_tensors_;
+          reread_bytes_ += slot.size();
+        }
         Lend(slot);
+        if (slot.users == 0 && slot.release && s.pos < slot.begin) Release(slot);
+        Relive(step.slot);  // its units may all have been dropped meanwhile
+        MaybeClose(s);
       }
       return;
     }
     s.pos += step.length;
-    s.done = !s.out->stream_from;  // DoStep clears it when it has read and checked the end
     while (s.next < s.slots.size() && slots_[s.slots[s.next]].end <= s.pos) {
       Slot& slot = slots_[s.slots[s.next]];
       slot.passed = true;
       ++s.next;
+      if (slot.released) {  // read again by the cursor: the bytes its units read?
+        ++reread_tensors_;
+        reread_bytes_ += slot.size();
+        if (slot.passed_digest != slot.fetched_digest) {
+          Fail(absl::DataLossError(
+              absl::StrCat(s.label, ": tensor '", slot.info->name, "' at offset ", slot.begin,
+                           " changed between its read ahead for the checks and the file's hash")));
+        }
+        continue;
+      }
       // Hashed from scratch (a revisit slot is read again at its trigger).
       if (slot.revisit || Unneeded(slot)) continue;
       if (!slot.granted) {  // an empty tensor: no bytes to read, a valid pointer
@@ -972,8 +1235,17 @@ class Streamer {
       }
       if (!slot.complete) Lend(slot);  // else read ahead: kept until the cursor passed it
       if (slot.users == 0) Free(slot);
+      Relive(s.slots[s.next - 1]);
     }
     Arm(s);
+  }
+
+  // Under the lock: the file's end is checked (`closed`, after every read behind the cursor,
+  // or behind the reads by the hashing cursor); it is closed once no read of it is left.
+  void MaybeClose(FileStream& s) {
+    if (!s.closed || s.revisits_left > 0 || s.reading_ahead != kNone) return;
+    s.file.reset();
+    s.done = true;
   }
 
   // Under the lock, behind the reads: a slot's buffer, as the work read it, and its bytes as
@@ -992,7 +1264,9 @@ class Streamer {
     std::vector<size_t> claim;
     for (size_t i : items_[w].slots) {
       Slot& slot = slots_[i];
-      if (!streams_[slot.stream].hash_behind || slot.claimed) continue;
+      // Read in order and again later, or read ahead and released: the check of the second read.
+      const bool again = (!slot.lives.empty() && !slot.revisit) || slot.release;
+      if ((!streams_[slot.stream].hash_behind && !again) || slot.claimed) continue;
       slot.claimed = true;
       claim.push_back(i);
     }
@@ -1031,7 +1305,7 @@ class Streamer {
         lock.lock();
         --running_;
         if (!s.ok()) Fail(std::move(s));
-        for (size_t i : items_[w].slots) Unuse(i);
+        for (size_t i : items_[w].slots) Unuse(i, w);
         Done(w);
         cv_.notify_all();
         continue;
@@ -1089,8 +1363,10 @@ class Streamer {
   std::vector<size_t> ready_;
   size_t running_ = 0, busy_ = 0;
   uint64_t kept_ = 0, peak_ = 0, bytes_read_ = 0;
+  uint64_t reread_bytes_ = 0, reread_tensors_ = 0;  // tensors passed and read again
   uint64_t need_ = 0;      // bytes admitted work will still take (admitted, not yet granted)
   std::vector<size_t> order_;  // work items in admission order (RankWork)
+  std::vector<size_t> rank_;   // each work item's place in order_
   size_t admitted_ = 0;        // order_[0, admitted_) are admitted
   std::optional<uint64_t> next_cost_;  // Admit(order_[admitted_]) while admitted_ is unchanged
   absl::Status error_;

@@ -28,11 +28,14 @@
 // items before it need in memory: their tensors, and every needed tensor the cursors must pass
 // to reach them; an item is admitted only when that fits in ReadOptions::memory_window beside
 // what is held. So kept bytes (the images' kept files and headers plus the tensors held) never
-// exceed the window, and whatever is admitted can always complete. When the next item does not
-// fit and nothing in flight can free memory (a layout whose partners lie far apart), the stream
-// stops with RESOURCE_EXHAUSTED naming the window, what is held and the item, bytes and tensor
-// it could not take; it never grows past the window and never reads a byte twice. Whether it
-// stops does not depend on timing. Between chunks it polls Progress::Cancelled (CANCELLED).
+// exceed the window, and whatever is admitted can always complete. Where the files' tensor
+// order would make the cursors hold more than the window (partners far apart), a replay of
+// admission on the headers picks tensors to read twice instead (docs/audit-engine.md, "Any
+// tensor order"), each second read checked against the hash of the first and counted in
+// StreamResult. When the next item does not fit even so and nothing in flight can free memory,
+// the stream stops with RESOURCE_EXHAUSTED naming the window, what is held and the item, bytes
+// and tensor it could not take; it never grows past the window. Whether it stops does not
+// depend on timing. Between chunks it polls Progress::Cancelled (CANCELLED).
 #ifndef CKPT_CORE_IO_TREE_STREAM_H_
 #define CKPT_CORE_IO_TREE_STREAM_H_
 
@@ -114,8 +117,11 @@ struct StreamResult {
   // files; stream_from cleared; bytes_read including this stream).
   std::vector<std::shared_ptr<const TreeImage>> images;
   std::vector<RangeDigest> ranges;  // the tensors read from skimmed files, by file and offset
-  uint64_t bytes_read = 0;       // from storage by this stream (each byte once)
+  uint64_t bytes_read = 0;          // from storage by this stream, re-reads included
   uint64_t peak_kept_bytes = 0;  // kept files and headers plus tensors held, at most the window
+  // Tensors hashed by the cursor without being kept and read again for their work (docs/
+  // audit-engine.md, "Reading behind the cursor", "Any tensor order"), and their bytes.
+  uint64_t reread_tensors = 0, reread_bytes = 0;
 };
 
 // `images` were read by ReadTree with Keep::kStreamTensorData and `options` (digests, window,
