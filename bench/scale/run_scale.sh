@@ -28,7 +28,9 @@
 # time, peak RSS and storage bytes read/written (ckpt-scale-gen time: wait4 rusage); run.log
 # holds every command's output (a refusal's message is there and in summary.txt); summary.txt
 # is the table with ratios to the baselines of the same run. A command that fails is reported,
-# never skipped silently (SKIP="LABEL ..." skips steps, saying so in run.log). gpt-oss geometries: no NVFP4 tree (formats issue), so only the
+# never skipped silently (SKIP="LABEL ..." skips steps, saying so in run.log). PAIR_WINDOW and
+# FWD_WINDOW (e.g. 256M, 1G) give audit-pair and verify-pair, and the audits with the forward,
+# that --memory-window. gpt-oss geometries: no NVFP4 tree (formats issue), so only the
 # source commands run.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -120,14 +122,19 @@ run hash "$gen" hash --threads "$threads" "${trees[@]}"
 run inspect "$cli" inspect "$(ls "$src"/*.safetensors | head -1)"
 run audit-src "$cli" audit "$src" --threads "$threads" --db "$db"
 if [ -d "$der" ]; then
-  run audit-pair "$cli" audit "$der" --source "$src" --threads "$threads" --db "$db"
+  pair_window=() fwd_window=()
+  [ -n "${PAIR_WINDOW:-}" ] && pair_window=(--memory-window "$PAIR_WINDOW")
+  [ -n "${FWD_WINDOW:-}" ] && fwd_window=(--memory-window "$FWD_WINDOW")
+  run audit-pair "$cli" audit "$der" --source "$src" --threads "$threads" --db "$db" \
+    "${pair_window[@]}"
   run audit-fwd-cpu "$cli" audit "$der" --source "$src" --forward-layers all --device cpu \
-    --threads "$threads" --db "$db"
+    --threads "$threads" --db "$db" "${fwd_window[@]}"
   if [ "$device" = cuda ] || { [ "$device" = auto ] && nvidia-smi -L > /dev/null 2>&1; }; then
     run audit-fwd-cuda "$cli" audit "$der" --source "$src" --forward-layers all --device cuda \
-      --threads "$threads" --db "$db"
+      --threads "$threads" --db "$db" "${fwd_window[@]}"
   fi
-  run verify-pair "$cli" verify-pair --source "$src" --derived "$der" --threads "$threads"
+  run verify-pair "$cli" verify-pair --source "$src" --derived "$der" --threads "$threads" \
+    "${pair_window[@]}"
   run fingerprint-derived "$cli" fingerprint "$der" --threads "$threads"
 else
   run audit-fwd-cpu "$cli" audit "$src" --forward-layers all --device cpu --threads "$threads" \

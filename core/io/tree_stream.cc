@@ -797,8 +797,8 @@ class Streamer {
     while (slot.life_users[next] == 0) ++next;  // one has units: users > 0
     s.revisits_left -= next - slot.life;        // the lives skipped, and this one's re-read below
     slot.life = next;
-    if (!slot.granted) {  // still read behind the cursor (re-keyed), or in order
-      if (slot.revisit && s.armed.erase({old_key, i}) > 0) s.armed.insert({slot.key(), i});
+    if (!slot.granted) {  // read as before (re-keyed if armed): ahead, behind, or in order
+      if (s.armed.erase({old_key, i}) > 0) s.armed.insert({slot.key(), i});
       MaybeClose(s);
       return;
     }
