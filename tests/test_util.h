@@ -102,11 +102,14 @@ struct CliResult {
 // Runs the built `ckpt-audit` with `args` (shell words) and `env` (e.g. "XDG_DATA_HOME=/x")
 // prefixed; `scratch` is a directory for the captured stderr and, unless `env` names others,
 // the CLI's per-user state (XDG_STATE_HOME: the log heads it remembers) and config
-// (XDG_CONFIG_HOME, where no config file is), never the real home's.
+// (XDG_CONFIG_HOME, where no config file is), never the real home's; the settings' variables
+// of the caller's environment (CKPT_AUDIT_DB and the like) are unset, so only `env` sets them.
 inline CliResult RunCli(const std::string& args, const std::filesystem::path& scratch,
                         const std::string& env = "") {
   std::filesystem::path err_file = scratch / "cli-stderr.txt";
-  std::string cmd = "XDG_STATE_HOME='" + (scratch / "xdg-state").string() + "' XDG_CONFIG_HOME='" +
+  std::string cmd = "unset CKPT_AUDIT_DB CKPT_AUDIT_KEY CKPT_AUDIT_SERVER CKPT_AUDIT_TOKEN; "
+                    "XDG_STATE_HOME='" +
+                    (scratch / "xdg-state").string() + "' XDG_CONFIG_HOME='" +
                     (scratch / "xdg-config").string() + "' " + env + " '" +
                     std::string(::ckpt::testing::kBinaryDir) + "/services/cli/ckpt-audit' " + args +
                     " 2>'" + err_file.string() + "'";

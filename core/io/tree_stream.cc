@@ -389,8 +389,10 @@ class Streamer {
       key[j] = next;
       held.insert({next, j});
       const FileStream& f = streams_[s.stream];
-      if (s.size() == 0 || f.skim) return;
-      if (next == s.first || !f.hash_behind) passable.insert({next, j});
+      if (s.size() == 0) return;
+      // A skimmed file's tensor passed is read once, later; its lives would need the digest of
+      // each read compared, which only hashed files have.
+      if (next == s.first || !(f.hash_behind || f.skim)) passable.insert({next, j});
     };
     // A slot read ahead is freed only once the cursor has passed it (Relive waits for that):
     // the cursors must be admitted past it before unit r is, which needs the memory.
@@ -417,7 +419,7 @@ class Streamer {
       // the cursor (released: the cursor reads them again), then held ones, latest first.
       std::erase_if(waiting, [&](size_t j) {
         const FileStream& f = streams_[slots_[j].stream];
-        if (kept_ + held_bytes <= options_.memory_window || f.skim || f.hash_behind) return false;
+        if (kept_ + held_bytes <= options_.memory_window || f.hash_behind) return false;
         slots_[j].release = true;
         held_bytes -= slots_[j].size();
         return true;
@@ -770,9 +772,10 @@ class Streamer {
 
   // Under the lock: a slot read ahead whose units have all run, before the cursor has reached
   // it (so no step reads its buffer): freed now; the cursor reads it again as it passes, and
-  // that must have the SHA-256 of the bytes the units read.
+  // that must have the SHA-256 of the bytes the units read (a skimmed file's cursor skips it:
+  // its range digest is of the bytes the units read).
   void Release(Slot& slot) {
-    if (!slot.fetched) {  // no unit ran on it: each one was dropped
+    if (!slot.fetched && !streams_[slot.stream].skim) {  // no unit ran on it: all dropped
       slot.fetched_digest = Sha256Of(std::span<const uint8_t>(slot.bytes.get(), slot.size()));
     }
     Free(slot);
@@ -933,10 +936,9 @@ class Streamer {
         step->slot = s.slots[s.next];
         step->length = std::min(chunk_, slot.end - s.pos);
         // A slot no admitted work needs, or one read again at its trigger, is hashed through
-        // the scratch chunk; a skimmed file skips a slot no work needs, and so does a file
-        // hashed behind the reads, also one read ahead or again later.
-        if ((s.skim && Unneeded(slot)) ||
-            (s.hash_behind && (Unneeded(slot) || slot.revisit || slot.complete))) {
+        // the scratch chunk; a skimmed file (which the cursor does not hash) and a file hashed
+        // behind the reads skip it, and a slot read ahead or later.
+        if ((s.skim || s.hash_behind) && (Unneeded(slot) || slot.revisit || slot.complete)) {
           step->kind = Step::Kind::kSkip;
           step->length = slot.end - s.pos;
         } else if (!slot.revisit && !Unneeded(slot)) {
@@ -1083,7 +1085,7 @@ class Streamer {
         if (absl::Status st = settle(); !st.ok()) return st;
       }
       if (s.skim && step.slot != kNone && step.into != nullptr) Skimmed(slots_[step.slot], step);
-      if (revisit && step.kind == Step::Kind::kReadAhead && !s.hash_behind) {
+      if (revisit && step.kind == Step::Kind::kReadAhead && !s.hash_behind && !s.skim) {
         if (absl::Status st = Reread(s, slots_[step.slot], step); !st.ok()) return st;
       }
       // The kernel may drop what the cursor has passed, except a range it will read again: a
@@ -1202,8 +1204,10 @@ class Streamer {
         s.reading_ahead = kNone;
         if (slot.revisit) {
           --s.revisits_left;
-          ++reread_tensors_;
-          reread_bytes_ += slot.size();
+          if (!s.skim) {  // a skimmed file's cursor read nothing of it
+            ++reread_tensors_;
+            reread_bytes_ += slot.size();
+          }
         }
         Lend(slot);
         if (slot.users == 0 && slot.release && s.pos < slot.begin) Release(slot);
@@ -1217,7 +1221,7 @@ class Streamer {
       Slot& slot = slots_[s.slots[s.next]];
       slot.passed = true;
       ++s.next;
-      if (slot.released) {  // read again by the cursor: the bytes its units read?
+      if (slot.released && !s.skim) {  // read again by the cursor: the bytes its units read?
         ++reread_tensors_;
         reread_bytes_ += slot.size();
         if (slot.passed_digest != slot.fetched_digest) {
@@ -1265,8 +1269,9 @@ class Streamer {
     for (size_t i : items_[w].slots) {
       Slot& slot = slots_[i];
       // Read in order and again later, or read ahead and released: the check of the second read.
-      const bool again = (!slot.lives.empty() && !slot.revisit) || slot.release;
-      if ((!streams_[slot.stream].hash_behind && !again) || slot.claimed) continue;
+      const FileStream& f = streams_[slot.stream];
+      const bool again = ((!slot.lives.empty() && !slot.revisit) || slot.release) && !f.skim;
+      if ((!f.hash_behind && !again) || slot.claimed) continue;
       slot.claimed = true;
       claim.push_back(i);
     }
