@@ -97,6 +97,19 @@ class ScaleGenTest : public ::ckpt::testing::CliWorkspace {
     EXPECT_TRUE(r.ok()) << r.status();
     return dir;
   }
+  // The tiny Kimi-K3 pair in tensor order `name`, audited in a window a quarter of its bytes.
+  audit::AuditOptions OrderedPair(const char* name) {
+    ScaleOptions o = TinyKimi();
+    o.order = *TensorOrderNamed(name);
+    const fs::path s = Write(std::string("src-") + name, o, ScaleFormat::kMxfp4);
+    const fs::path d = Write(std::string("nv-") + name, o, ScaleFormat::kNvfp4);
+    audit::AuditOptions a;
+    a.root = d.string();
+    a.source = s.string();
+    a.memory_window = (::ckpt::testing::TreeBytes(s) + ::ckpt::testing::TreeBytes(d)) / 4;
+    a.threads = 3;
+    return a;
+  }
   void ExpectPasses(const std::string& args) {
     ::ckpt::testing::CliResult r = Run(args);
     EXPECT_EQ(r.rc, 0) << args << "\n" << r.out << r.err;
@@ -177,27 +190,19 @@ TEST_F(ScaleGenTest, EveryOrderHoldsTheSameTensorsWhereTheOrderSays) {
 // third of it at this geometry), never holding more: tensors the window cannot hold are read
 // again, each counted; verify-pair passes in the same window.
 TEST_F(ScaleGenTest, EveryOrderAuditsWithTheForwardInAWindowAQuarterOfThePair) {
-  std::map<std::string, std::string> verdicts;
   std::map<std::string, audit::AuditStats> stats;
   for (const char* name : {"sorted", "model", "reverse", "shuffle"}) {
-    ScaleOptions o = TinyKimi();
-    o.order = *TensorOrderNamed(name);
-    const fs::path s = Write(std::string("src-") + name, o, ScaleFormat::kMxfp4);
-    const fs::path d = Write(std::string("nv-") + name, o, ScaleFormat::kNvfp4);
-    audit::AuditOptions a;
-    a.root = d.string();
-    a.source = s.string();
+    audit::AuditOptions a = OrderedPair(name);
     a.forward_layers = "all";
-    const uint64_t pair = ::ckpt::testing::TreeBytes(s) + ::ckpt::testing::TreeBytes(d);
-    a.memory_window = pair / 4;
-    a.threads = 3;
+    const uint64_t pair =
+        ::ckpt::testing::TreeBytes(a.source) + ::ckpt::testing::TreeBytes(a.root);
     audit::AuditStats& st = stats[name];
     auto rec = audit::RunAudit(a, NoProgress(), &st);
     ASSERT_TRUE(rec.ok()) << name << ": " << rec.status();
     EXPECT_EQ(rec->OverallVerdict(), evidence::Verdict::kPass) << name;
     EXPECT_LE(st.peak_kept_bytes, a.memory_window) << name;
     EXPECT_EQ(st.bytes_read, pair + st.reread_bytes) << name;  // each byte once, and again
-    ExpectPasses("verify-pair --source " + s.string() + " --derived " + d.string() +
+    ExpectPasses("verify-pair --source " + a.source + " --derived " + a.root +
                  " --memory-window " + std::to_string(a.memory_window));
   }
   EXPECT_GT(stats["shuffle"].reread_tensors, 0u);
@@ -213,15 +218,7 @@ TEST_F(ScaleGenTest, EveryOrderAuditsInPartsInAWindowAQuarterOfThePair) {
   evidence::TrustStore trust;
   trust.Add(node->public_key());
   for (const char* name : {"sorted", "model", "reverse", "shuffle"}) {
-    ScaleOptions o = TinyKimi();
-    o.order = *TensorOrderNamed(name);
-    const fs::path s = Write(std::string("src-") + name, o, ScaleFormat::kMxfp4);
-    const fs::path d = Write(std::string("nv-") + name, o, ScaleFormat::kNvfp4);
-    audit::AuditOptions a;
-    a.root = d.string();
-    a.source = s.string();
-    a.memory_window = (::ckpt::testing::TreeBytes(s) + ::ckpt::testing::TreeBytes(d)) / 4;
-    a.threads = 3;
+    const audit::AuditOptions a = OrderedPair(name);
     std::vector<audit::SignedPart> parts;
     for (unsigned i = 0; i < 3; ++i) {
       audit::AuditStats st;
